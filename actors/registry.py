@@ -1,0 +1,34 @@
+"""Machine families and their workloads.
+
+Each family module provides ``PROFILE_SCHEMA`` (the schema of its machine
+profile YAML) and ``WORKLOADS``: ``{kind: Workload}`` where a
+:class:`Workload` has a parameter schema and a ``build(system, profile,
+params)`` function that adds actors and links to the system.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from emulator.schema import Map
+
+FAMILIES = {
+    "demo": "actors.demo.machine",
+}
+
+
+@dataclass
+class Workload:
+    name: str
+    summary: str
+    params: Map
+    build: Callable
+    #: optional ``check(system, profile, params, result) -> dict`` run after the
+    #: run (e.g. error against a numpy reference); its keys join the result
+    check: Optional[Callable] = None
+
+
+def family(name: str):
+    """The module of machine family ``name`` (KeyError if unknown)."""
+    return importlib.import_module(FAMILIES[name])

@@ -1,0 +1,119 @@
+"""The actor base class: one Trio task per hardware component instance.
+
+An actor has a hierarchical name given by its place in the machine
+(``sip0/cube05/pe3/dma``), named in- and out-ports, and private state.  It
+never touches another actor: the machine builder wires its ports to links, and
+everything else is messages.  Subclasses implement :meth:`Actor.run`.
+
+Time inside an actor: :meth:`busy` charges a service time (recorded as a busy
+span in the trace; fault hooks may stretch or stall it), :meth:`sleep` waits
+without being busy.  Both are integer picoseconds on the virtual clock.
+
+``daemon = True`` marks a server (router, engine, memory) that runs forever;
+the run is finished when every non-daemon actor has returned.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from emulator import clock as _clock
+from emulator.link import InPort, OutPort, select
+from emulator.rng import stream
+from emulator.trace import BUSY, MARK
+
+__all__ = ["Actor"]
+
+
+class Actor:
+    """Base class of every modelled component."""
+
+    daemon: bool = False
+
+    def __init__(self, name: str):
+        if not name or any(c in name for c in " \t\n"):
+            raise ValueError(f"bad actor name {name!r}: non-empty, no whitespace")
+        self.name = name
+        self.inputs: dict[str, InPort] = {}
+        self.outputs: dict[str, OutPort] = {}
+        self.system = None
+        self.id: int = -1
+        self.blocked_on: tuple | None = None
+        self.busy_ps = 0
+        self.busy_spans = 0
+        self.finished_at: int | None = None
+        self.killed = False
+        self.cancel_scope = None
+        self.faults: list = []   # objects with on_busy(actor, t, duration) -> (duration, label) (emulator/faults.py)
+        self._emit = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+    # -- ports ----------------------------------------------------------------
+    def in_port(self, name: str) -> InPort:
+        port = self.inputs.get(name)
+        if port is None:
+            port = self.inputs[name] = InPort(self, name)
+        return port
+
+    def out_port(self, name: str) -> OutPort:
+        port = self.outputs.get(name)
+        if port is None:
+            port = self.outputs[name] = OutPort(self, name)
+        return port
+
+    # -- time -----------------------------------------------------------------
+    @property
+    def now(self) -> int:
+        return self.system.clock.now
+
+    async def sleep(self, duration: int) -> None:
+        """Wait ``duration`` ps without being busy."""
+        await _clock.sleep_until(self.system.clock.now + duration)
+
+    async def sleep_until(self, t: int) -> None:
+        await _clock.sleep_until(t)
+
+    async def busy(self, duration: int, label: str = "busy") -> None:
+        """Be busy for ``duration`` ps (a service time): a busy span in the trace.
+
+        Fault hooks (slow, stall) may lengthen it; the trace shows the span as
+        actually taken.
+        """
+        t = self.system.clock.now
+        if self.faults:
+            for fault in self.faults:
+                duration, label = fault.on_busy(self, t, duration, label)
+        end = t + duration
+        self.busy_ps += duration
+        self.busy_spans += 1
+        self._emit((BUSY, t, self.id, end, label))
+        await _clock.sleep_until(end)
+
+    # -- messages -------------------------------------------------------------
+    async def select(self, *ports: InPort):
+        """Receive from whichever of ``ports`` delivers first: ``(port, message)``."""
+        return await select(*ports)
+
+    # -- randomness and results ------------------------------------------------
+    def rng(self, name: str = "") -> np.random.Generator:
+        """This actor's seeded random stream (``name`` picks a sub-stream)."""
+        return stream(self.system.seed, f"{self.name}/{name}" if name else self.name)
+
+    def report(self, key: str, value: Any) -> None:
+        """Publish a result of the workload (shown in ``emu run`` output and result.json)."""
+        self.system.reports.setdefault(self.name, {})[key] = value
+
+    def mark(self, name: str, value: Any = None) -> None:
+        """Put an annotation in the trace (msgpack-able ``value``)."""
+        self._emit((MARK, self.system.clock.now, self.id, name, value))
+
+    def describe(self) -> dict:
+        """Parameters shown by ``emu explain`` (override to add model parameters)."""
+        return {"type": type(self).__name__, "daemon": self.daemon,
+                "inputs": sorted(self.inputs), "outputs": sorted(self.outputs)}
+
+    async def run(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError(f"{type(self).__name__}.run")

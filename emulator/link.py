@@ -1,0 +1,418 @@
+"""Ports and links: the only way actors talk.
+
+An :class:`OutPort` of one actor is wired to an :class:`InPort` of another by a
+:class:`Link` (one per direction).  The link is an actor-like Trio task with:
+
+* **bounded capacity** in messages, enforced with credits: a message holds a
+  credit from the moment the sender hands it over until the receiver takes it
+  out of its in-port.  A sender with no credit blocks (back-pressure);
+* **bandwidth**: a message occupies the link for ``ceil(nbytes * 1e12 / B)`` ps
+  after the previous one leaves it (FIFO serialisation); ``nbytes`` is the
+  msgpack-encoded size plus the full size of any tensor descriptor it carries;
+* **latency**: a fixed flight time after serialisation.
+
+So a message entering an idle link at ``t`` is delivered at
+``t + bytes/bandwidth + latency``, and a back-to-back burst is delivered at
+``t + k*bytes/bandwidth + latency`` for the k-th message.  Messages are
+msgpack-encoded when they enter the link and decoded when they leave it.
+
+Fast paths, as measured in reference/engine-perf.md §1 and §8: entering a link
+is a synchronous method (encode, compute the arrival time, append), so a send
+with a credit never switches tasks; the link task sleeps on the clock heap
+until the earliest arrival and delivers *every* message that is due in one
+wake-up; a waiting receiver gets the message handed over directly.  No
+``trio.sleep``, cancel scope or memory channel on the hot path.
+
+Fault hooks: ``Link.faults`` is a list of objects with ``on_send(link, t, seq,
+msg_name, data, nbytes)`` returning ``None`` (no effect) or a
+:class:`FaultEffect`; see ``emulator/faults.py``.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from outcome import Value
+from trio.lowlevel import Abort, current_task, enable_ki_protection, reschedule, wait_task_rescheduled
+
+from emulator.trace import BLOCK, DELIVER, SEND, TAKE, FAULT
+from emulator.units import transfer_ps
+from protocols.codec import ProtocolError, decode, encode, peek_name, type_name
+
+if TYPE_CHECKING:
+    from emulator.actor import Actor
+
+__all__ = ["InPort", "OutPort", "Link", "FaultEffect", "select"]
+
+
+class FaultEffect:
+    """What a link fault does to one message."""
+
+    __slots__ = ("drop", "data", "extra_delay", "bandwidth_factor", "label")
+
+    def __init__(self, label: str, *, drop=False, data=None, extra_delay=0, bandwidth_factor=1.0):
+        self.label = label
+        self.drop = drop
+        self.data = data
+        self.extra_delay = extra_delay
+        self.bandwidth_factor = bandwidth_factor
+
+
+class _Waiter:
+    """A task parked in :meth:`InPort.recv` or :func:`select` on one or more ports.
+
+    ``entry`` is the co-scheduled clock-heap entry (see :func:`_park`), or None
+    when the waiter relies on a direct hand-over by the delivering link.
+    """
+
+    __slots__ = ("task", "ports", "entry", "got")
+
+    def __init__(self, task, ports):
+        self.task = task
+        self.ports = ports
+        self.entry = None
+        self.got = None
+
+    def release(self) -> None:
+        for p in self.ports:
+            p.waiter = None
+
+
+class InPort:
+    """A named input of an actor; fed by one or more links (fan-in)."""
+
+    __slots__ = ("owner", "name", "buf", "waiter", "links", "taken", "max_depth")
+
+    def __init__(self, owner: "Actor", name: str):
+        self.owner = owner
+        self.name = name
+        self.buf: deque = deque()
+        self.waiter: _Waiter | None = None
+        self.links: list[Link] = []
+        self.taken = 0
+        self.max_depth = 0
+
+    @property
+    def path(self) -> str:
+        return f"{self.owner.name}.{self.name}"
+
+    def __repr__(self) -> str:
+        return f"<InPort {self.path}>"
+
+    def __len__(self) -> int:
+        return len(self.buf)
+
+    # called by the link task at delivery time
+    def _deliver(self, msg, link: "Link", seq: int, now: int) -> None:
+        waiter = self.waiter
+        emit = link.emit
+        if waiter is not None:
+            # The receiver is parked: it consumes the message now.
+            entry = waiter.entry
+            waiter.release()
+            emit((DELIVER, now, link.id, seq, 1))
+            emit((TAKE, now, link.id, seq, 0))
+            self.taken += 1
+            link._credit_return()
+            if entry is None or entry[2] is not None:
+                # hand it over (cancelling a co-scheduled wake-up that would come later)
+                if entry is not None:
+                    entry[2] = None
+                reschedule(waiter.task, Value((self, msg)))
+            else:
+                # its co-scheduled wake-up already fired at this instant: it runs
+                # after us in this batch and finds the message in waiter.got
+                waiter.got = (self, msg)
+            return
+        buf = self.buf
+        link.system.deliveries += 1
+        buf.append((msg, link, seq, link.system.deliveries))
+        depth = len(buf)
+        if depth > self.max_depth:
+            self.max_depth = depth
+        emit((DELIVER, now, link.id, seq, depth))
+
+    def _take(self):
+        msg, link, seq, _ = self.buf.popleft()
+        link.emit((TAKE, link.clock.now, link.id, seq, len(self.buf)))
+        self.taken += 1
+        link._credit_return()
+        return msg
+
+    def poll(self):
+        """Take a message if one is waiting, else return ``None`` (never blocks)."""
+        if self.buf:
+            return self._take()
+        return None
+
+    async def recv(self):
+        """Receive the next message (FIFO across this port's links by delivery order)."""
+        if self.buf:
+            return self._take()
+        if not self.links:
+            raise RuntimeError(f"in-port {self.path} is not connected to any link")
+        return (await _park((self,), self.owner))[1]
+
+
+def _earliest(ports):
+    best = None
+    for p in ports:
+        if p.buf and (best is None or p.buf[0][3] < best.buf[0][3]):
+            best = p
+    return best
+
+
+@enable_ki_protection
+async def _park(ports, owner):
+    """Park until one of ``ports`` has a message; return ``(port, message)``.
+
+    Two ways to be woken, both exact in time:
+
+    * hand-over: the delivering link reschedules us with the message;
+    * co-scheduling: when a link already has a pending wake-up for the earliest
+      arrival, we put our own entry on the clock heap at the same time *after*
+      it.  Both then run in the same pass of Trio's loop, the link first, and we
+      take the message from the buffer.  This halves the run-loop passes per
+      hop (reference/engine-perf.md §1: a pass costs ~4 µs).
+    """
+    task = current_task()
+    waiter = _Waiter(task, ports)
+    for p in ports:
+        p.waiter = waiter
+        for l in p.links:
+            wake = l.wake
+            if wake is not None and wake[2] is not None and l.inflight and l.inflight[0][0] == wake[0]:
+                if waiter.entry is None or wake[0] < waiter.entry[0]:
+                    if waiter.entry is not None:
+                        waiter.entry[2] = None
+                    waiter.entry = l.clock.schedule(wake[0], task)
+    owner.blocked_on = ("recv", ports)
+
+    def abort(_):
+        if waiter.entry is not None:
+            waiter.entry[2] = None
+        waiter.release()
+        return Abort.SUCCEEDED
+
+    try:
+        while True:
+            got = await wait_task_rescheduled(abort)
+            if got is not None:
+                return got
+            # co-scheduled wake-up: the link ran just before us in this batch
+            if waiter.got is not None:
+                return waiter.got
+            waiter.entry = None  # nothing came: fall back to hand-over
+    finally:
+        owner.blocked_on = None
+
+
+async def select(*ports: InPort):
+    """Receive from whichever port has a message first; returns ``(port, message)``.
+
+    If several already hold messages, the one delivered earliest (lowest
+    delivery order) wins, so the choice is deterministic.
+    """
+    best = _earliest(ports)
+    if best is not None:
+        return best, best._take()
+    return await _park(ports, ports[0].owner)
+
+
+class OutPort:
+    """A named output of an actor, wired to exactly one link."""
+
+    __slots__ = ("owner", "name", "link")
+
+    def __init__(self, owner: "Actor", name: str):
+        self.owner = owner
+        self.name = name
+        self.link: Link | None = None
+
+    @property
+    def path(self) -> str:
+        return f"{self.owner.name}.{self.name}"
+
+    def __repr__(self) -> str:
+        return f"<OutPort {self.path}>"
+
+    @enable_ki_protection
+    async def send(self, msg) -> None:
+        """Hand ``msg`` to the link; blocks only while the link has no credit."""
+        link = self.link
+        if link is None:
+            raise RuntimeError(f"out-port {self.path} is not connected to any link")
+        if link.credits > 0 and not link.blocked:
+            link.credits -= 1
+        else:
+            await link._wait_credit(self.owner)
+        link._accept(msg)
+
+    def try_send(self, msg) -> bool:
+        """Send without blocking if a credit is available; return whether it was sent."""
+        link = self.link
+        if link is None:
+            raise RuntimeError(f"out-port {self.path} is not connected to any link")
+        if link.credits > 0 and not link.blocked:
+            link.credits -= 1
+            link._accept(msg)
+            return True
+        return False
+
+
+class Link:
+    """One direction of a modelled physical link (see the module docstring)."""
+
+    def __init__(self, system, id: int, name: str, src: OutPort, dst: InPort, *,
+                 capacity: int, latency: int, bandwidth: int):
+        if capacity < 1:
+            raise ValueError(f"link {name}: capacity must be >= 1 message, found {capacity}")
+        if latency < 0 or bandwidth < 0:
+            raise ValueError(f"link {name}: latency and bandwidth must be >= 0")
+        self.system = system
+        self.id = id
+        self.name = name
+        self.src = src
+        self.dst = dst
+        self.capacity = capacity
+        self.latency = latency
+        self.bandwidth = bandwidth
+        self.credits = capacity
+        self.blocked: deque = deque()
+        self.inflight: deque = deque()
+        self.free_at = 0
+        self.last_arrival = 0
+        self.seq = 0
+        self.faults: list = []
+        self.task = None
+        self.wake = None
+        self.clock = None
+        self.emit = None
+        # statistics
+        self.messages = 0
+        self.bytes = 0
+        self.busy_ps = 0
+        self.delivered = 0
+        self.dropped = 0
+        self.blocked_count = 0
+
+    def __repr__(self) -> str:
+        return f"<Link {self.name}>"
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name, "src": self.src.owner.name, "src_port": self.src.name,
+            "dst": self.dst.owner.name, "dst_port": self.dst.name, "capacity": self.capacity,
+            "latency_ps": self.latency, "bandwidth_Bps": self.bandwidth,
+        }
+
+    @property
+    def outstanding(self) -> int:
+        """Messages holding a credit: in flight plus waiting in the receiver's in-port."""
+        return self.capacity - self.credits
+
+    # -- sender side ----------------------------------------------------------
+    async def _wait_credit(self, owner) -> None:
+        task = current_task()
+        self.blocked.append(task)
+        self.blocked_count += 1
+        self.emit((BLOCK, self.clock.now, self.id, self.seq + 1))
+        owner.blocked_on = ("send", self.src)
+
+        def abort(_):
+            try:
+                self.blocked.remove(task)
+            except ValueError:
+                pass
+            return Abort.SUCCEEDED
+
+        try:
+            await wait_task_rescheduled(abort)
+        finally:
+            owner.blocked_on = None
+
+    def _credit_return(self) -> None:
+        if self.blocked:
+            reschedule(self.blocked.popleft())  # the credit passes straight to it
+        else:
+            self.credits += 1
+
+    def _accept(self, msg) -> None:
+        clock = self.clock
+        now = clock.now
+        try:
+            data, nbytes = encode(msg)
+        except ProtocolError as e:
+            raise e.at(link=self.name, msg=type_name(msg)) from None
+        self.seq += 1
+        seq = self.seq
+        bandwidth = self.bandwidth
+        extra = 0
+        drop = False
+        if self.faults:
+            for fault in self.faults:
+                eff = fault.on_send(self, now, seq, type_name(msg), data, nbytes)
+                if eff is None:
+                    continue
+                self.emit((FAULT, now, self.name, eff.label, seq))
+                if eff.drop:
+                    drop = True
+                if eff.data is not None:
+                    data = eff.data
+                extra += eff.extra_delay
+                if eff.bandwidth_factor != 1.0 and bandwidth:
+                    bandwidth = max(1, int(bandwidth * eff.bandwidth_factor))
+        start = self.free_at if self.free_at > now else now
+        ser = transfer_ps(nbytes, bandwidth)
+        end = start + ser
+        self.free_at = end
+        self.busy_ps += ser
+        self.messages += 1
+        self.bytes += nbytes
+        self.emit((SEND, now, self.id, seq, nbytes, data))
+        if drop:
+            self.dropped += 1
+            self._credit_return()
+            return
+        arrival = end + self.latency + extra
+        if arrival < self.last_arrival:
+            arrival = self.last_arrival  # a link is FIFO: nothing overtakes
+        self.last_arrival = arrival
+        self.inflight.append((arrival, seq, data))
+        if self.wake is None and self.task is not None:
+            self.wake = clock.schedule_delivery(arrival, self.task)
+            waiter = self.dst.waiter
+            if waiter is not None:
+                entry = waiter.entry
+                if entry is None or (entry[2] is not None and entry[0] > arrival):
+                    if entry is not None:
+                        entry[2] = None
+                    waiter.entry = clock.schedule(arrival, waiter.task)
+
+    # -- the link task --------------------------------------------------------
+    async def run(self) -> None:
+        self.task = current_task()
+        clock = self.clock
+        inflight = self.inflight
+        dst = self.dst
+        name = self.name
+
+        def abort(_):
+            if self.wake is not None:
+                self.wake[2] = None
+            return Abort.SUCCEEDED
+
+        while True:
+            if inflight and self.wake is None:
+                self.wake = clock.schedule_delivery(inflight[0][0], self.task)
+            await wait_task_rescheduled(abort)
+            self.wake = None
+            now = clock.now
+            while inflight and inflight[0][0] <= now:
+                _, seq, data = inflight.popleft()
+                try:
+                    msg = decode(data)
+                except ProtocolError as e:
+                    raise e.at(link=name, msg=e.msg or peek_name(data) or "?") from None
+                self.delivered += 1
+                dst._deliver(msg, self, seq, now)

@@ -1,0 +1,270 @@
+"""Scenario files: load, resolve the machine profile, validate everything before running.
+
+A scenario is YAML::
+
+    name: reduce-demo                 # optional, defaults to the file name
+    seed: 1                           # all randomness derives from it
+    mode: data                        # timing | data
+    machine:
+      profile: demo                   # scenarios/machines/demo.yaml, or a path
+      overrides: {pe_link: {latency: 10ns}}
+    workload:
+      kind: reduce                    # one of the profile family's workloads
+      params: {rounds: 4}
+    faults: []                        # see emulator/faults.py
+    trace: {enabled: true, payloads: true, kinds: [send, deliver], actors: ["cube05/*"]}
+    stop: {max_time: 1ms, wall_timeout: 60s}
+    output: {dir: runs/reduce-demo}
+
+Validation happens in layers, each against a schema (emulator/schema.py), and
+every error names the file, the line, the key path, what was expected and what
+was found: the scenario itself, then the machine profile with the overrides
+merged in (errors in overridden keys point at the override in the scenario),
+then the workload parameters against the workload's own schema.
+
+``--set key.path=value`` (``sets``) edits the scenario before validation; the
+value is parsed as YAML (``--set seed=3``, ``--set machine.overrides.pe_link.latency=10ns``).
+
+This module knows no machine: the caller passes a *registry* with a
+``family(name)`` function returning a module that has ``PROFILE_SCHEMA`` and
+``WORKLOADS`` (see ``actors/registry.py``).
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from emulator.schema import (AnyValue, Bool, Doc, Enum, Int, List, Map, Problem, Quantity, SchemaError, Str,
+                             load_yaml, validate)
+from emulator.trace import KIND_CODES
+
+__all__ = ["Scenario", "load_scenario", "SCENARIO_SCHEMA", "find_profile", "apply_set"]
+
+ROOT = Path(__file__).resolve().parents[1]
+MACHINES_DIR = ROOT / "scenarios" / "machines"
+
+
+def _fault_schema():
+    from emulator.faults import FAULT_SCHEMA
+    return FAULT_SCHEMA
+
+
+SCENARIO_SCHEMA = Map({
+    "name": Str(default=None, doc="defaults to the file name"),
+    "description": Str(default=""),
+    "seed": Int(min=0, default=0, doc="the root of every random stream"),
+    "mode": Enum(["timing", "data"], default="timing",
+                 doc="timing: tensors travel as descriptors; data: real numpy arrays"),
+    "machine": Map({
+        "profile": Str(doc="a profile name under scenarios/machines/ or a path to a YAML file"),
+        "overrides": Map(open=True, default={}, doc="keys merged into the profile"),
+    }),
+    "workload": Map({
+        "kind": Str(doc="one of the machine family's workloads"),
+        "params": Map(open=True, default={}, doc="checked against the workload's schema"),
+    }),
+    "faults": List(AnyValue(), default=[], doc="fault and delay injections (emulator/faults.py)"),
+    "trace": Map({
+        "enabled": Bool(default=False, doc="write a binary trace file"),
+        "path": Str(default=None, doc="defaults to <output dir>/trace.emutrace"),
+        "payloads": Bool(default=True, doc="store message payloads (needed by emu trace replay)"),
+        "kinds": List(Enum(sorted(KIND_CODES)), default=None, doc="event kinds to keep (default: all)"),
+        "actors": List(Str(), default=None, doc="actor name globs to keep"),
+        "links": List(Str(), default=None, doc="link name globs to keep"),
+    }, required=False),
+    "stop": Map({
+        "max_time": Quantity("time", default=None, doc="stop when virtual time would pass this"),
+        "wall_timeout": Quantity("time", default=None, doc="wall-clock guard"),
+    }, required=False),
+    "output": Map({
+        "dir": Str(default=None, doc="result bundle directory (default runs/<name>)"),
+        "plots": Bool(default=True),
+    }, required=False),
+})
+
+
+@dataclass
+class Scenario:
+    file: str
+    name: str
+    description: str
+    seed: int
+    mode: str
+    profile_name: str
+    profile_file: str
+    family: str
+    profile: dict
+    workload: str
+    params: dict
+    faults: list
+    trace: dict
+    stop: dict
+    output: dict
+    source: dict = field(default_factory=dict)   # the scenario as written (after --set)
+
+    def resolved(self) -> dict:
+        """The fully resolved scenario (profile merged, units parsed), for result bundles."""
+        return {
+            "name": self.name, "file": self.file, "seed": self.seed, "mode": self.mode,
+            "machine": {"profile": self.profile_name, "profile_file": self.profile_file, "family": self.family,
+                        "resolved": self.profile},
+            "workload": {"kind": self.workload, "params": self.params},
+            "faults": self.faults, "trace": self.trace, "stop": self.stop, "output": self.output,
+        }
+
+
+def find_profile(name: str, scenario_file: str) -> Path | None:
+    """Where profile ``name`` lives: a path (relative to the scenario) or scenarios/machines/<name>.yaml."""
+    base = Path(scenario_file).resolve().parent
+    candidates = []
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        candidates += [base / name, Path(name)]
+    else:
+        for d in [base, *base.parents]:
+            candidates.append(d / "machines" / f"{name}.yaml")
+            candidates.append(d / "scenarios" / "machines" / f"{name}.yaml")
+            if d == d.parent:
+                break
+        candidates.append(MACHINES_DIR / f"{name}.yaml")
+    for c in candidates:
+        if c.is_file():
+            return c
+    return None
+
+
+def known_profiles() -> list[str]:
+    return sorted(p.stem for p in MACHINES_DIR.glob("*.yaml"))
+
+
+def _parse_set(item: str) -> tuple[list, Any]:
+    if "=" not in item:
+        raise SchemaError([Problem("--set", None, item, "key.path=value", repr(item))])
+    key, _, text = item.partition("=")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError as e:
+        raise SchemaError([Problem("--set", None, key, "a YAML value", repr(text), str(e))]) from None
+    path = [int(p) if p.isdigit() else p for p in key.strip().split(".") if p != ""]
+    if not path:
+        raise SchemaError([Problem("--set", None, key, "a key path like machine.overrides.x", repr(item))])
+    return path, value
+
+
+def apply_set(doc: Doc, item: str) -> None:
+    """Apply one ``--set key.path=value`` to a loaded document (records the origin)."""
+    path, value = _parse_set(item)
+    node = doc.value
+    for i, key in enumerate(path[:-1]):
+        if isinstance(node, list):
+            if not isinstance(key, int) or key >= len(node):
+                raise SchemaError([Problem("--set", None, ".".join(map(str, path[:i + 1])),
+                                           f"an index below {len(node)}", repr(key))])
+            node = node[key]
+            continue
+        if not isinstance(node, dict):
+            raise SchemaError([Problem("--set", None, ".".join(map(str, path[:i])), "a map", type(node).__name__)])
+        if key not in node or not isinstance(node[key], (dict, list)):
+            node[key] = {}
+        node = node[key]
+    last = path[-1]
+    if isinstance(node, list):
+        if not isinstance(last, int) or last >= len(node):
+            raise SchemaError([Problem("--set", None, item, f"an index below {len(node)}", repr(last))])
+    node[last] = value
+    doc.origins[tuple(path)] = (f"--set {item}", None)
+
+
+def _merge(base: dict, over: dict, path: tuple, origins: dict, over_doc: Doc, over_root: tuple) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v, path + (k,), origins, over_doc, over_root + (k,))
+        else:
+            out[k] = copy.deepcopy(v)
+            origins[path + (k,)] = over_doc.where(over_root + (k,))
+    return out
+
+
+def load_scenario(path: str, registry, sets: list[str] | None = None) -> Scenario:
+    """Load and validate a scenario file; raises :class:`SchemaError` with every problem found."""
+    file = str(path)
+    if not os.path.isfile(file):
+        raise SchemaError([Problem(file, None, "", "an existing scenario file", "no such file")])
+    with open(file, encoding="utf-8") as f:
+        doc = load_yaml(f.read(), file)
+    if doc.value is None:
+        doc.value = {}
+    if not isinstance(doc.value, dict):
+        raise SchemaError([Problem(file, 1, "", "a map of scenario keys", type(doc.value).__name__)])
+    source = copy.deepcopy(doc.value)
+    for item in sets or []:
+        apply_set(doc, item)
+    sc = validate(SCENARIO_SCHEMA, doc)
+
+    # -- the machine profile, with the scenario's overrides merged in ---------
+    prof_name = sc["machine"]["profile"]
+    prof_path = find_profile(prof_name, file)
+    if prof_path is None:
+        close = difflib.get_close_matches(prof_name, known_profiles(), n=1)
+        raise SchemaError([Problem(*doc.where(("machine", "profile")), "machine.profile",
+                                   "a machine profile name or path (known: " + ", ".join(known_profiles()) + ")",
+                                   repr(prof_name), f"did you mean {close[0]!r}?" if close else "")])
+    with open(prof_path, encoding="utf-8") as f:
+        pdoc = load_yaml(f.read(), str(prof_path))
+    if not isinstance(pdoc.value, dict):
+        raise SchemaError([Problem(str(prof_path), 1, "", "a map of machine parameters", type(pdoc.value).__name__)])
+    family_name = pdoc.value.get("family")
+    try:
+        family = registry.family(family_name)
+    except (KeyError, TypeError):
+        raise SchemaError([Problem(*pdoc.where(("family",)), "family",
+                                   "a machine family (" + ", ".join(registry.FAMILIES) + ")",
+                                   repr(family_name))]) from None
+    merged = _merge(pdoc.value, doc.value.get("machine", {}).get("overrides") or {}, (), pdoc.origins, doc,
+                    ("machine", "overrides"))
+    pdoc.value = merged
+    profile = validate(family.PROFILE_SCHEMA, pdoc)
+
+    # -- the workload and its parameters --------------------------------------
+    kind = sc["workload"]["kind"]
+    workloads = family.WORKLOADS
+    if kind not in workloads:
+        close = difflib.get_close_matches(kind, list(workloads), n=1)
+        raise SchemaError([Problem(*doc.where(("workload", "kind")), "workload.kind",
+                                   f"a workload of machine family {family_name!r}: " + ", ".join(workloads),
+                                   repr(kind), f"did you mean {close[0]!r}?" if close else "")])
+    params_doc = Doc(doc.value.get("workload", {}).get("params") or {}, {}, file)
+    params_doc.lines = {k[2:]: v for k, v in doc.lines.items() if k[:2] == ("workload", "params")}
+    params_doc.origins = {k[2:]: v for k, v in doc.origins.items() if k[:2] == ("workload", "params")}
+    try:
+        params = validate(workloads[kind].params, params_doc)
+    except SchemaError as e:
+        for p in e.problems:
+            p.path = "workload.params." + p.path if p.path else "workload.params"
+        raise
+
+    # -- faults ---------------------------------------------------------------
+    faults = []
+    if sc["faults"]:
+        fdoc = Doc(doc.value.get("faults"), {k[1:]: v for k, v in doc.lines.items() if k[:1] == ("faults",)}, file)
+        fdoc.origins = {k[1:]: v for k, v in doc.origins.items() if k[:1] == ("faults",)}
+        try:
+            faults = validate(List(_fault_schema()), fdoc)
+        except SchemaError as e:
+            for p in e.problems:
+                p.path = "faults" + (p.path if p.path.startswith("[") else "." + p.path if p.path else "")
+            raise
+
+    name = sc["name"] or Path(file).stem
+    return Scenario(
+        file=file, name=name, description=sc["description"], seed=sc["seed"], mode=sc["mode"],
+        profile_name=prof_name, profile_file=str(prof_path), family=family_name, profile=profile,
+        workload=kind, params=params, faults=faults, trace=sc["trace"], stop=sc["stop"], output=sc["output"],
+        source=source,
+    )

@@ -1,0 +1,359 @@
+"""Declarative schemas for YAML documents, with errors a user can act on.
+
+A schema is a tree of :class:`Spec` objects (:class:`Map`, :class:`List`,
+:class:`Int`, :class:`Quantity`, ...).  :func:`validate` walks a YAML document
+loaded by :func:`load_yaml` (which remembers the line of every key) and returns
+the normalised value -- quantities parsed into the engine's integer units,
+defaults filled in -- or raises :class:`SchemaError` listing *every* problem:
+file, line, key path, what was expected, what was found, and for an unknown key
+the closest valid key.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import yaml
+
+from emulator.errors import EmulatorError
+from emulator.units import UnitError, parse_quantity
+
+__all__ = [
+    "Problem", "SchemaError", "Spec", "Map", "List", "Int", "Float", "Bool", "Str", "Enum", "Quantity",
+    "AnyValue", "OneOf", "load_yaml", "validate", "Doc",
+]
+
+_MISSING = object()
+
+
+@dataclass
+class Problem:
+    file: str
+    line: int | None
+    path: str
+    expected: str
+    found: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        text = f"{where}: {self.path or '(top level)'}: expected {self.expected}, found {self.found}"
+        return text + (f" ({self.hint})" if self.hint else "")
+
+
+class SchemaError(EmulatorError):
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        n = len(problems)
+        super().__init__(f"{n} problem{'s' if n != 1 else ''}:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+class Doc:
+    """A loaded YAML document: the value plus where each key path came from.
+
+    ``lines`` maps a key path to a line number in ``file``; ``origins`` maps a
+    key path to ``(file, line)`` for values merged in from elsewhere (machine
+    profile overrides, ``--set`` on the command line).
+    """
+
+    def __init__(self, value: Any, lines: dict[tuple, int], file: str):
+        self.value = value
+        self.lines = lines
+        self.file = file
+        self.origins: dict[tuple, tuple[str, int | None]] = {}
+
+    def where(self, path: tuple) -> tuple[str, int | None]:
+        while True:
+            if path in self.origins:
+                return self.origins[path]
+            if path in self.lines:
+                return self.file, self.lines[path]
+            if not path:
+                return self.file, None
+            path = path[:-1]
+
+
+def load_yaml(text: str, file: str) -> Doc:
+    """Parse YAML keeping line numbers; a syntax error becomes a :class:`SchemaError`."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        lines: dict[tuple, int] = {}
+        value = _construct(loader, node, (), lines) if node is not None else {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        raise SchemaError([Problem(file, line, "", "valid YAML", str(getattr(e, "problem", e)))]) from None
+    finally:
+        loader.dispose()
+    return Doc(value, lines, file)
+
+
+def _construct(loader, node, path, lines):
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        out = {}
+        for knode, vnode in node.value:
+            key = loader.construct_object(knode, deep=True)
+            if isinstance(key, (list, dict)):
+                key = str(key)
+            lines[path + (key,)] = knode.start_mark.line + 1
+            out[key] = _construct(loader, vnode, path + (key,), lines)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_construct(loader, v, path + (i,), lines) for i, v in enumerate(node.value)]
+    return loader.construct_object(node, deep=True)
+
+
+def _fmt_path(path: tuple) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _found(value) -> str:
+    if value is _MISSING:
+        return "nothing (the key is missing)"
+    if value is None:
+        return "null"
+    kind = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "map"}.get(
+        type(value), type(value).__name__)
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{kind} {text}" if kind not in ("list", "map") else kind
+
+
+class _Ctx:
+    def __init__(self, doc: Doc):
+        self.doc = doc
+        self.problems: list[Problem] = []
+
+    def fail(self, path, expected, value, hint=""):
+        file, line = self.doc.where(path)
+        self.problems.append(Problem(file, line, _fmt_path(path), expected, _found(value), hint))
+
+
+class Spec:
+    """Base of all schema nodes."""
+
+    def __init__(self, *, default: Any = _MISSING, doc: str = "", required: bool | None = None):
+        self.default = default
+        self.doc = doc
+        self.required = (default is _MISSING) if required is None else required
+
+    expected = "a value"
+
+    def check(self, value, path, ctx: _Ctx):  # -> normalised value
+        return value
+
+    def describe(self) -> str:
+        return self.expected
+
+
+class AnyValue(Spec):
+    expected = "any value"
+
+
+class Int(Spec):
+    def __init__(self, *, min: int | None = None, max: int | None = None, **kw):
+        super().__init__(**kw)
+        self.min, self.max = min, max
+        rng = []
+        if min is not None:
+            rng.append(f">= {min}")
+        if max is not None:
+            rng.append(f"<= {max}")
+        self.expected = "an integer" + (f" {' and '.join(rng)}" if rng else "")
+
+    def check(self, value, path, ctx):
+        if isinstance(value, bool) or not isinstance(value, int):
+            ctx.fail(path, self.expected, value)
+            return None
+        if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
+            ctx.fail(path, self.expected, value)
+        return value
+
+
+class Float(Spec):
+    def __init__(self, *, min: float | None = None, max: float | None = None, **kw):
+        super().__init__(**kw)
+        self.min, self.max = min, max
+        rng = []
+        if min is not None:
+            rng.append(f">= {min}")
+        if max is not None:
+            rng.append(f"<= {max}")
+        self.expected = "a number" + (f" {' and '.join(rng)}" if rng else "")
+
+    def check(self, value, path, ctx):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            ctx.fail(path, self.expected, value)
+            return None
+        if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
+            ctx.fail(path, self.expected, value)
+        return float(value)
+
+
+class Bool(Spec):
+    expected = "true or false"
+
+    def check(self, value, path, ctx):
+        if not isinstance(value, bool):
+            ctx.fail(path, self.expected, value)
+        return value
+
+
+class Str(Spec):
+    expected = "a string"
+
+    def check(self, value, path, ctx):
+        if not isinstance(value, str):
+            ctx.fail(path, self.expected, value)
+        return value
+
+
+class Enum(Spec):
+    def __init__(self, choices, **kw):
+        super().__init__(**kw)
+        self.choices = list(choices)
+        self.expected = "one of " + ", ".join(repr(c) for c in self.choices)
+
+    def check(self, value, path, ctx):
+        if value not in self.choices:
+            close = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=1)
+            ctx.fail(path, self.expected, value, f"did you mean {close[0]!r}?" if close else "")
+        return value
+
+
+class Quantity(Spec):
+    """A string with a unit, parsed to the engine's integer unit of ``kind``."""
+
+    def __init__(self, kind: str, **kw):
+        super().__init__(**kw)
+        self.kind = kind
+        self.expected = {"time": "a time like '30ns'", "frequency": "a frequency like '1.2GHz'",
+                         "size": "a size like '64KiB'", "bandwidth": "a bandwidth like '256GB/s'"}[kind]
+
+    def check(self, value, path, ctx):
+        try:
+            return parse_quantity(value, self.kind)
+        except UnitError as e:
+            hint = "the unit is missing" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
+            msg = str(e)
+            if "not a whole number" in msg or "negative" in msg or "is a" in msg:
+                hint = msg.split(", found ")[-1] if ", found " in msg else msg
+            ctx.fail(path, self.expected, value, hint)
+            return None
+
+
+class List(Spec):
+    def __init__(self, item: Spec, *, min_len: int = 0, **kw):
+        kw.setdefault("default", [])
+        super().__init__(**kw)
+        self.item = item
+        self.min_len = min_len
+        self.expected = f"a list of {item.describe()}"
+
+    def check(self, value, path, ctx):
+        if not isinstance(value, list):
+            ctx.fail(path, self.expected, value)
+            return []
+        if len(value) < self.min_len:
+            ctx.fail(path, f"at least {self.min_len} item(s)", value)
+        return [self.item.check(v, path + (i,), ctx) for i, v in enumerate(value)]
+
+
+class OneOf(Spec):
+    """The first spec whose check passes (e.g. a quantity or an integer)."""
+
+    def __init__(self, *specs: Spec, **kw):
+        super().__init__(**kw)
+        self.specs = specs
+        self.expected = " or ".join(s.describe() for s in specs)
+
+    def check(self, value, path, ctx):
+        for spec in self.specs:
+            trial = _Ctx(ctx.doc)
+            out = spec.check(value, path, trial)
+            if not trial.problems:
+                return out
+        ctx.fail(path, self.expected, value)
+        return None
+
+
+class Map(Spec):
+    """A mapping with known keys (``open=True`` accepts any key, values checked by ``values``)."""
+
+    def __init__(self, fields: dict[str, Spec] | None = None, *, open: bool = False, values: Spec | None = None,
+                 check: Callable | None = None, **kw):
+        kw.setdefault("default", _MISSING)
+        super().__init__(**kw)
+        self.fields = fields or {}
+        self.open = open
+        self.values = values
+        self.extra_check = check
+        self.expected = "a map"
+
+    def check(self, value, path, ctx):
+        if value is None and not self.required:
+            value = {}
+        if not isinstance(value, dict):
+            ctx.fail(path, self.expected + (f" with keys {', '.join(self.fields)}" if self.fields else ""), value)
+            return {}
+        out = {}
+        for key, v in value.items():
+            spec = self.fields.get(key)
+            if spec is None:
+                if self.values is not None:
+                    out[key] = self.values.check(v, path + (key,), ctx)
+                    continue
+                if self.open:
+                    out[key] = v
+                    continue
+                close = difflib.get_close_matches(str(key), list(self.fields), n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(self.fields)}"
+                ctx.fail(path + (key,), "a known key", key, hint)
+                continue
+            out[key] = spec.check(v, path + (key,), ctx)
+        for key, spec in self.fields.items():
+            if key in out:
+                continue
+            if spec.default is not _MISSING:
+                d = spec.default
+                out[key] = spec.check(d, path + (key,), ctx) if isinstance(d, (str, dict)) else d
+            elif isinstance(spec, Map) and not spec.required:
+                out[key] = spec.check({}, path + (key,), ctx)
+            elif spec.required:
+                ctx.fail(path + (key,), spec.describe(), _MISSING)
+            else:
+                out[key] = None
+        if self.extra_check is not None and not ctx.problems:
+            for p_path, expected, found in self.extra_check(out) or []:
+                ctx.fail(path + tuple(p_path), expected, found)
+        return out
+
+
+def validate(spec: Spec, doc: Doc, root: tuple = ()) -> Any:
+    """Check ``doc.value`` against ``spec``; return the normalised value or raise :class:`SchemaError`."""
+    ctx = _Ctx(doc)
+    out = spec.check(doc.value, root, ctx)
+    if ctx.problems:
+        raise SchemaError(ctx.problems)
+    return out
+
+
+def describe_schema(spec: Spec, indent: int = 0) -> list[str]:
+    """Human-readable listing of a schema (for ``emu validate --schema`` and docs)."""
+    lines = []
+    if isinstance(spec, Map):
+        for key, sub in spec.fields.items():
+            req = "required" if sub.required else (f"default {sub.default!r}" if sub.default is not _MISSING else "optional")
+            lines.append(f"{'  ' * indent}{key}: {sub.describe()} [{req}]{' - ' + sub.doc if sub.doc else ''}")
+            if isinstance(sub, Map):
+                lines += describe_schema(sub, indent + 1)
+            elif isinstance(sub, List) and isinstance(sub.item, Map):
+                lines += describe_schema(sub.item, indent + 1)
+    return lines

@@ -1,0 +1,376 @@
+"""A built machine: actors, links, the run loop, deadlock reports and the run result.
+
+A machine builder creates a :class:`System`, adds actors and connects their
+ports; :meth:`System.run` then runs it on a fresh :class:`VirtualClock` under
+deterministic scheduling and returns a :class:`RunResult`.  Inside an existing
+Trio run on a ``VirtualClock`` (tests), ``await system.run_async()`` does the same.
+
+A run ends in exactly one of these ways (``RunResult.status``):
+
+* ``finished``: every non-daemon actor returned (or, with none, the system went idle);
+* ``deadlock``: nothing runnable, no timed wake-up pending, workload not
+  finished.  ``RunResult.deadlock`` lists every blocked actor, the port and
+  direction it waits on, its peers and the queue occupancy;
+* ``time-limit``: the next event lies beyond ``until``;
+* ``wall-timeout``: the optional wall-clock guard fired;
+* ``error``: an actor or link raised (``RunResult.error`` names it).
+
+The supervisor task parks until one of these happens; the clock's idle hook
+and the actor wrappers wake it.  Nothing polls.
+"""
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import trio
+from outcome import Value
+from trio.lowlevel import Abort, current_task, current_trio_token, reschedule, wait_task_rescheduled
+
+from emulator.actor import Actor
+from emulator.clock import VirtualClock, current_clock, deterministic_scheduling
+from emulator.errors import ActorError, BuildError
+from emulator.faults import killer
+from emulator.link import InPort, Link, OutPort
+from emulator.rng import stream
+from emulator.trace import DONE, ERROR, Recorder, TraceOptions
+from emulator.units import format_time
+
+__all__ = ["System", "RunResult", "DeadlockReport", "BlockedActor", "versions"]
+
+
+def versions() -> dict:
+    import msgpack
+    import numpy
+
+    from emulator import __version__
+
+    return {"emulator": __version__, "python": sys.version.split()[0], "trio": trio.__version__,
+            "numpy": numpy.__version__, "msgpack": ".".join(map(str, msgpack.version))}
+
+
+@dataclass
+class BlockedActor:
+    actor: str
+    direction: str            # "recv", "send" or "other"
+    ports: list[str]
+    peers: list[str]
+    queue: str                # occupancy, human readable
+
+    def line(self) -> str:
+        if self.direction == "other":
+            return f"  {self.actor}: blocked outside the engine's ports (a Trio primitive?)"
+        arrow = "receiving on" if self.direction == "recv" else "sending on"
+        peer_word = "from" if self.direction == "recv" else "to"
+        return (f"  {self.actor}: {arrow} {', '.join(self.ports)} {peer_word} {', '.join(self.peers) or '(nobody)'}"
+                f" [{self.queue}]")
+
+
+@dataclass
+class DeadlockReport:
+    time_ps: int
+    blocked: list[BlockedActor]
+    unfinished: int
+
+    def __str__(self) -> str:
+        head = (f"deadlock at t={self.time_ps} ps ({format_time(self.time_ps)}): nothing can run, no event is pending,"
+                f" and {self.unfinished} workload actor(s) have not finished.\nBlocked actors ({len(self.blocked)}):")
+        return "\n".join([head] + [b.line() for b in self.blocked])
+
+    def as_dict(self) -> dict:
+        return {"time_ps": self.time_ps, "unfinished": self.unfinished,
+                "blocked": [b.__dict__ for b in self.blocked]}
+
+
+@dataclass
+class RunResult:
+    status: str
+    end_time_ps: int
+    messages: int
+    events: int
+    wall_s: float
+    digest: str
+    seed: int
+    time_steps: int
+    reports: dict = field(default_factory=dict)
+    deadlock: DeadlockReport | None = None
+    error: str | None = None
+    faults: list = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "finished"
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.wall_s if self.wall_s > 0 else 0.0
+
+
+class System:
+    """The actors and links of one machine instance, and how to run them."""
+
+    def __init__(self, name: str = "system", *, seed: int = 0, mode: str = "timing",
+                 trace: TraceOptions | None = None, scenario: dict | None = None):
+        if mode not in ("timing", "data"):
+            raise BuildError(f"mode must be 'timing' or 'data', found {mode!r}")
+        self.name = name
+        self.seed = int(seed)
+        self.mode = mode
+        self.scenario = scenario or {}
+        self.actors: dict[str, Actor] = {}
+        self.links: list[Link] = []
+        self.reports: dict[str, dict] = {}
+        self.recorder = Recorder(trace)
+        self.clock: VirtualClock | None = None
+        self.deliveries = 0
+        self.fault_log: list = []
+        self.kills: list = []          # (time, fault, actors) from kill faults
+        self._remaining = 0
+        self._super_task = None
+        self._wake_reason: str | None = None
+        self._error: ActorError | None = None
+        self._nursery = None
+        self.on_step = None  # optional per-time-step callback (progress display)
+
+    # -- building -------------------------------------------------------------
+    def add(self, actor: Actor) -> Actor:
+        if actor.name in self.actors:
+            raise BuildError(f"two actors named {actor.name!r}")
+        if actor.system is not None:
+            raise BuildError(f"actor {actor.name} already belongs to a system")
+        actor.system = self
+        actor.id = len(self.actors)
+        actor._emit = self.recorder.emit
+        self.actors[actor.name] = actor
+        return actor
+
+    def add_all(self, actors: Iterable[Actor]) -> None:
+        for a in actors:
+            self.add(a)
+
+    def connect(self, src: OutPort, dst: InPort, *, capacity: int = 1, latency: int = 0, bandwidth: int = 0,
+                name: str | None = None) -> Link:
+        """Wire ``src`` to ``dst`` with a new link (one direction)."""
+        for port in (src, dst):
+            if port.owner.system is not self:
+                raise BuildError(f"port {port.path} belongs to an actor not added to this system")
+        if src.link is not None:
+            raise BuildError(f"out-port {src.path} is already wired to {src.link.name}")
+        name = name or f"{src.path}->{dst.path}"
+        try:
+            link = Link(self, len(self.links), name, src, dst, capacity=int(capacity), latency=int(latency),
+                        bandwidth=int(bandwidth))
+        except ValueError as e:
+            raise BuildError(str(e)) from None
+        link.emit = self.recorder.emit
+        src.link = link
+        dst.links.append(link)
+        self.links.append(link)
+        return link
+
+    def rng(self, name: str):
+        return stream(self.seed, name)
+
+    def link(self, name: str) -> Link:
+        for l in self.links:
+            if l.name == name:
+                return l
+        raise KeyError(name)
+
+    def header(self) -> dict:
+        return {
+            "scenario": self.scenario.get("name", self.name), "seed": self.seed, "mode": self.mode,
+            "versions": versions(), "actors": list(self.actors), "links": [l.describe() for l in self.links],
+            "event_kinds": {code: [name, list(fields)] for code, (name, fields) in __import__(
+                "emulator.trace", fromlist=["KINDS"]).KINDS.items()},
+        }
+
+    # -- running --------------------------------------------------------------
+    def run(self, *, until: int | None = None, wall_timeout: float | None = None) -> RunResult:
+        """Run on a fresh virtual clock, deterministically; returns the result."""
+        clock = VirtualClock()
+        with deterministic_scheduling():
+            return trio.run(self.run_async, until, wall_timeout, clock=clock, strict_exception_groups=True)
+
+    async def run_async(self, until: int | None = None, wall_timeout: float | None = None) -> RunResult:
+        clock = current_clock()
+        self.clock = clock
+        for link in self.links:
+            link.clock = clock
+        t0_wall = time.perf_counter()
+        self.recorder.open(self.header())
+        clock.on_idle = self._on_idle
+        if until is not None:
+            clock.limit = until
+            clock.on_limit = lambda: self._wake("time-limit")
+        if self.on_step is not None:
+            clock.on_step = self.on_step
+        self._remaining = sum(1 for a in self.actors.values() if not a.daemon)
+        self._super_task = current_task()
+        guard = None
+        if wall_timeout:
+            token = current_trio_token()
+            guard = threading.Timer(wall_timeout, lambda: _safe_soon(token, self._wake, "wall-timeout"))
+            guard.daemon = True
+            guard.start()
+        gc_state = gc.get_threshold()
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(100_000, 50, 100)
+        report = None
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for link in self.links:
+                    nursery.start_soon(self._guard_link, link, name=f"link:{link.name}")
+                for actor in self.actors.values():
+                    nursery.start_soon(self._guard_actor, actor, name=actor.name)
+                for at, fault, targets in self.kills:
+                    nursery.start_soon(killer, self, at, fault, targets, name=f"fault:{fault.label}")
+                reason = await self._park()
+                if reason == "deadlock":
+                    report = self.deadlock_report()
+                nursery.cancel_scope.cancel()
+        finally:
+            gc.set_threshold(*gc_state)
+            gc.unfreeze()
+            clock.on_idle = None
+            clock.on_step = None
+            clock.on_limit = None
+            clock.limit = float("inf")
+            if guard is not None:
+                guard.cancel()
+        status = reason
+        error_text = None
+        if reason == "error":
+            error_text = str(self._error)
+            self.recorder.emit((ERROR, clock.now, self._error.where, error_text))
+        elif reason == "deadlock":
+            self.recorder.emit((ERROR, clock.now, "deadlock", str(report)))
+        end = clock.now
+        wall = time.perf_counter() - t0_wall
+        digest = self.recorder.close({"end_time_ps": end, "status": status})
+        return RunResult(
+            status=status, end_time_ps=end, messages=sum(l.delivered for l in self.links),
+            events=self.recorder.count, wall_s=wall, digest=digest, seed=self.seed, time_steps=clock.steps,
+            reports=self.reports, deadlock=report, error=error_text, faults=list(self.fault_log),
+        )
+
+    async def _guard_actor(self, actor: Actor) -> None:
+        try:
+            with trio.CancelScope() as actor.cancel_scope:
+                await actor.run()
+        except trio.Cancelled:
+            raise
+        except BaseException as e:  # report, do not crash the runner
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            self._fail(ActorError(f"actor {actor.name}", self.clock.now, e))
+            return
+        if actor.killed:
+            actor.blocked_on = None
+            if not actor.daemon:
+                self._remaining -= 1
+                if self._remaining == 0:
+                    self._wake("finished")
+            return
+        actor.finished_at = self.clock.now
+        self.recorder.emit((DONE, self.clock.now, actor.id))
+        self.recorder.maybe_flush()
+        if not actor.daemon:
+            self._remaining -= 1
+            if self._remaining == 0:
+                self._wake("finished")
+
+    async def _guard_link(self, link: Link) -> None:
+        try:
+            await link.run()
+        except trio.Cancelled:
+            raise
+        except Exception as e:
+            self._fail(ActorError(f"link {link.name}", self.clock.now, e))
+
+    def _fail(self, err: ActorError) -> None:
+        if self._error is None:
+            self._error = err
+        self._wake("error")
+
+    def _wake(self, reason: str) -> bool:
+        if self._super_task is not None and self._wake_reason is None:
+            self._wake_reason = reason
+            reschedule(self._super_task, Value(reason))
+            return True
+        return False
+
+    def _on_idle(self) -> bool:
+        self.recorder.maybe_flush()
+        if self._remaining > 0:
+            return self._wake("deadlock")
+        return self._wake("finished")
+
+    async def _park(self) -> str:
+        if self._remaining == 0 and not self.actors:
+            return "finished"
+
+        def abort(_):
+            return Abort.FAILED
+
+        return await wait_task_rescheduled(abort)
+
+    # -- reports --------------------------------------------------------------
+    def deadlock_report(self) -> DeadlockReport:
+        blocked = []
+        for actor in self.actors.values():
+            if actor.finished_at is not None or actor.killed:
+                continue
+            state = actor.blocked_on
+            if state is None:
+                if not actor.daemon:
+                    blocked.append(BlockedActor(actor.name, "other", [], [], ""))
+                continue
+            direction, what = state
+            if direction == "recv":
+                ports = list(what)
+                links = [l for p in ports for l in p.links]
+                peers = sorted({l.src.owner.name for l in links})
+                queue = "; ".join(
+                    f"{l.name}: {len(l.inflight)} in flight, {l.outstanding}/{l.capacity} credits used" for l in links
+                ) or "no incoming links"
+                blocked.append(BlockedActor(actor.name, "recv", [p.path for p in ports], peers, queue))
+            else:
+                port = what
+                l = port.link
+                queue = (f"{l.name}: {l.outstanding}/{l.capacity} credits used, {len(l.inflight)} in flight,"
+                         f" {len(l.dst.buf)} waiting in {l.dst.path}")
+                blocked.append(BlockedActor(actor.name, "send", [port.path], [l.dst.owner.name], queue))
+        unfinished = sum(1 for a in self.actors.values()
+                         if not a.daemon and a.finished_at is None and not a.killed)
+        return DeadlockReport(self.clock.now, blocked, unfinished)
+
+    def actor_metrics(self, end_time: int) -> list[dict]:
+        rows = []
+        for a in self.actors.values():
+            rows.append({"actor": a.name, "type": type(a).__name__, "busy_ps": a.busy_ps, "spans": a.busy_spans,
+                         "utilisation": (a.busy_ps / end_time) if end_time else 0.0,
+                         "finished_at_ps": a.finished_at})
+        return rows
+
+    def link_metrics(self, end_time: int) -> list[dict]:
+        rows = []
+        for l in self.links:
+            rows.append({"link": l.name, "messages": l.messages, "bytes": l.bytes, "delivered": l.delivered,
+                         "dropped": l.dropped, "busy_ps": l.busy_ps,
+                         "utilisation": (l.busy_ps / end_time) if end_time else 0.0,
+                         "sender_blocked": l.blocked_count, "max_depth": l.dst.max_depth})
+        return rows
+
+
+def _safe_soon(token, fn, *args) -> None:
+    try:
+        token.run_sync_soon(fn, *args)
+    except trio.RunFinishedError:
+        pass

@@ -1,0 +1,232 @@
+"""The event stream of a run: digest always, binary trace file on request.
+
+Every run records its events as small tuples (first element: a kind code, second
+the virtual time in ps).  Events are packed with msgpack in chunks; the
+concatenation of the packed events (independent of chunk boundaries) feeds a
+sha256: that is the run's **digest**.  Two runs with the same scenario and seed
+produce the same bytes, hence the same digest, in any process.
+
+The optional trace file (``.emutrace``) is a msgpack stream:
+
+1. a header map: ``format``, ``version``, ``scenario``, ``seed``, ``mode``,
+   ``versions`` (emulator, python, trio, numpy, msgpack), ``actors`` (names by
+   id), ``links`` (one map per link), ``event_kinds``;
+2. one msgpack array per event (see ``KINDS`` below);
+3. a footer map: ``end_time_ps``, ``events``, ``digest``, ``status``.
+
+With no filter and ``payloads`` on, the event bytes of the file are exactly the
+bytes hashed into the digest.  Filters (kinds, actor/link globs) and dropping
+payloads only change what is written, never the digest.
+
+Recording costs one tuple append per event on the hot path; packing and
+hashing happen in batches of ``CHUNK`` events.
+"""
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import msgpack
+
+__all__ = [
+    "SEND", "DELIVER", "TAKE", "BUSY", "FAULT", "ERROR", "MARK", "DONE", "BLOCK",
+    "KINDS", "KIND_CODES", "TraceOptions", "Recorder", "read_trace", "TraceFile",
+]
+
+# kind code: (name, field names after the kind code)
+SEND = 0      # (0, t, link, seq, nbytes, payload)  message accepted by a link
+DELIVER = 1   # (1, t, link, seq, depth)            message placed in the receiver's in-port; depth after
+TAKE = 2      # (2, t, link, seq, depth)            receiver consumed it; depth after
+BUSY = 3      # (3, t_start, actor, t_end, label)   an engine busy span
+FAULT = 4     # (4, t, target, kind, detail)        an injected fault took effect
+ERROR = 5     # (5, t, where, text)                 an error ended the run
+MARK = 6      # (6, t, actor, name, value)          an actor-defined annotation
+DONE = 7      # (7, t, actor)                       an actor's task returned
+BLOCK = 8     # (8, t, link, seq)                   a sender found no credit and blocked
+
+KINDS = {
+    SEND: ("send", ("t", "link", "seq", "nbytes", "payload")),
+    DELIVER: ("deliver", ("t", "link", "seq", "depth")),
+    TAKE: ("take", ("t", "link", "seq", "depth")),
+    BUSY: ("busy", ("t", "actor", "t_end", "label")),
+    FAULT: ("fault", ("t", "target", "kind", "detail")),
+    ERROR: ("error", ("t", "where", "text")),
+    MARK: ("mark", ("t", "actor", "name", "value")),
+    DONE: ("done", ("t", "actor")),
+    BLOCK: ("block", ("t", "link", "seq")),
+}
+KIND_CODES = {name: code for code, (name, _) in KINDS.items()}
+
+CHUNK = 8192
+FORMAT = "emutrace"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class TraceOptions:
+    """What the trace file contains (the digest always covers everything)."""
+
+    path: str | None = None
+    payloads: bool = True
+    kinds: set[str] | None = None          # None = all kinds
+    actors: list[str] | None = None        # globs over actor names (BUSY, MARK, DONE, FAULT)
+    links: list[str] | None = None         # globs over link names (SEND, DELIVER, TAKE, BLOCK)
+
+
+def _array_header_len(n: int) -> int:
+    return 1 if n < 16 else 3 if n < 65536 else 5
+
+
+class Recorder:
+    """Collects events; keeps the digest; writes the trace file when asked."""
+
+    def __init__(self, options: TraceOptions | None = None):
+        self.options = options or TraceOptions()
+        self.events: list = []
+        self.count = 0
+        self._hash = hashlib.sha256()
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+        self._file = None
+        self._keep = None          # per-event predicate for the file, None = everything
+        self._strip_payload = not self.options.payloads
+        self.emit = self.events.append  # the hot path
+
+    # -- lifecycle ------------------------------------------------------------
+    def open(self, header: dict) -> None:
+        """Start the trace file (if a path is set) with ``header``."""
+        opts = self.options
+        if opts.path is None:
+            return
+        self._file = open(opts.path, "wb")
+        self._file.write(msgpack.packb({"format": FORMAT, "version": FORMAT_VERSION, **header}, use_bin_type=True))
+        self._keep = self._make_filter(header)
+
+    def _make_filter(self, header: dict):
+        opts = self.options
+        if opts.kinds is None and opts.actors is None and opts.links is None:
+            return None
+        kinds = None if opts.kinds is None else {KIND_CODES[k] for k in opts.kinds}
+        actor_ok = [True] * len(header.get("actors", []))
+        if opts.actors is not None:
+            actor_ok = [any(fnmatch.fnmatchcase(a, g) for g in opts.actors) for a in header["actors"]]
+        link_ok = [True] * len(header.get("links", []))
+        if opts.links is not None:
+            link_ok = [any(fnmatch.fnmatchcase(l["name"], g) for g in opts.links) for l in header["links"]]
+
+        def keep(ev) -> bool:
+            k = ev[0]
+            if kinds is not None and k not in kinds:
+                return False
+            if k in (SEND, DELIVER, TAKE, BLOCK):
+                return link_ok[ev[2]]
+            if k in (BUSY, MARK, DONE):
+                return actor_ok[ev[2]]
+            return True
+
+        return keep
+
+    def flush(self) -> None:
+        events = self.events
+        if not events:
+            return
+        n = len(events)
+        packed = self._packer.pack(events)
+        body = memoryview(packed)[_array_header_len(n):]
+        self._hash.update(body)
+        self.count += n
+        if self._file is not None:
+            if self._keep is None and not self._strip_payload:
+                self._file.write(body)
+            else:
+                kept = events if self._keep is None else [e for e in events if self._keep(e)]
+                if self._strip_payload:
+                    kept = [e[:5] + (None,) if e[0] == SEND else e for e in kept]
+                if kept:
+                    p = self._packer.pack(kept)
+                    self._file.write(memoryview(p)[_array_header_len(len(kept)):])
+        events.clear()
+
+    def maybe_flush(self) -> None:
+        if len(self.events) >= CHUNK:
+            self.flush()
+
+    def close(self, footer: dict) -> str:
+        """Flush, finish the file with ``footer`` and return the digest (hex)."""
+        self.flush()
+        digest = self._hash.hexdigest()
+        if self._file is not None:
+            self._file.write(msgpack.packb({**footer, "events": self.count, "digest": digest}, use_bin_type=True))
+            self._file.close()
+            self._file = None
+        return digest
+
+    @property
+    def digest(self) -> str:
+        return self._hash.copy().hexdigest()
+
+
+@dataclass
+class TraceFile:
+    """A trace file read back: header, events (tuples), footer."""
+
+    header: dict
+    events: list = field(default_factory=list)
+    footer: dict = field(default_factory=dict)
+
+    @property
+    def actors(self) -> list[str]:
+        return self.header["actors"]
+
+    @property
+    def links(self) -> list[dict]:
+        return self.header["links"]
+
+    def of_kind(self, *names: str) -> Iterator[tuple]:
+        codes = {KIND_CODES[n] for n in names}
+        return (e for e in self.events if e[0] in codes)
+
+    def describe(self, ev) -> str:
+        """One readable line for an event."""
+        name, fields = KINDS.get(ev[0], (f"kind{ev[0]}", ()))
+        parts = []
+        for fname, value in zip(fields, ev[1:]):
+            if fname == "link" and isinstance(value, int) and value < len(self.links):
+                value = self.links[value]["name"]
+            elif fname == "actor" and isinstance(value, int) and value < len(self.actors):
+                value = self.actors[value]
+            elif fname == "payload" and isinstance(value, (bytes, bytearray)):
+                value = f"<{len(value)} bytes>"
+            parts.append(f"{fname}={value}")
+        return f"{name} " + " ".join(parts)
+
+
+def iter_trace(path: str) -> Iterator:
+    """Stream the objects of a trace file (header, events, footer) without loading it whole."""
+    with open(path, "rb") as f:
+        unpacker = msgpack.Unpacker(f, raw=False, use_list=False, strict_map_key=False, max_buffer_size=2**31 - 1)
+        yield from unpacker
+
+
+def read_trace(path: str) -> TraceFile:
+    """Load a trace file; raises ``ValueError`` with a clear message if it is not one."""
+    it = iter_trace(path)
+    try:
+        header = next(it)
+    except StopIteration:
+        raise ValueError(f"{path}: empty file, not an emulator trace") from None
+    except Exception as e:
+        raise ValueError(f"{path}: not an emulator trace ({e})") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise ValueError(f"{path}: not an emulator trace (no '{FORMAT}' header)")
+    trace = TraceFile(header=header)
+    try:
+        for obj in it:
+            if isinstance(obj, dict):
+                trace.footer = obj
+                break
+            trace.events.append(obj)
+    except Exception as e:
+        raise ValueError(f"{path}: truncated or corrupt trace after {len(trace.events)} events ({e})") from None
+    return trace

@@ -1,0 +1,269 @@
+"""The wire codec: typed message records, msgpack encoding, ndarray and tensor-descriptor ext types.
+
+Every message that crosses a modelled physical link is a *record*: a slotted
+dataclass registered with a stable integer type tag and a version
+(:func:`message`).  On the wire a record is the msgpack array
+``[tag, version, [field values in declaration order]]`` (schema-based: field
+names never travel, see reference/engine-perf.md §7, which measured this at
+0.5 µs for a control message against 1.1-1.9 µs for a dict).
+
+Field values may be msgpack primitives, lists, dicts, nested records and:
+
+* ``numpy.ndarray`` -> ext type 1: ``[dtype.str, shape, raw bytes]`` (data mode);
+* :class:`TensorDesc` -> ext type 2: ``[shape, dtype, nbytes]`` (timing mode).  A
+  descriptor carries no data but the link charges its full ``nbytes`` on top of
+  the encoded size, so timing-mode runs see the same bandwidth occupancy as
+  data-mode runs (DESIGN.md §3 "Links").
+
+Decoding is strict: an unknown tag, a version mismatch, a wrong field count or
+malformed bytes raise :class:`ProtocolError`, which names the link and the message
+when the caller (a link) supplies them.  Decoded arrays are read-only views
+(``np.frombuffer``); receivers must not modify them in place.
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any, Callable
+
+import msgpack
+import numpy as np
+
+__all__ = [
+    "ProtocolError",
+    "TensorDesc",
+    "message",
+    "encode",
+    "decode",
+    "registered",
+    "type_name",
+]
+
+EXT_NDARRAY = 1
+EXT_TENSOR_DESC = 2
+EXT_RECORD = 3
+
+
+class ProtocolError(Exception):
+    """A message could not be encoded or decoded.
+
+    ``link`` and ``msg`` name where it happened (filled in by the link that
+    encodes or decodes); ``reason`` says what was wrong.
+    """
+
+    def __init__(self, reason: str, *, link: str | None = None, msg: str | None = None):
+        self.reason = reason
+        self.link = link
+        self.msg = msg
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        where = []
+        if self.link:
+            where.append(f"link {self.link}")
+        if self.msg:
+            where.append(f"message {self.msg}")
+        return f"protocol error{' on ' + ', '.join(where) if where else ''}: {self.reason}"
+
+    def at(self, *, link: str | None = None, msg: str | None = None) -> "ProtocolError":
+        """The same error, annotated with the link and message it concerns."""
+        return ProtocolError(self.reason, link=link or self.link, msg=msg or self.msg)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TensorDesc:
+    """A tensor without its data: what timing-mode runs move instead of arrays.
+
+    ``nbytes`` is charged in full by the link that carries it.
+    """
+
+    shape: tuple
+    dtype: str
+    nbytes: int
+
+    @classmethod
+    def of(cls, shape, dtype) -> "TensorDesc":
+        dt = np.dtype(dtype)
+        shape = tuple(int(s) for s in shape)
+        n = 1
+        for s in shape:
+            n *= s
+        return cls(shape, dt.str, n * dt.itemsize)
+
+    @classmethod
+    def like(cls, array: np.ndarray) -> "TensorDesc":
+        return cls(tuple(array.shape), array.dtype.str, int(array.nbytes))
+
+
+class _RecordInfo:
+    __slots__ = ("cls", "tag", "version", "fields", "getter", "name")
+
+    def __init__(self, cls, tag, version, fields):
+        self.cls = cls
+        self.tag = tag
+        self.version = version
+        self.fields = fields
+        self.name = cls.__qualname__
+        if len(fields) == 1:
+            one = operator.attrgetter(fields[0])
+            self.getter = lambda obj: (one(obj),)
+        elif fields:
+            self.getter = operator.attrgetter(*fields)
+        else:
+            self.getter = lambda obj: ()
+
+
+_BY_TAG: dict[int, _RecordInfo] = {}
+_BY_CLASS: dict[type, _RecordInfo] = {}
+
+
+def message(tag: int, version: int = 1) -> Callable[[type], type]:
+    """Class decorator: make ``cls`` a slotted dataclass and register it as a wire record.
+
+    ``tag`` is the stable type tag (unique across the project; ranges in
+    ``protocols/__init__.py``), ``version`` the record layout version.  Adding,
+    removing or reordering fields requires a new version.
+    """
+
+    def wrap(cls: type) -> type:
+        if not dataclasses.is_dataclass(cls):
+            cls = dataclasses.dataclass(slots=True)(cls)
+        if tag in _BY_TAG and _BY_TAG[tag].cls.__qualname__ != cls.__qualname__:
+            raise ValueError(f"message tag {tag} already used by {_BY_TAG[tag].name}")
+        info = _RecordInfo(cls, tag, version, tuple(f.name for f in dataclasses.fields(cls)))
+        _BY_TAG[tag] = info
+        _BY_CLASS[cls] = info
+        cls.TAG = tag
+        cls.VERSION = version
+        return cls
+
+    return wrap
+
+
+def registered() -> dict[int, type]:
+    """Tag -> record class, for every record imported so far."""
+    return {tag: info.cls for tag, info in sorted(_BY_TAG.items())}
+
+
+def type_name(obj: Any) -> str:
+    info = _BY_CLASS.get(type(obj))
+    return info.name if info else type(obj).__name__
+
+
+class _Encoder:
+    """Reusable msgpack packer that also sums descriptor bytes to charge."""
+
+    def __init__(self):
+        self.extra = 0
+        self._packer = msgpack.Packer(default=self._default, use_bin_type=True, autoreset=True)
+        self._inner = msgpack.Packer(default=self._default, use_bin_type=True, autoreset=True)
+
+    def _default(self, obj):
+        if isinstance(obj, np.ndarray):
+            arr = np.ascontiguousarray(obj)
+            if arr.dtype.hasobject:
+                raise ProtocolError(f"object arrays cannot travel ({arr.dtype})")
+            return msgpack.ExtType(
+                EXT_NDARRAY, msgpack.packb([arr.dtype.str, list(arr.shape), arr.tobytes()], use_bin_type=True)
+            )
+        if isinstance(obj, TensorDesc):
+            self.extra += obj.nbytes
+            return msgpack.ExtType(
+                EXT_TENSOR_DESC, msgpack.packb([list(obj.shape), obj.dtype, obj.nbytes], use_bin_type=True)
+            )
+        if isinstance(obj, np.generic):
+            return obj.item()
+        info = _BY_CLASS.get(type(obj))
+        if info is not None:
+            packer = msgpack.Packer(default=self._default, use_bin_type=True)
+            return msgpack.ExtType(EXT_RECORD, packer.pack([info.tag, info.version, list(info.getter(obj))]))
+        raise ProtocolError(f"cannot encode a value of type {type(obj).__name__}")
+
+    def encode(self, record) -> tuple[bytes, int]:
+        info = _BY_CLASS.get(type(record))
+        if info is None:
+            raise ProtocolError(f"not a registered message record: {type(record).__name__}")
+        self.extra = 0
+        try:
+            data = self._packer.pack((info.tag, info.version, info.getter(record)))
+        except ProtocolError as e:
+            self._packer.reset()
+            raise e.at(msg=info.name) from None
+        except (TypeError, ValueError, OverflowError) as e:
+            self._packer.reset()
+            raise ProtocolError(f"cannot encode: {e}", msg=info.name) from None
+        return data, len(data) + self.extra
+
+
+_ENCODER = _Encoder()
+
+
+def encode(record) -> tuple[bytes, int]:
+    """Encode a record; returns ``(wire bytes, bytes to charge)``.
+
+    The charge is the encoded length plus the full size of every
+    :class:`TensorDesc` inside the record.
+    """
+    return _ENCODER.encode(record)
+
+
+def _ext_hook(code: int, data: bytes):
+    if code == EXT_NDARRAY:
+        dtype, shape, raw = msgpack.unpackb(data, raw=False)
+        dt = np.dtype(dtype)
+        if dt.hasobject:
+            raise ProtocolError("object arrays cannot travel")
+        return np.frombuffer(raw, dtype=dt).reshape(shape)
+    if code == EXT_TENSOR_DESC:
+        shape, dtype, nbytes = msgpack.unpackb(data, raw=False)
+        return TensorDesc(tuple(shape), dtype, int(nbytes))
+    if code == EXT_RECORD:
+        return _build(msgpack.unpackb(data, raw=False, ext_hook=_ext_hook, strict_map_key=False))
+    raise ProtocolError(f"unknown ext type {code}")
+
+
+def _build(obj):
+    if not isinstance(obj, list) or len(obj) != 3 or not isinstance(obj[2], list):
+        raise ProtocolError("not a record: expected [tag, version, fields]")
+    tag, version, values = obj
+    info = _BY_TAG.get(tag)
+    if info is None:
+        raise ProtocolError(f"unknown message tag {tag!r}")
+    if version != info.version:
+        raise ProtocolError(f"version {version!r} of {info.name} not supported (expected {info.version})", msg=info.name)
+    if len(values) != len(info.fields):
+        raise ProtocolError(
+            f"{info.name} needs {len(info.fields)} fields {list(info.fields)}, found {len(values)}", msg=info.name
+        )
+    return info.cls(*values)
+
+
+def peek_name(data: bytes) -> str | None:
+    """Best-effort name of the record in ``data`` (for error messages on malformed payloads)."""
+    try:
+        unpacker = msgpack.Unpacker(raw=False)
+        unpacker.feed(data[:16])
+        head = unpacker.read_array_header()
+        if head != 3:
+            return None
+        tag = unpacker.unpack()
+        info = _BY_TAG.get(tag)
+        return info.name if info else f"tag {tag}"
+    except Exception:
+        return None
+
+
+def decode(data: bytes):
+    """Decode wire bytes into a record, or raise :class:`ProtocolError`."""
+    try:
+        obj = msgpack.unpackb(data, raw=False, ext_hook=_ext_hook, strict_map_key=False)
+    except ProtocolError as e:
+        raise e.at(msg=peek_name(data)) from None
+    except Exception as e:  # msgpack raises several unrelated types for bad bytes
+        raise ProtocolError(f"malformed payload ({type(e).__name__}: {e})", msg=peek_name(data)) from None
+    try:
+        return _build(obj)
+    except ProtocolError:
+        raise
+    except Exception as e:
+        raise ProtocolError(f"cannot build record: {type(e).__name__}: {e}", msg=peek_name(data)) from None

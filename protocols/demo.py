@@ -1,0 +1,27 @@
+"""Messages of the demo machine (tags 100-199)."""
+from __future__ import annotations
+
+from protocols.codec import message
+
+
+@message(tag=100)
+class Token:
+    """A token travelling round the ring: ``hops`` still to go."""
+
+    token: int
+    hops: int
+
+
+@message(tag=101)
+class Partial:
+    """A flash-attention partial ``(m, l, O)`` of one round, merged from ``count`` PEs.
+
+    ``m`` and ``l`` have shape ``[G]``, ``O`` (unnormalised) ``[G, d]``; numpy
+    arrays in data mode, :class:`~protocols.codec.TensorDesc` in timing mode.
+    """
+
+    round: int
+    count: int
+    m: object
+    l: object
+    O: object

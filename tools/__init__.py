@@ -1,0 +1,1 @@
+"""The ``emu`` command line and the tools over runs and traces."""

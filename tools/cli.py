@@ -1,0 +1,199 @@
+"""``emu``: the one command of the emulator.
+
+Subcommands: ``run``, ``validate``, ``explain``, ``trace`` (perfetto, summary,
+diff, replay), ``bench``.  Errors a user can cause (a bad scenario, a model
+error, a deadlock) are printed as clear messages with a non-zero exit status,
+never as a traceback; ``--debug`` shows the traceback too.
+
+Exit status: 0 finished, 1 model or tool error, 2 bad input (scenario, usage),
+3 deadlock, 4 virtual time limit reached, 5 wall-clock guard fired.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+
+from emulator.errors import EmulatorError
+from emulator.schema import SchemaError
+from emulator.units import format_time
+
+__all__ = ["main"]
+
+
+def _load(path: str, sets):
+    from actors import registry
+    from emulator.scenario import load_scenario
+
+    return load_scenario(path, registry, sets)
+
+
+def cmd_validate(args) -> int:
+    sc = _load(args.scenario, args.set)
+    print(f"{args.scenario}: ok (machine {sc.profile_name} [{sc.family}], workload {sc.workload}, "
+          f"mode {sc.mode}, seed {sc.seed}, {len(sc.faults)} fault(s))")
+    return 0
+
+
+def cmd_explain(args) -> int:
+    from tools.runner import build_system
+
+    sc = _load(args.scenario, args.set)
+    system, _ = build_system(sc)
+    if args.json:
+        print(json.dumps({
+            "scenario": sc.name, "profile": sc.profile, "workload": {"kind": sc.workload, "params": sc.params},
+            "actors": {a.name: a.describe() for a in system.actors.values()},
+            "links": [l.describe() for l in system.links],
+        }, indent=1, default=str))
+        return 0
+    print(f"scenario {sc.name}: machine {sc.profile_name} ({sc.profile_file}), workload {sc.workload}, "
+          f"mode {sc.mode}, seed {sc.seed}")
+    print(f"machine parameters:")
+    for k, v in sc.profile.items():
+        print(f"  {k}: {v}")
+    print(f"workload parameters:")
+    for k, v in sc.params.items():
+        print(f"  {k}: {v}")
+    print(f"actors ({len(system.actors)}):")
+    for a in system.actors.values():
+        d = a.describe()
+        extra = " ".join(f"{k}={v}" for k, v in d.items() if k not in ("type", "inputs", "outputs"))
+        print(f"  {a.name} [{d['type']}] in={','.join(d['inputs'])} out={','.join(d['outputs'])} {extra}")
+    print(f"links ({len(system.links)}):")
+    for l in system.links:
+        print(f"  {l.name}: capacity {l.capacity}, latency {format_time(l.latency)}, "
+              f"bandwidth {l.bandwidth / 1e9:g} GB/s")
+    return 0
+
+
+def _summary(res: dict) -> str:
+    lines = [f"{res['scenario']}: {res['status']}"]
+    lines.append(f"  end time       {format_time(res['end_time_ps'])} ({res['end_time_ps']} ps)")
+    lines.append(f"  messages       {res['messages']}")
+    lines.append(f"  events         {res['events']}")
+    lines.append(f"  wall           {res['wall_s']:.3f} s ({res['events_per_s']:,.0f} events/s)")
+    lines.append(f"  digest         {res['digest']}")
+    for key in ("max_abs_err", "max_rel_err"):
+        if key in res:
+            lines.append(f"  {key:<14} {res[key]:.3g}")
+    if res.get("faults"):
+        lines.append(f"  faults         {len(res['faults'])} injected")
+    if res.get("bundle"):
+        lines.append(f"  bundle         {res['bundle']}")
+    return "\n".join(lines)
+
+
+def cmd_run(args) -> int:
+    from tools.runner import EXIT_CODES, run_scenario
+
+    sc = _load(args.scenario, args.set)
+    progress = None
+    bundle = None
+    if not args.no_bundle:
+        from tools.bundle import prepare_bundle
+        bundle = prepare_bundle(sc, args.out)
+    trace_path = args.trace or (bundle.trace_path if bundle and sc.trace.get("enabled") and not sc.trace.get("path")
+                                else None)
+    if sys.stderr.isatty() and not args.json and not args.quiet:
+        from tools.progress import Progress
+        progress = Progress(sys.stderr)
+    try:
+        res, system, result = run_scenario(sc, trace_path=trace_path, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+    if bundle is not None:
+        bundle.write(sc, res, system, result, trace_path)
+        res["bundle"] = str(bundle.dir)
+    if args.json:
+        print(json.dumps(res, indent=None if args.compact else 1))
+    else:
+        print(_summary(res))
+        if result.deadlock is not None:
+            print(str(result.deadlock), file=sys.stderr)
+        if result.error:
+            print(f"error: {result.error}", file=sys.stderr)
+    return EXIT_CODES.get(result.status, 1)
+
+
+def cmd_bench(args) -> int:
+    from tools.bench import bench_engine
+
+    if args.what != "engine":
+        print(f"emu bench: unknown benchmark {args.what!r} (known: engine)", file=sys.stderr)
+        return 2
+    return bench_engine(json_out=args.json, repeats=args.repeats, scale=args.scale)
+
+
+def cmd_trace(args) -> int:
+    from tools import trace_tools
+
+    return trace_tools.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="emu", description="Actor-based emulator of AI accelerators.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    r = sub.add_parser("run", help="run a scenario")
+    r.add_argument("scenario")
+    r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a scenario field")
+    r.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    r.add_argument("--compact", action="store_true", help="with --json: on one line")
+    r.add_argument("--out", help="result bundle directory (default: runs/<scenario name>)")
+    r.add_argument("--no-bundle", action="store_true", help="write no result bundle")
+    r.add_argument("--trace", help="write the binary trace to this file")
+    r.add_argument("--quiet", action="store_true", help="no progress display")
+    r.set_defaults(func=cmd_run)
+
+    v = sub.add_parser("validate", help="check a scenario without running it")
+    v.add_argument("scenario")
+    v.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    v.set_defaults(func=cmd_validate)
+
+    e = sub.add_parser("explain", help="print the resolved machine: actors and links with their parameters")
+    e.add_argument("scenario")
+    e.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=cmd_explain)
+
+    b = sub.add_parser("bench", help="benchmarks (engine: emulator vs SimPy on the same model)")
+    b.add_argument("what", choices=["engine"])
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--repeats", type=int, default=3)
+    b.add_argument("--scale", type=float, default=1.0, help="multiply workload sizes")
+    b.set_defaults(func=cmd_bench)
+
+    from tools import trace_tools
+    trace_tools.add_parser(sub)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except SchemaError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except EmulatorError as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
