@@ -15,6 +15,8 @@ from emulator.schema import Map
 
 FAMILIES = {
     "demo": "actors.demo.machine",
+    "ahbm": "actors.ahbm.machine",
+    "pccx": "actors.pccx.machine",
 }
 
 
@@ -30,5 +32,10 @@ class Workload:
 
 
 def family(name: str):
-    """The module of machine family ``name`` (KeyError if unknown)."""
-    return importlib.import_module(FAMILIES[name])
+    """The module of machine family ``name`` (KeyError if unknown or not installed)."""
+    try:
+        return importlib.import_module(FAMILIES[name])
+    except ModuleNotFoundError as e:
+        if e.name and FAMILIES[name].startswith(e.name):
+            raise KeyError(name) from None
+        raise

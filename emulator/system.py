@@ -183,7 +183,8 @@ class System:
 
     def header(self) -> dict:
         return {
-            "scenario": self.scenario.get("name", self.name), "seed": self.seed, "mode": self.mode,
+            "scenario": self.scenario.get("name", self.name), "scenario_resolved": self.scenario,
+            "seed": self.seed, "mode": self.mode,
             "versions": versions(), "actors": list(self.actors), "links": [l.describe() for l in self.links],
             "event_kinds": {code: [name, list(fields)] for code, (name, fields) in __import__(
                 "emulator.trace", fromlist=["KINDS"]).KINDS.items()},

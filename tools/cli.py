@@ -169,6 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     from tools import trace_tools
     trace_tools.add_parser(sub)
+    import importlib
+    for extra in ("tools.pccx_cli", "tools.ahbm_cli"):  # machine-specific subcommands, when present
+        try:
+            importlib.import_module(extra).add_parser(sub)
+        except ModuleNotFoundError as e:
+            if e.name != extra:
+                raise
     return p
 
 

@@ -19,7 +19,7 @@ from emulator.scenario import Scenario
 from emulator.system import RunResult, System, versions
 from emulator.trace import TraceOptions
 
-__all__ = ["build_system", "run_scenario", "default_out_dir", "jsonable", "EXIT_CODES"]
+__all__ = ["build_system", "run_scenario", "default_out_dir", "jsonable", "scenario_from_resolved", "EXIT_CODES"]
 
 EXIT_CODES = {"finished": 0, "error": 1, "deadlock": 3, "time-limit": 4, "wall-timeout": 5}
 
@@ -41,6 +41,16 @@ def build_system(scenario: Scenario, *, trace_path: str | None = None) -> tuple[
     workload.build(system, scenario.profile, scenario.params)
     install_faults(system, scenario.faults)
     return system, workload
+
+
+def scenario_from_resolved(d: dict) -> Scenario:
+    """Rebuild a :class:`Scenario` from :meth:`Scenario.resolved` (e.g. a trace header's ``scenario_resolved``)."""
+    m = d["machine"]
+    return Scenario(file=d.get("file", "<trace>"), name=d["name"], description="", seed=d["seed"], mode=d["mode"],
+                    profile_name=m["profile"], profile_file=m.get("profile_file", ""), family=m["family"],
+                    profile=m["resolved"], workload=d["workload"]["kind"], params=d["workload"]["params"],
+                    faults=d.get("faults") or [], trace=d.get("trace") or {}, stop=d.get("stop") or {},
+                    output=d.get("output") or {}, source={})
 
 
 def jsonable(x):

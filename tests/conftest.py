@@ -1,0 +1,26 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from emulator.testing import deterministic, vclock  # noqa: F401  (fixtures)
+
+ROOT = Path(__file__).resolve().parents[1]
+EMU = [sys.executable, "-m", "tools.cli"]
+
+
+@pytest.fixture
+def emu(tmp_path):
+    """Run the real ``emu`` entry point in a subprocess: ``emu("run", path, "--json")``."""
+
+    def call(*args, check=None, cwd=None):
+        env = dict(os.environ, PYTHONHASHSEED=os.environ.get("PYTHONHASHSEED", "random"))
+        proc = subprocess.run([*EMU, *map(str, args)], cwd=cwd or tmp_path, capture_output=True, text=True,
+                              env=env, timeout=600)
+        if check is not None:
+            assert proc.returncode == check, proc.stdout + proc.stderr
+        return proc
+
+    return call
