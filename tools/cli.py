@@ -82,7 +82,37 @@ def _summary(res: dict) -> str:
         lines.append(f"  faults         {len(res['faults'])} injected")
     if res.get("bundle"):
         lines.append(f"  bundle         {res['bundle']}")
+    for name, rows in (res.get("tables") or {}).items():
+        lines.append("")
+        lines.append(format_table(name, rows))
     return "\n".join(lines)
+
+
+def format_table(title: str, rows: list[dict]) -> str:
+    """A plain-text table of ``rows`` (dicts with the same keys), for workload checks."""
+    if not rows:
+        return f"{title}: (empty)"
+    cols = list(rows[0])
+    cells = [[_cell(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    out = [title, "  " + "  ".join(c.ljust(w) for c, w in zip(cols, widths)),
+           "  " + "  ".join("-" * w for w in widths)]
+    out += ["  " + "  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(out)
+
+
+def _cell(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "" if v is None else str(v)
+
+
+def _numeric(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
 
 
 def cmd_run(args) -> int:
