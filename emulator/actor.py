@@ -76,13 +76,16 @@ class Actor:
     async def sleep_until(self, t: int) -> None:
         await _clock.sleep_until(t)
 
-    async def busy(self, duration: int, label: str = "busy") -> None:
+    async def busy(self, duration: int, label: str = "busy", *, start: int | None = None) -> None:
         """Be busy for ``duration`` ps (a service time): a busy span in the trace.
 
-        Fault hooks (slow, stall) may lengthen it; the trace shows the span as
-        actually taken.
+        ``start`` (>= now) begins the span later, idle until then, in one
+        wake-up.  Fault hooks (slow, stall) may lengthen it; the trace shows the
+        span as actually taken.
         """
         t = self.system.clock.now
+        if start is not None and start > t:
+            t = start
         if self.faults:
             for fault in self.faults:
                 duration, label = fault.on_busy(self, t, duration, label)

@@ -219,8 +219,7 @@ class System:
             guard.daemon = True
             guard.start()
         gc_state = gc.get_threshold()
-        gc.collect()
-        gc.freeze()
+        gc.freeze()  # the built machine is long-lived: keep it out of the cyclic GC (engine-perf.md §6)
         gc.set_threshold(100_000, 50, 100)
         report = None
         try:

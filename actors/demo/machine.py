@@ -181,10 +181,8 @@ class ReducePE(Actor):
         p = self.p
         for rnd in range(p["rounds"]):
             start = rnd * p["period"]
-            if self.now < start:
-                await self.sleep_until(start)
             acc = self._produce(rnd)
-            await self.busy(p["produce"], "produce")
+            await self.busy(p["produce"], "produce", start=start)
             for _ in range(self.children):
                 child = await self._next_child(rnd)
                 await self.busy(p["merge"], "merge")

@@ -1,0 +1,260 @@
+"""Messages of the AHBM machine (tags 200-499).
+
+Families (tags):
+
+* 200-219  engine commands and completions inside a PE (CPU, scheduler, DMA, GEMM, MATH);
+* 220-239  memory: TCM (scratch) and HBM pseudo-channel requests;
+* 240-259  IPCQ (PE<->PE queues with credits) and CUBE NOC packets;
+* 260-279  host / IO die: launches and completions.
+
+Tensors that cross a timed link travel inside a :class:`Payload`: a numpy array
+in data mode, a :class:`~protocols.codec.TensorDesc` in timing mode.  The two
+encodings differ by a few header bytes, so :func:`payload` pads the timing-mode
+form to the exact encoded size of the data-mode form: both modes then charge
+the same bytes and give the same virtual timing (DESIGN.md §3, issue item 3).
+"""
+from __future__ import annotations
+
+import msgpack
+import numpy as np
+
+from protocols.codec import TensorDesc, message
+
+__all__ = [
+    "DmaCmd", "GemmCmd", "MathCmd", "CompositeCmd", "Done",
+    "TcmReq", "TcmResp", "PcReq", "PcResp",
+    "IpcqCmd", "IpcqResp", "IpcqData", "IpcqCredit", "NocPacket",
+    "Launch", "PeDone", "Payload", "payload", "desc_of",
+]
+
+
+# --------------------------------------------------------------------------- engine commands
+@message(tag=200)
+class DmaCmd:
+    """Move bytes between this PE's HBM and its TCM.
+
+    ``op`` is ``"load"`` (HBM -> TCM buffer ``buf``) or ``"store"`` (TCM -> HBM).
+    The HBM side is a 2-D block: ``rows`` rows of ``row_bytes`` bytes, ``pitch``
+    bytes apart, from ``addr``.  ``shape``/``dtype`` describe the TCM buffer.
+    """
+
+    id: int
+    op: str
+    addr: int
+    rows: int
+    row_bytes: int
+    pitch: int
+    buf: str
+    shape: list
+    dtype: str
+    client: str
+
+
+@message(tag=201)
+class GemmCmd:
+    """``acc = (acc if accumulate else 0) + a @ b`` in fp32; optionally ``out = cast(acc, out_dtype)``."""
+
+    id: int
+    a: str
+    b: str
+    acc: str
+    accumulate: bool
+    out: str
+    out_dtype: str
+    m: int
+    k: int
+    n: int
+    client: str
+
+
+@message(tag=202)
+class MathCmd:
+    """An element-wise or reduction op on TCM buffers: ``out = op(*srcs, scalar)`` cast to ``out_dtype``."""
+
+    id: int
+    op: str
+    srcs: list
+    out: str
+    scalar: float
+    out_dtype: str
+    client: str
+
+
+@message(tag=203)
+class CompositeCmd:
+    """A GEMM head with epilogue steps, handed to the PE scheduler (seed §0 ``CompositeCmd``).
+
+    ``C[m, n] = epilogue(A[m, k] @ B[k, n])``; A, B, C are row-major in this PE's
+    HBM at ``a_addr``, ``b_addr``, ``c_addr`` with element type ``dtype``.
+    ``epilogue`` is a list of ``[op, scalar]`` MATH steps applied per output tile.
+    """
+
+    id: int
+    a_addr: int
+    b_addr: int
+    c_addr: int
+    m: int
+    k: int
+    n: int
+    dtype: str
+    epilogue: list
+    client: str
+
+
+@message(tag=204)
+class Done:
+    """Completion of command ``id`` by ``engine`` (busy from ``start`` to ``end`` ps)."""
+
+    id: int
+    engine: str
+    start: int
+    end: int
+    info: dict
+
+
+# --------------------------------------------------------------------------- memories
+@message(tag=220)
+class TcmReq:
+    """TCM access: ``op`` in ``write`` / ``read`` / ``free``; ``data`` is an array or TensorDesc."""
+
+    id: int
+    op: str
+    buf: str
+    data: object
+    client: str
+
+
+@message(tag=221)
+class TcmResp:
+    id: int
+    data: object
+
+
+@message(tag=222)
+class PcReq:
+    """A pseudo-channel request: ``nbytes`` charged; ``items`` are ``[addr, length(, bytes)]`` pieces."""
+
+    id: int
+    op: str
+    nbytes: int
+    items: list
+
+
+@message(tag=223)
+class PcResp:
+    id: int
+    pc: int
+    items: list
+
+
+# --------------------------------------------------------------------------- IPCQ and NOC
+@message(tag=240)
+class IpcqCmd:
+    """CPU -> its IPCQ block: ``send`` TCM buffer ``buf`` towards ``dir``, or ``recv`` from ``dir`` into ``buf``."""
+
+    id: int
+    op: str
+    dir: str
+    buf: str
+
+
+@message(tag=241)
+class IpcqResp:
+    id: int
+    dir: str
+
+
+@message(tag=242)
+class IpcqData:
+    """One IPCQ slot's worth of data on the wire between neighbouring PEs."""
+
+    seq: int
+    payload: object
+
+
+@message(tag=243)
+class IpcqCredit:
+    """Credit return: the receiver freed ``n`` slots."""
+
+    n: int
+
+
+@message(tag=244)
+class NocPacket:
+    """A PE-to-PE message routed over the CUBE NOC (XY) and UCIe.
+
+    ``src``/``dst`` are ``[sip, cube, pe]``; ``hops`` counts routers passed.
+    """
+
+    id: int
+    src: list
+    dst: list
+    hops: int
+    payload: object
+
+
+# --------------------------------------------------------------------------- host / IO die
+@message(tag=260)
+class Launch:
+    """Start a command script on a PE CPU."""
+
+    script: list
+
+
+@message(tag=261)
+class PeDone:
+    """A PE CPU finished its script: per-command timings ``[[label, issue_ps, done_ps], ...]``."""
+
+    pe: str
+    t: int
+    log: list
+
+
+# --------------------------------------------------------------------------- payloads
+@message(tag=262)
+class Payload:
+    """A tensor on a timed link: ``t`` is an ndarray (data mode) or TensorDesc (timing mode)."""
+
+    t: object
+    pad: bytes
+
+
+def desc_of(x) -> TensorDesc:
+    if isinstance(x, TensorDesc):
+        return x
+    return TensorDesc.like(np.asarray(x))
+
+
+def _ext_header(n: int) -> int:
+    if n in (1, 2, 4, 8, 16):
+        return 2
+    if n < 256:
+        return 3
+    if n < 65536:
+        return 4
+    return 6
+
+
+def _array_ext_len(d: TensorDesc) -> int:
+    head = 1 + len(d.dtype.encode()) + 1 + 8 * len(d.shape)
+    return _ext_header(head + d.nbytes) + head + d.nbytes
+
+
+def _desc_ext_len(d: TensorDesc) -> int:
+    body = len(msgpack.packb([list(d.shape), d.dtype, d.nbytes], use_bin_type=True))
+    return _ext_header(body) + body + d.nbytes
+
+
+def payload(x) -> Payload:
+    """Wrap a tensor so its charged size is the same in data and timing mode.
+
+    Charged size of the data-mode form: ext(ndarray header + raw bytes); of the
+    timing-mode form: ext(descriptor) + nbytes.  The smaller one gets ``pad``
+    bytes so that both are equal (bin8 header is the same 2 bytes either way as
+    long as the pad is < 256 bytes, which holds for any shape of rank < 28).
+    """
+    d = desc_of(x)
+    diff = _array_ext_len(d) - _desc_ext_len(d)
+    if isinstance(x, TensorDesc):
+        return Payload(x, b"\0" * max(diff, 0))
+    return Payload(x, b"\0" * max(-diff, 0))

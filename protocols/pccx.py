@@ -1,0 +1,152 @@
+"""Messages of the pccx v002 machine (tags 500-799).
+
+Tensor payloads (``data``) are numpy arrays in data mode and
+:class:`~protocols.codec.TensorDesc` in timing mode; the pccx links are
+bandwidth-free (every transfer time is charged as a documented busy span by
+the actor that owns the resource, see actors/pccx/), so both modes have the
+same virtual timing.
+"""
+from __future__ import annotations
+
+from protocols.codec import message
+
+
+@message(tag=500)
+class AxiWrite:
+    """AXI-Lite write (12-bit address, 64-bit data; reference §2.1)."""
+    addr: int
+    data: int
+
+
+@message(tag=501)
+class AxiRead:
+    """AXI-Lite read request (any address pops the status FIFO, reference §2.1)."""
+    addr: int
+
+
+@message(tag=502)
+class AxiReadData:
+    data: int
+
+
+@message(tag=503)
+class CmdWord:
+    """One entry of the 8-deep command FIFO; ``seq`` numbers instruction pushes (kicks get -1)."""
+    word: int
+    seq: int
+
+
+@message(tag=504)
+class Uop:
+    """A decoded instruction on its way to an engine (``fields`` as protocols.pccx_isa.LAYOUTS)."""
+    op: str
+    fields: dict
+    seq: int
+
+
+@message(tag=505)
+class Status:
+    """Engine / front-end -> status block: ``kind`` is ``accept``, ``retire``, ``error`` or ``emax``.
+
+    ``retire`` carries the op, its engine start/end times (ps) and whether it
+    raises DONE; ``error`` carries the error class (protocols.pccx_isa.ERR_*).
+    """
+    kind: str
+    op: str
+    seq: int
+    code: int
+    start: int
+    end: int
+    text: str
+
+
+@message(tag=506)
+class Irq:
+    """The error interrupt of the documented machine (seed §5), raised to the host driver."""
+    code: int
+    seq: int
+    text: str
+
+
+@message(tag=507)
+class DmCmd:
+    """A DataMover command (HP or ACP page, reference §2.2): stream ``nbytes`` from DDR ``addr``."""
+    stream: int
+    addr: int
+    nbytes: int
+
+
+@message(tag=508)
+class DdrRead:
+    req: int
+    addr: int
+    nbytes: int
+    first: bool
+
+
+@message(tag=509)
+class DdrData:
+    req: int
+    data: object
+
+
+@message(tag=510)
+class DdrWrite:
+    req: int
+    addr: int
+    data: object
+
+
+@message(tag=511)
+class Ack:
+    req: int
+
+
+@message(tag=512)
+class WeightBurst:
+    """One burst of a weight stream in a weight FIFO (``beats`` x 128 bit)."""
+    stream: int
+    index: int
+    beats: int
+    data: object
+
+
+@message(tag=513)
+class L2Read:
+    """Read ``nelem`` BF16 elements from element address ``elem``; the port is held
+    ``cycles_per_word`` cycles per 128-bit word touched, the data arrives ``latency`` cycles later."""
+    req: int
+    elem: int
+    nelem: int
+    cycles_per_word: int
+    latency: int
+
+
+@message(tag=514)
+class L2Data:
+    req: int
+    data: object
+
+
+@message(tag=515)
+class L2Write:
+    req: int
+    elem: int
+    nelem: int
+    data: object
+
+
+@message(tag=516)
+class AcpJob:
+    """MEMCPY after the dispatcher's transfer-length lookup: ``route`` 0x01 or 0x10 (reference §1.4)."""
+    seq: int
+    route: int
+    l2_word: int
+    host_addr: int
+    words: int
+
+
+@message(tag=517)
+class EMax:
+    """The e_max a GEMV/GEMM with ``findemax`` hands to the CVO unit (as BF16 bits)."""
+    bits: int

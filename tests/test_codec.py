@@ -1,0 +1,87 @@
+"""The wire codec: round trips, descriptors, strict rejection of bad bytes."""
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from protocols.codec import ProtocolError, TensorDesc, decode, encode, message
+from protocols.demo import Partial, Token
+
+
+@message(tag=90, version=3)
+class Probe:
+    a: object
+    b: object
+
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1), st.floats(allow_nan=False),
+                    st.text(max_size=20), st.binary(max_size=40))
+values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                        st.dictionaries(st.text(max_size=5), inner, max_size=4)),
+                      max_leaves=12)
+arrays = hnp.arrays(dtype=st.sampled_from([np.float16, np.float32, np.float64, np.int8, np.int32, np.uint16,
+                                           np.bool_]),
+                    shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5))
+
+
+@settings(max_examples=150, deadline=None)
+@given(values, values)
+def test_round_trip_of_plain_values(a, b):
+    assert decode(encode(Probe(a, b))[0]) == Probe(a, b)
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrays, st.lists(st.integers(0, 9), min_size=0, max_size=3))
+def test_round_trip_of_arrays_and_descriptors(arr, shape):
+    desc = TensorDesc.of(shape, "f2")
+    got = decode(encode(Probe(arr, [desc, Token(1, 2)]))[0])
+    assert got.a.dtype == arr.dtype and got.a.shape == arr.shape
+    assert np.array_equal(got.a, arr, equal_nan=arr.dtype.kind == "f")
+    assert got.b == [desc, Token(1, 2)]
+
+
+def test_descriptor_is_charged_its_full_size():
+    d = TensorDesc.of((8, 128), "f4")
+    data, charge = encode(Partial(0, 1, None, None, d))
+    assert d.nbytes == 4096
+    assert charge == len(data) + 4096
+
+
+def test_unknown_tag_is_rejected():
+    with pytest.raises(ProtocolError, match="unknown message tag 4242"):
+        decode(msgpack.packb([4242, 1, []]))
+
+
+def test_version_mismatch_is_rejected():
+    with pytest.raises(ProtocolError, match="version 1 of Probe not supported"):
+        decode(msgpack.packb([90, 1, [1, 2]]))
+
+
+def test_wrong_field_count_is_rejected():
+    with pytest.raises(ProtocolError, match=r"Token needs 2 fields \['token', 'hops'\], found 3"):
+        decode(msgpack.packb([100, 1, [1, 2, 3]]))
+
+
+@pytest.mark.parametrize("data", [b"", b"\xc1", b"\x93\x64\x01", b"\xff" * 10, msgpack.packb({"x": 1})])
+def test_malformed_bytes_are_rejected(data):
+    with pytest.raises(ProtocolError):
+        decode(data)
+
+
+def test_truncated_array_payload_is_rejected_with_the_message_name():
+    data, _ = encode(Partial(0, 1, np.zeros(16, "f4"), None, None))
+    with pytest.raises(ProtocolError) as e:
+        decode(data[:-3])
+    assert "Partial" in str(e.value)
+
+
+def test_errors_can_name_the_link():
+    err = ProtocolError("bad").at(link="a.out->b.in", msg="Token")
+    assert str(err) == "protocol error on link a.out->b.in, message Token: bad"
+
+
+def test_unencodable_field_names_the_message():
+    with pytest.raises(ProtocolError, match="Token.*cannot encode a value of type object"):
+        encode(Token(object(), 1))
