@@ -53,3 +53,30 @@ async def test_receivers_waiting_on_each_other_are_named_with_their_peers(vclock
     text = str(res.deadlock)
     assert "a: receiving on a.in from b" in text and "b: receiving on b.in from a" in text
     assert "deadlock at t=100 ps" in text
+
+
+class Forever(Actor):
+    """Keeps virtual time moving and never finishes."""
+
+    async def run(self):
+        while True:
+            await self.busy(1000, "spin")
+
+
+def test_virtual_time_limit_stops_a_run_that_never_ends():
+    system = System("forever")
+    system.add(Forever("f"))
+    res = system.run(until=10_500)
+    assert res.status == "time-limit" and res.end_time_ps == 10_500
+
+
+def test_wall_clock_guard_stops_a_run_that_never_ends():
+    system = System("forever")
+    system.add(Forever("f"))
+    res = system.run(wall_timeout=0.3)
+    assert res.status == "wall-timeout" and res.end_time_ps > 0
+
+
+def test_cli_exit_codes_for_limits(emu, tmp_path):
+    proc = emu("run", ROOT / "scenarios/demo/ring.yaml", "--no-bundle", "--set", "stop.max_time=1us")
+    assert proc.returncode == 4 and "time-limit" in proc.stdout
