@@ -208,8 +208,17 @@ class System:
         if until is not None:
             clock.limit = until
             clock.on_limit = lambda: self._wake("time-limit")
+        maybe_flush = self.recorder.maybe_flush
         if self.on_step is not None:
-            clock.on_step = self.on_step
+            user_step = self.on_step
+
+            def on_step(t):
+                maybe_flush()
+                user_step(t)
+
+            clock.on_step = on_step
+        else:
+            clock.on_step = lambda t: maybe_flush()  # keeps the in-memory event buffer bounded
         self._remaining = sum(1 for a in self.actors.values() if not a.daemon)
         self._super_task = current_task()
         guard = None

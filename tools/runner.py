@@ -34,7 +34,10 @@ def build_system(scenario: Scenario, *, trace_path: str | None = None) -> tuple[
     topts = None
     t = scenario.trace
     if trace_path or t.get("enabled"):
-        topts = TraceOptions(path=str(trace_path or t.get("path")), payloads=t.get("payloads", True),
+        if not trace_path:
+            trace_path = t.get("path") or default_out_dir(scenario) / "trace.emutrace"
+        Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
+        topts = TraceOptions(path=str(trace_path), payloads=t.get("payloads", True),
                              kinds=set(t["kinds"]) if t.get("kinds") else None, actors=t.get("actors"),
                              links=t.get("links"))
     system = System(scenario.name, seed=scenario.seed, mode=scenario.mode, trace=topts, scenario=scenario.resolved())
