@@ -21,10 +21,19 @@ corrupt    link    ``bits`` random bits of the encoded payload are flipped;
 slow       link    serialisation at ``bandwidth / factor``
 slow       actor   busy spans starting in the window take ``factor`` times longer
 stall      actor   the actor makes no progress in the window: a busy span that
-                   starts inside it starts at the window's end, and messages it
-                   sends inside it leave at the window's end
-kill       actor   at ``at``, the actor's task is cancelled for good
+                   starts inside it is held until the window's end (the trace
+                   shows one span labelled ``<label> (stalled)`` from its start
+                   to the end of the work), and messages it sends inside it
+                   leave at the window's end
+kill       actor   at ``at``, the actor's task is cancelled for good (messages
+                   for it pile up, its senders and receivers end up in the
+                   deadlock report)
 =========  ======  ==========================================================
+
+``probability`` and ``count`` apply per message (link kinds) or per busy span
+(``slow`` on an actor); a stall always holds everything in its window and a
+kill happens once.  ``slow`` needs ``factor > 0`` and a link of finite
+bandwidth (on an infinite one it could not act: use ``delay``).
 
 Every time a fault takes effect it is recorded as a ``fault`` event in the
 trace and listed in the run's result.
@@ -32,8 +41,6 @@ trace and listed in the run's result.
 from __future__ import annotations
 
 import fnmatch
-
-import trio
 
 from emulator.errors import BuildError
 from emulator.link import FaultEffect
@@ -63,6 +70,8 @@ def _check_fault(f: dict):
     needs = {"delay": "delay", "corrupt": "bits", "slow": "factor", "kill": "at"}
     if kind in needs and f.get(needs[kind]) is None:
         problems.append(((needs[kind],), f"'{needs[kind]}' for a {kind} fault", "nothing (the key is missing)"))
+    if kind == "slow" and f.get("factor") is not None and f["factor"] <= 0:
+        problems.append((("factor",), "a slow-down factor > 0 (2 = twice as slow)", f"{f['factor']}"))
     if kind == "stall" and f.get("end") is None:
         problems.append((("end",), "'end' (the stall window's end) for a stall fault", "nothing (the key is missing)"))
     if f.get("end") is not None and f["end"] <= f["start"]:
@@ -139,7 +148,7 @@ class LinkFault(_Fault):
             return FaultEffect(self.label, data=bytes(buf))
         if kind == "slow":
             self.log(t, link.name, {"seq": seq, "message": msg_name, "factor": self.spec["factor"]})
-            return FaultEffect(self.label, bandwidth_factor=1.0 / self.spec["factor"] if self.spec["factor"] else 1.0)
+            return FaultEffect(self.label, bandwidth_factor=1.0 / self.spec["factor"])
         return None
 
 
@@ -190,6 +199,9 @@ def install_faults(system, faults: list[dict], *, skip_unmatched: bool = False) 
             if not targets:
                 raise BuildError(f"faults[{i}].link: no link matches {glob!r} "
                                  f"(e.g. {', '.join(l.name for l in system.links[:3])})")
+            if spec["kind"] == "slow" and all(l.bandwidth == 0 for l in targets):
+                raise BuildError(f"faults[{i}]: a slow fault scales serialisation, but {glob!r} matches only links "
+                                 "of infinite bandwidth (bandwidth 0); use a delay fault instead")
             fault = LinkFault(i, spec, system)
             for link in targets:
                 link.faults.append(fault)

@@ -413,6 +413,6 @@ class Link:
                 try:
                     msg = decode(data)
                 except ProtocolError as e:
-                    raise e.at(link=name, msg=e.msg or peek_name(data) or "?") from None
+                    raise e.at(link=name, msg=f"{e.msg or peek_name(data) or '?'} #{seq}") from None
                 self.delivered += 1
                 dst._deliver(msg, self, seq, now)

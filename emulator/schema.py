@@ -45,8 +45,11 @@ class Problem:
 class SchemaError(EmulatorError):
     def __init__(self, problems: list[Problem]):
         self.problems = problems
-        n = len(problems)
-        super().__init__(f"{n} problem{'s' if n != 1 else ''}:\n" + "\n".join(f"  {p}" for p in problems))
+        super().__init__()
+
+    def __str__(self) -> str:  # built on demand: callers may refine the problems' paths
+        n = len(self.problems)
+        return f"{n} problem{'s' if n != 1 else ''}:\n" + "\n".join(f"  {p}" for p in self.problems)
 
 
 class Doc:
@@ -300,6 +303,7 @@ class Map(Spec):
     def check(self, value, path, ctx):
         if value is None and not self.required:
             value = {}
+        before = len(ctx.problems)
         if not isinstance(value, dict):
             ctx.fail(path, self.expected + (f" with keys {', '.join(self.fields)}" if self.fields else ""), value)
             return {}
@@ -330,7 +334,7 @@ class Map(Spec):
                 ctx.fail(path + (key,), spec.describe(), _MISSING)
             else:
                 out[key] = None
-        if self.extra_check is not None and not ctx.problems:
+        if self.extra_check is not None and len(ctx.problems) == before:
             for p_path, expected, found in self.extra_check(out) or []:
                 ctx.fail(path + tuple(p_path), expected, found)
         return out

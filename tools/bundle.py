@@ -8,7 +8,8 @@ choose):
 * ``result.json``    -- status, digest, seed, metrics, checks, faults, versions,
   host speed (wall seconds, events/s, peak memory);
 * ``actors.csv``, ``links.csv`` -- per-actor and per-link metrics;
-* ``trace.emutrace`` -- the binary trace, when the scenario enables it;
+* ``trace.emutrace`` -- the binary trace, when the scenario enables it, and
+  ``trace.perfetto.json`` -- the same for ui.perfetto.dev (trimmed at 100 MB);
 * ``*.png``          -- utilisation and link-bandwidth plots (from the trace
   when there is one, from the aggregate metrics otherwise).
 """
@@ -37,9 +38,14 @@ class Bundle:
         end = result.end_time_ps
         _csv(d / "actors.csv", system.actor_metrics(end))
         _csv(d / "links.csv", system.link_metrics(end))
+        have_trace = bool(trace_path) and Path(trace_path).exists()
+        if have_trace:
+            from emulator.trace import read_trace
+            from tools.perfetto import export_perfetto
+            export_perfetto(read_trace(trace_path), str(d / "trace.perfetto.json"), max_mb=100, trim=True)
         if scenario.output.get("plots", True):
             from tools.plots import make_plots
-            make_plots(d, system, result, trace_path if trace_path and Path(trace_path).exists() else None)
+            make_plots(d, system, result, trace_path if have_trace else None)
 
 
 def _csv(path: Path, rows: list[dict]) -> None:

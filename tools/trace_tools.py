@@ -1,14 +1,148 @@
-"""``emu trace``: tools over binary traces (perfetto, summary, diff, replay)."""
+"""``emu trace``: tools over binary traces (perfetto, summary, diff, replay).
+
+This module only parses the command line and prints; the work is done in
+``tools/perfetto.py``, ``tools/trace_summary.py``, ``tools/trace_diff.py`` and
+``tools/replay.py`` so that tests and notebooks can call it directly.  Every
+user error (missing or corrupt file, bad filter, unknown actor) is a clear
+one-line message with a non-zero exit status, never a traceback.
+
+Exit status: 0 ok / identical / replay matches, 1 differs / diverges / tool error,
+2 bad usage.
+"""
 from __future__ import annotations
+
+import json
+import sys
+
+from emulator.trace import KIND_CODES, read_trace
+from emulator.units import UnitError, parse_time
+
+__all__ = ["add_parser", "main"]
 
 
 def add_parser(sub) -> None:
     t = sub.add_parser("trace", help="tools over traces: perfetto, summary, diff, replay")
-    t.set_defaults(func=lambda args: main(args))
+    t.set_defaults(func=main)
     ts = t.add_subparsers(dest="trace_cmd", required=True)
-    s = ts.add_parser("summary", help="utilisation, link traffic, longest waits")
+
+    p = ts.add_parser("perfetto", help="export Chrome/Perfetto trace-event JSON (open in ui.perfetto.dev)")
+    p.add_argument("trace")
+    p.add_argument("-o", "--out", help="output JSON (default: TRACE with .json)")
+    p.add_argument("--actors", action="append", default=[], metavar="GLOB",
+                   help="keep only actors matching GLOB (repeatable); messages need both ends kept")
+    p.add_argument("--kinds", action="append", default=[], metavar="KIND[,KIND]",
+                   help=f"keep only these event kinds ({', '.join(KIND_CODES)})")
+    p.add_argument("--start", help="keep events from this virtual time (e.g. 2us)")
+    p.add_argument("--end", help="keep events up to this virtual time (e.g. 10us)")
+    p.add_argument("--max-mb", type=float, default=200.0, help="refuse to write more than this (default 200 MB)")
+    p.add_argument("--trim", action="store_true", help="at the size cap, keep the first events instead of refusing")
+
+    s = ts.add_parser("summary", help="utilisation, link traffic, longest waits, critical path")
     s.add_argument("trace")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.add_argument("--top", type=int, default=10, help="how many longest waits (default 10)")
+    s.add_argument("--rows", type=int, default=15, help="rows per table in the text output (default 15)")
+
+    d = ts.add_parser("diff", help="compare two traces: 'identical' or the first diverging event")
+    d.add_argument("a")
+    d.add_argument("b")
+    d.add_argument("--context", type=int, default=3, help="events shown around the divergence (default 3)")
+
+    r = ts.add_parser("replay", help="replay one actor alone against its recorded inputs and check its sends")
+    r.add_argument("trace")
+    r.add_argument("--actor", required=True, help="the actor's full name, e.g. cube05/pe0")
+    r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="edit the original scenario before rebuilding the actor")
+
+
+def _time(opt: str, value):
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except (UnitError, ValueError) as e:
+        raise _Usage(f"{opt}: {e}") from None
+
+
+class _Usage(Exception):
+    pass
+
+
+def _read(path: str):
+    import os
+
+    if not os.path.exists(path):
+        raise ValueError(f"{path}: no such trace file")
+    if os.path.isdir(path):
+        raise ValueError(f"{path}: is a directory, not a trace file")
+    try:
+        return read_trace(path)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such trace file") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path}: is a directory, not a trace file") from None
+
+
+def cmd_perfetto(args) -> int:
+    from tools.perfetto import PerfettoTooLarge, export_perfetto
+
+    kinds = [k.strip() for item in args.kinds for k in item.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in KIND_CODES]
+    if bad:
+        raise _Usage(f"--kinds: unknown event kind(s) {', '.join(bad)} (known: {', '.join(KIND_CODES)})")
+    start, end = _time("--start", args.start), _time("--end", args.end)
+    if start is not None and end is not None and end <= start:
+        raise _Usage(f"--end ({args.end}) must be after --start ({args.start})")
+    if args.max_mb <= 0:
+        raise _Usage("--max-mb must be positive")
+    trace = _read(args.trace)
+    out = args.out or (args.trace[:-len(".emutrace")] if args.trace.endswith(".emutrace") else args.trace) + ".json"
+    try:
+        stats = export_perfetto(trace, out, actors=args.actors or None, kinds=kinds or None, start=start, end=end,
+                                max_mb=args.max_mb, trim=args.trim)
+    except PerfettoTooLarge as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}: {stats.events} trace events, {stats.bytes / 1e6:.2f} MB")
+    if stats.trimmed:
+        print(f"warning: trimmed at the {args.max_mb:g} MB cap: only the first events are in the file; "
+              "later events were left out", file=sys.stderr)
+    return 0
+
+
+def cmd_summary(args) -> int:
+    from tools.trace_summary import format_summary, summarise
+
+    s = summarise(_read(args.trace), top=args.top)
+    if args.json:
+        print(json.dumps(s, indent=1))
+    else:
+        print(format_summary(s, rows=args.rows))
+    return 0
+
+
+def cmd_diff(args) -> int:
+    from tools.trace_diff import diff_traces, format_diff
+
+    res = diff_traces(_read(args.a), _read(args.b), context=max(0, args.context))
+    print(format_diff(res))
+    return 0 if res.identical else 1
+
+
+def cmd_replay(args) -> int:
+    from tools.replay import replay_actor
+
+    res = replay_actor(_read(args.trace), args.actor, sets=args.set)
+    print(res.text())
+    return 0 if res.ok else 1
+
+
+COMMANDS = {"perfetto": cmd_perfetto, "summary": cmd_summary, "diff": cmd_diff, "replay": cmd_replay}
 
 
 def main(args) -> int:
-    raise NotImplementedError(args.trace_cmd)
+    try:
+        return COMMANDS[args.trace_cmd](args)
+    except _Usage as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

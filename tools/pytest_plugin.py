@@ -1,0 +1,307 @@
+"""pytest helpers for async integration tests against emulated machines.
+
+Why: a kernel or hardware architect wants to state properties of a run --
+"every partial reaches the root within 300 ns", "the DMA finishes before the
+GEMM starts", "a dropped message deadlocks the root" -- as ordinary tests that
+run in-process, on virtual time, in milliseconds.  Load it in a test module::
+
+    pytest_plugins = ["tools.pytest_plugin"]
+
+    async def test_reduce_latency(vclock, emu_sim):
+        run = await emu_sim.run("scenarios/demo/reduce.yaml",
+                                set=["workload.params.rounds=1"],
+                                faults=[{"kind": "delay", "link": "cube05/pe1*", "delay": "50ns"}])
+        assert run.status == "finished"
+        run.assert_latency(link="cube00/pe1*", max="200ns")
+        assert run.count("deliver", link="cube05/*") == 8
+
+``vclock`` (from :mod:`emulator.testing`, re-exported here) must be in the
+test's signature: pytest-trio then runs the test on the virtual clock, and the
+scenario runs on that clock inside the test's own Trio run.  A system's times
+are absolute from 0, so one test runs one scenario (a second ``run`` in the
+same test is refused with a clear message).
+
+``emu_sim.run`` validates exactly like ``emu run`` (``set`` items are
+``--set key.path=value`` strings; ``faults`` are extra fault entries appended
+to the scenario's, validated against the fault schema), records a full trace
+to the test's temporary directory and returns a :class:`SimRun` with event
+queries (:meth:`SimRun.events`) and assertions whose failure messages name
+the events involved.
+"""
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+
+import pytest
+
+from emulator.clock import VirtualClock, current_clock
+from emulator.testing import deterministic, vclock  # noqa: F401  (fixtures re-exported)
+from emulator.trace import BLOCK, FAULT, KIND_CODES, KINDS, SEND, TraceFile, read_trace
+from emulator.units import format_time, parse_time
+
+__all__ = ["emu_sim", "SimHarness", "SimRun", "Event", "vclock", "deterministic"]
+
+
+class Event:
+    """One trace event with names resolved: ``ev.kind``, ``ev.t`` and the kind's fields.
+
+    Link events also carry ``src`` and ``dst`` (actor names); ``ev.actor`` is
+    the actor the event belongs to (sender of a send/block, receiver of a
+    deliver/take, the target of a fault).  A fault event's label (the trace
+    field ``kind``) is ``ev.fault``, since ``ev.kind`` is always the event kind.
+    """
+
+    __slots__ = ("kind", "t", "fields", "index")
+
+    def __init__(self, kind: str, t: int, fields: dict, index: int):
+        self.kind = kind
+        self.t = t
+        self.fields = fields
+        self.index = index
+
+    def __getattr__(self, name):
+        try:
+            return self.fields[name]
+        except KeyError:
+            raise AttributeError(f"{self.kind} event has no field {name!r} (fields: {', '.join(self.fields)})") \
+                from None
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={'<%d bytes>' % len(v) if isinstance(v, bytes) else v}"
+                          for k, v in self.fields.items() if k not in ("src", "dst"))
+        return f"<{self.kind} t={format_time(self.t)} {shown}>"
+
+
+def _time(x) -> int | None:
+    if x is None:
+        return None
+    return parse_time(x) if isinstance(x, str) else int(x)
+
+
+class SimRun:
+    """A finished in-process run: its result and its trace, with queries and assertions."""
+
+    def __init__(self, result, system, trace: TraceFile):
+        self.result = result
+        self.system = system
+        self.trace = trace
+        self._events: list[Event] | None = None
+
+    # -- the result -------------------------------------------------------------
+    @property
+    def status(self) -> str:
+        return self.result.status
+
+    @property
+    def end_time(self) -> int:
+        return self.result.end_time_ps
+
+    @property
+    def digest(self) -> str:
+        return self.result.digest
+
+    @property
+    def deadlock(self):
+        return self.result.deadlock
+
+    @property
+    def error(self) -> str | None:
+        return self.result.error
+
+    @property
+    def reports(self) -> dict:
+        return self.result.reports
+
+    # -- queries ----------------------------------------------------------------
+    def _all(self) -> list[Event]:
+        if self._events is None:
+            tr = self.trace
+            out = []
+            for i, ev in enumerate(tr.events):
+                name, fields = KINDS[ev[0]]
+                d = dict(zip(fields[1:], ev[2:]))
+                actor = None
+                if "link" in d and isinstance(d["link"], int):
+                    l = tr.links[d["link"]]
+                    d["link"] = l["name"]
+                    d["src"], d["dst"] = l["src"], l["dst"]
+                    actor = l["src"] if ev[0] in (SEND, BLOCK) else l["dst"]
+                elif "actor" in d and isinstance(d["actor"], int):
+                    d["actor"] = actor = tr.actors[d["actor"]]
+                elif ev[0] == FAULT:  # fault: target is an actor or link name; its label is ``fault``
+                    actor = d.get("target")
+                    d["fault"] = d.pop("kind")   # (``kind`` is the event kind)
+                d.setdefault("actor", actor)
+                out.append(Event(name, ev[1], d, i))
+            self._events = out
+        return self._events
+
+    def events(self, kind: str | None = None, *, link: str | None = None, actor: str | None = None,
+               start=None, end=None, **fields) -> list[Event]:
+        """Events of ``kind`` (``send``, ``deliver``, ``take``, ``busy``, ``fault``, ...), in trace order.
+
+        ``link`` / ``actor`` are globs over names; ``start`` / ``end`` bound the
+        time (ints in ps or strings like ``"2us"``); other keywords must equal
+        the field (``label="merge"``, ``seq=1``).
+        """
+        if kind is not None and kind not in KIND_CODES:
+            raise ValueError(f"unknown event kind {kind!r} (known: {', '.join(KIND_CODES)})")
+        lo, hi = _time(start), _time(end)
+        out = []
+        for e in self._all():
+            if kind is not None and e.kind != kind:
+                continue
+            if link is not None and not (isinstance(e.fields.get("link"), str)
+                                         and fnmatch.fnmatchcase(e.fields["link"], link)):
+                continue
+            if actor is not None and not (isinstance(e.fields.get("actor"), str)
+                                          and fnmatch.fnmatchcase(e.fields["actor"], actor)):
+                continue
+            if lo is not None and e.t < lo or hi is not None and e.t > hi:
+                continue
+            if any(e.fields.get(k) != v for k, v in fields.items()):
+                continue
+            out.append(e)
+        return out
+
+    def count(self, kind: str | None = None, **filters) -> int:
+        return len(self.events(kind, **filters))
+
+    def messages(self, link: str = "*") -> list[dict]:
+        """Every message on links matching ``link``: ``{link, seq, sent, delivered, taken, latency, bytes}``
+        (``delivered``/``taken``/``latency`` are None for a message that never arrived)."""
+        msgs: dict[tuple, dict] = {}
+        for e in self.events(link=link):
+            key = (e.link, e.fields.get("seq"))
+            if e.kind == "send":
+                msgs[key] = {"link": e.link, "seq": e.seq, "sent": e.t, "delivered": None, "taken": None,
+                             "latency": None, "bytes": e.nbytes}
+            elif e.kind == "deliver" and key in msgs:
+                msgs[key]["delivered"] = e.t
+                msgs[key]["latency"] = e.t - msgs[key]["sent"]
+            elif e.kind == "take" and key in msgs:
+                msgs[key]["taken"] = e.t
+        return list(msgs.values())
+
+    # -- assertions -------------------------------------------------------------
+    def assert_status(self, status: str) -> None:
+        detail = self.error or (str(self.deadlock) if self.deadlock else "")
+        assert self.status == status, f"run ended {self.status!r}, expected {status!r}. {detail}"
+
+    def assert_count(self, kind: str, n: int, **filters) -> list[Event]:
+        evs = self.events(kind, **filters)
+        assert len(evs) == n, (f"expected {n} {kind} event(s) matching {filters}, found {len(evs)}: "
+                               f"{evs[:5]}{' ...' if len(evs) > 5 else ''}")
+        return evs
+
+    def assert_latency(self, link: str = "*", *, max=None, min=None, delivered: bool = True) -> list[dict]:
+        """Every message on ``link`` (glob) took between ``min`` and ``max`` from send to delivery.
+
+        With ``delivered`` (default) a message that never arrived fails the assertion too.
+        Returns the messages checked.
+        """
+        hi, lo = _time(max), _time(min)
+        msgs = self.messages(link)
+        assert msgs, f"no message was sent on a link matching {link!r}"
+        for m in msgs:
+            where = f"message #{m['seq']} on {m['link']} sent at {format_time(m['sent'])}"
+            if m["latency"] is None:
+                assert not delivered, f"{where} was never delivered"
+                continue
+            if hi is not None:
+                assert m["latency"] <= hi, f"{where} took {format_time(m['latency'])} > max {format_time(hi)}"
+            if lo is not None:
+                assert m["latency"] >= lo, f"{where} took {format_time(m['latency'])} < min {format_time(lo)}"
+        return msgs
+
+    def assert_order(self, *groups) -> None:
+        """Each argument (an :class:`Event` or a list of them) happens no earlier than everything before it.
+
+        ``run.assert_order(run.events("busy", actor="a", label="load"), run.events("busy", actor="a",
+        label="gemm"))``: every load span starts before every gemm span.
+        """
+        prev = None
+        for i, g in enumerate(groups):
+            evs = [g] if isinstance(g, Event) else list(g)
+            assert evs, f"argument {i} of assert_order matches no event"
+            if prev is not None:
+                last = max(prev, key=lambda e: (e.t, e.index))
+                first = min(evs, key=lambda e: (e.t, e.index))
+                assert (last.t, last.index) <= (first.t, first.index), \
+                    f"order violated: {last} (argument {i - 1}) is not before {first} (argument {i})"
+            prev = evs
+
+    def assert_within(self, events, *, start=None, end=None) -> None:
+        """Every event of ``events`` lies in ``[start, end]``."""
+        lo, hi = _time(start), _time(end)
+        for e in ([events] if isinstance(events, Event) else events):
+            assert lo is None or e.t >= lo, f"{e} is before {format_time(lo)}"
+            assert hi is None or e.t <= hi, f"{e} is after {format_time(hi)}"
+
+
+class SimHarness:
+    """What the ``emu_sim`` fixture gives a test: load and run scenarios in-process."""
+
+    def __init__(self, tmp_path: Path):
+        self.tmp_path = Path(tmp_path)
+        self.runs = 0
+
+    def load(self, path, *, set=(), faults=(), seed: int | None = None, mode: str | None = None):
+        """Load and validate a scenario like ``emu run`` (a :class:`SchemaError` names what is wrong)."""
+        from actors import registry
+        from emulator.faults import FAULT_SCHEMA
+        from emulator.scenario import load_scenario
+        from emulator.schema import Doc, List, SchemaError, validate
+
+        sets = list(set)
+        if seed is not None:
+            sets.append(f"seed={int(seed)}")
+        if mode is not None:
+            sets.append(f"mode={mode}")
+        sc = load_scenario(str(path), registry, sets)
+        if faults:
+            doc = Doc(list(faults), {}, "<faults passed to emu_sim>")
+            try:
+                extra = validate(List(FAULT_SCHEMA), doc)
+            except SchemaError as e:
+                for p in e.problems:
+                    p.path = "faults" + (p.path if p.path.startswith("[") else "." + p.path if p.path else "")
+                raise SchemaError(e.problems) from None   # (the message is built from the problems)
+            sc.faults = list(sc.faults) + list(extra)
+        return sc
+
+    async def run(self, scenario, *, set=(), faults=(), seed: int | None = None, mode: str | None = None,
+                  until=None) -> SimRun:
+        """Run a scenario (a path or a loaded :class:`Scenario`) on the test's virtual clock."""
+        from tools.runner import build_system
+
+        try:
+            clock = current_clock()
+        except Exception:
+            clock = None
+        if not isinstance(clock, VirtualClock):
+            raise RuntimeError("emu_sim.run needs the virtual clock: add the `vclock` fixture to the test's "
+                               "arguments (async def test_x(vclock, emu_sim): ...)")
+        if self.runs or clock.now != 0:
+            raise RuntimeError("emu_sim.run: one scenario per test (a machine's times start at 0 and the test's "
+                               f"virtual clock is already at {format_time(clock.now)}); use another test")
+        if not hasattr(scenario, "resolved"):
+            scenario = self.load(scenario, set=set, faults=faults, seed=seed, mode=mode)
+        elif set or faults or seed is not None or mode is not None:
+            raise ValueError("emu_sim.run: pass set/faults/seed/mode to load() when giving a loaded scenario")
+        self.runs += 1
+        path = self.tmp_path / f"{scenario.name}.emutrace"
+        scenario.trace = {"enabled": True, "payloads": True}
+        system, workload = build_system(scenario, trace_path=str(path))
+        result = await system.run_async(_time(until))
+        if workload.check is not None:
+            checks = workload.check(system, scenario.profile, scenario.params, result) or {}
+            result.reports = {**result.reports, "checks": checks}
+        return SimRun(result, system, read_trace(str(path)))
+
+
+@pytest.fixture
+def emu_sim(tmp_path) -> SimHarness:
+    """Load and run scenarios in-process on the test's virtual clock (see the module docstring)."""
+    return SimHarness(tmp_path)

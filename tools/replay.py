@@ -1,0 +1,344 @@
+"""Replay one actor of a recorded run alone and check it sends what the trace says.
+
+Why: when a run misbehaves, the question is often "is it this component, or
+what it was fed?".  Replaying one actor against its recorded inputs answers
+it, and a changed parameter (``--set workload.params.merge=16ns``) shows
+exactly where that actor's behaviour departs from the recording.
+
+How (only public engine API; the actor object itself is the real one):
+
+1. the scenario is rebuilt from the trace header (``scenario_resolved``); with
+   ``--set``, the resolved scenario is written back as a scenario document
+   (quantities in base units), the edits are applied and it is validated again
+   like any scenario -- so the recorded run's own ``--set`` edits are kept and
+   a bad edit is reported like ``emu run`` would; the whole machine is then
+   built with :func:`tools.runner.build_system`;
+2. the actor named NAME is taken out of that system (its ports are detached
+   from the machine's links) and put alone in a fresh :class:`System` with the
+   same seed and mode;
+3. each of its in-ports is fed by a *feeder* actor that sends the messages the
+   trace shows it received (the SEND payloads of its in-links, decoded), each
+   at its recorded DELIVER time, over a link with the original name and
+   capacity, latency 0 and infinite bandwidth -- so every message arrives
+   exactly when it did, in the recorded order;
+4. each out-port is wired, with the original link parameters (and the
+   scenario's faults on that link), to a *sink* that takes the k-th message
+   at the recorded TAKE time of the k-th message -- so back-pressure
+   (credits) is reproduced;
+5. the actor's SEND events on its out-links (time, payload bytes) and its
+   completion time are compared, in order, with the recording.
+
+Messages dropped by a fault on an in-link were never delivered, so they are
+not fed.  The trace must hold payloads (``trace: {payloads: true}``, the default).
+"""
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+
+from emulator.actor import Actor
+from emulator.errors import EmulatorError
+from emulator.faults import install_faults
+from emulator.system import System
+from emulator.trace import DELIVER, DONE, SEND, TAKE, TraceFile
+from emulator.units import format_time
+from protocols.codec import ProtocolError, decode
+
+__all__ = ["replay_actor", "ReplayResult", "ReplayError"]
+
+
+class ReplayError(EmulatorError):
+    """The replay could not be set up (unknown actor, no payloads, missing scenario file...)."""
+
+
+@dataclass
+class ReplayResult:
+    actor: str
+    ok: bool
+    matched: int                       # messages compared and equal
+    expected: int                      # messages the trace shows the actor sending
+    status: str                        # the replay run's status
+    lines: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+class _Feeder(Actor):
+    """Sends recorded messages on its out-ports at their recorded delivery times."""
+
+    def __init__(self, name: str, script: list[tuple[int, str, object]]):
+        super().__init__(name)
+        self.script = script    # (time, out-port name, message), in delivery order
+
+    async def run(self) -> None:
+        for t, port, msg in self.script:
+            if t > self.now:
+                await self.sleep_until(t)
+            await self.outputs[port].send(msg)
+
+
+class _Sink(Actor):
+    """Takes the k-th message no earlier than the recorded TAKE time of the k-th message."""
+
+    def __init__(self, name: str, take_times: list[int]):
+        super().__init__(name)
+        self.inp = self.in_port("in")
+        self.take_times = take_times
+
+    async def run(self) -> None:
+        for t in self.take_times:
+            if t > self.now:
+                await self.sleep_until(t)
+            await self.inp.recv()
+
+
+_UNIT = {"time": "ps", "frequency": "Hz", "size": "B", "bandwidth": "B/s"}
+
+
+def _unparse(spec, value):
+    """A resolved value back in scenario-file form (quantities as '<int><base unit>'), guided by ``spec``."""
+    from emulator.schema import List, Map, Quantity
+
+    if value is None:
+        return None
+    if isinstance(spec, Quantity) and isinstance(value, int) and not isinstance(value, bool):
+        return f"{value}{_UNIT[spec.kind]}"
+    if isinstance(spec, Map) and isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if v is None:
+                continue
+            out[k] = _unparse(spec.fields.get(k) or spec.values, v)
+        return out
+    if isinstance(spec, List) and isinstance(value, (list, tuple)):
+        return [_unparse(spec.item, x) for x in value]
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _load_scenario(trace: TraceFile, sets: list[str] | None):
+    """The recorded scenario; with ``sets``, the recorded scenario *as resolved* (so the edits the
+    recorded run itself was made with are kept) with the ``--set`` edits on top, validated again."""
+    import tempfile
+
+    import yaml
+
+    from actors import registry
+    from emulator.faults import FAULT_SCHEMA
+    from emulator.scenario import load_scenario
+    from tools.runner import scenario_from_resolved
+
+    resolved = trace.header.get("scenario_resolved")
+    if not isinstance(resolved, dict) or "machine" not in resolved:
+        raise ReplayError("the trace header holds no resolved scenario (was it written by `emu run`?)")
+    if not sets:
+        return scenario_from_resolved(resolved)
+    m = resolved["machine"]
+    profile_file = m.get("profile_file")
+    if not profile_file or not os.path.isfile(profile_file):
+        raise ReplayError(f"--set needs the machine profile file of the recorded run, {profile_file!r}, "
+                          "which does not exist any more")
+    try:
+        family = registry.family(m["family"])
+        params_spec = family.WORKLOADS[resolved["workload"]["kind"]].params
+    except KeyError as e:
+        raise ReplayError(f"the recorded machine family or workload is not available here ({e})") from None
+    doc = {
+        "name": resolved["name"], "seed": resolved["seed"], "mode": resolved["mode"],
+        "machine": {"profile": str(profile_file), "overrides": _unparse(family.PROFILE_SCHEMA, m["resolved"])},
+        "workload": {"kind": resolved["workload"]["kind"],
+                     "params": _unparse(params_spec, resolved["workload"]["params"])},
+        "faults": [_unparse(FAULT_SCHEMA, f) for f in resolved.get("faults") or []],
+    }
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "recorded-scenario.yaml")
+        with open(path, "w", encoding="utf-8") as f:
+            yaml.safe_dump(doc, f, sort_keys=False)
+        sc = load_scenario(path, registry, sets)
+    sc.file = resolved.get("file", sc.file)
+    return sc
+
+
+def _detach(actor: Actor) -> None:
+    """Take ``actor`` out of the system it was built in (its ports forget their links)."""
+    actor.system = None
+    actor.id = -1
+    actor.faults = []
+    actor.blocked_on = None
+    actor.busy_ps = actor.busy_spans = 0
+    actor.finished_at = None
+    actor.killed = False
+    actor.cancel_scope = None
+    for p in actor.inputs.values():
+        p.links = []
+        p.buf.clear()
+        p.waiter = None
+        p.taken = 0
+        p.max_depth = 0
+    for p in actor.outputs.values():
+        p.link = None
+
+
+def replay_actor(trace: TraceFile, name: str, *, sets: list[str] | None = None) -> ReplayResult:
+    """Replay actor ``name`` of ``trace`` alone; see the module docstring."""
+    from tools.runner import build_system
+
+    if name not in trace.actors:
+        close = difflib.get_close_matches(name, trace.actors, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ReplayError(f"no actor named {name!r} in this trace{hint}")
+    links = trace.links
+    in_links = [i for i, l in enumerate(links) if l["dst"] == name]
+    out_links = [i for i, l in enumerate(links) if l["src"] == name]
+
+    payload = {}
+    delivers, takes, sends = [], {i: [] for i in out_links}, {i: [] for i in out_links}
+    done_at = None
+    aid = trace.actors.index(name)
+    in_set, out_set = set(in_links), set(out_links)
+    for ev in trace.events:
+        k = ev[0]
+        if k == SEND:
+            if ev[2] in in_set:
+                payload[(ev[2], ev[3])] = ev[5]
+            elif ev[2] in out_set:
+                sends[ev[2]].append(ev)
+        elif k == DELIVER and ev[2] in in_set:
+            delivers.append(ev)
+        elif k == TAKE and ev[2] in out_set:
+            takes[ev[2]].append(ev[1])
+        elif k == DONE and ev[2] == aid:
+            done_at = ev[1]
+    missing = [(li, seq) for _, _, li, seq, _ in delivers if payload.get((li, seq)) is None]
+    if missing:
+        li, seq = missing[0]
+        raise ReplayError(f"the trace has no payload for message #{seq} on {links[li]['name']}: replay needs the "
+                          "messages an actor received (record with trace: {payloads: true} and no filter that "
+                          "drops its in-links' send events)")
+
+    topts = (trace.header.get("scenario_resolved") or {}).get("trace") or {}
+    kinds = topts.get("kinds")
+    need = {"send", "deliver", "take", "done"}
+    if kinds is not None and not need <= set(kinds):
+        raise ReplayError(f"replay needs the {', '.join(sorted(need - set(kinds)))} events, which this trace "
+                          f"does not record (trace.kinds: {', '.join(kinds)})")
+    if topts.get("links") is not None:
+        import fnmatch
+        lost = [links[i]["name"] for i in in_links + out_links
+                if not any(fnmatch.fnmatchcase(links[i]["name"], g) for g in topts["links"])]
+        if lost:
+            raise ReplayError(f"the trace's link filter left out {lost[0]} (a link of {name}); "
+                              "record the actor's links to replay it")
+    scenario = _load_scenario(trace, sets)
+    scenario.trace = {}
+    old, _ = build_system(scenario)
+    actor = old.actors.get(name)
+    if actor is None:
+        raise ReplayError(f"the rebuilt machine has no actor {name!r} (did --set change the machine?)")
+    _detach(actor)
+
+    system = System(f"replay:{name}", seed=scenario.seed, mode=scenario.mode, scenario=scenario.resolved())
+    got: list = []
+    rec_emit = system.recorder.emit
+
+    def emit(ev, _append=got.append, _emit=rec_emit):
+        _append(ev)
+        _emit(ev)
+
+    system.recorder.emit = emit
+    system.add(actor)
+
+    # feeders: one per in-port, one out-port per original in-link
+    by_port: dict[str, list[int]] = {}
+    for li in in_links:
+        by_port.setdefault(links[li]["dst_port"], []).append(li)
+    for port, lis in by_port.items():
+        if port not in actor.inputs:
+            raise ReplayError(f"actor {name} has no in-port {port!r} any more (the trace's link "
+                              f"{links[lis[0]]['name']} ends there)")
+        script = []
+        for _, t, li, seq, _ in delivers:
+            if links[li]["dst_port"] != port:
+                continue
+            try:
+                msg = decode(payload[(li, seq)])
+            except ProtocolError as e:
+                raise ReplayError(f"message #{seq} on {links[li]['name']} does not decode: {e}") from None
+            script.append((t, f"l{li}", msg))
+        feeder = system.add(_Feeder(f"replay/feed/{port}", script))
+        for li in lis:
+            system.connect(feeder.out_port(f"l{li}"), actor.inputs[port], capacity=links[li]["capacity"],
+                           latency=0, bandwidth=0, name=links[li]["name"])
+    # sinks: one per out-link, with the original parameters
+    for li in out_links:
+        l = links[li]
+        port = actor.outputs.get(l["src_port"])
+        if port is None:
+            raise ReplayError(f"actor {name} has no out-port {l['src_port']!r} any more (trace link {l['name']})")
+        sink = system.add(_Sink(f"replay/sink/{li}", takes[li]))
+        system.connect(port, sink.inp, capacity=l["capacity"], latency=l["latency_ps"],
+                       bandwidth=l["bandwidth_Bps"], name=l["name"])
+    install_faults(system, scenario.faults, skip_unmatched=True)
+
+    status = trace.footer.get("status")
+    end = trace.footer.get("end_time_ps")
+    until = None if status == "finished" or end is None else int(end)
+    result = system.run(until=until)
+
+    new_id = {l.name: l.id for l in system.links}
+    got_sends = {li: [e for e in got if e[0] == SEND and e[2] == new_id[links[li]["name"]]] for li in out_links}
+    got_done = next((e[1] for e in got if e[0] == DONE and e[2] == actor.id), None)
+
+    expected = sum(len(v) for v in sends.values())
+    first = None   # (time, line) of the earliest divergence
+    matched = 0
+    for li in out_links:
+        exp, new = sends[li], got_sends[li]
+        for k in range(max(len(exp), len(new))):
+            e = exp[k] if k < len(exp) else None
+            g = new[k] if k < len(new) else None
+            why = None
+            if e is None:
+                why = (g[1], f"on {links[li]['name']}, message {k}: expected no message (the trace has {len(exp)}),"
+                             f" got one at {format_time(g[1])} ({g[4]} bytes)")
+            elif g is None:
+                why = (e[1], f"on {links[li]['name']}, message {k}: expected a send at {format_time(e[1])} "
+                             f"({e[1]} ps, {e[4]} bytes), got none (the replay sent {len(new)})")
+            elif e[1] != g[1]:
+                why = (min(e[1], g[1]), f"on {links[li]['name']}, message {k}: expected at {format_time(e[1])} "
+                                        f"({e[1]} ps), got at {format_time(g[1])} ({g[1]} ps)")
+            elif e[4] != g[4] or (e[5] is not None and e[5] != g[5]):
+                diff = ""
+                if isinstance(e[5], bytes) and isinstance(g[5], bytes):
+                    off = next((j for j in range(min(len(e[5]), len(g[5]))) if e[5][j] != g[5][j]),
+                               min(len(e[5]), len(g[5])))
+                    diff = f", payloads differ first at byte {off}"
+                why = (e[1], f"on {links[li]['name']}, message {k} at {format_time(e[1])}: content differs "
+                             f"(expected {e[4]} bytes, got {g[4]} bytes{diff})")
+            if why is not None:
+                if first is None or why[0] < first[0]:
+                    first = why
+                break
+            matched += 1
+    lines = []
+    ok = first is None
+    if ok and done_at != got_done:
+        ok = False
+        exp = "never finished" if done_at is None else f"finished at {format_time(done_at)} ({done_at} ps)"
+        gotw = "did not finish" if got_done is None else f"finished at {format_time(got_done)} ({got_done} ps)"
+        lines.append(f"replay of {name}: {matched} messages match, but the trace says it {exp} and the replay "
+                     f"{gotw}")
+    elif ok:
+        lines.append(f"replay of {name}: {matched} messages match" +
+                     (f", finished at {format_time(done_at)}" if done_at is not None else ""))
+    else:
+        lines.append(f"replay of {name}: diverges {first[1]} ({matched} earlier message(s) matched)")
+    if result.status == "error":
+        ok = False
+        lines.append(f"the replay ended with an error: {result.error}")
+    elif result.status == "deadlock" and status == "finished":
+        lines.append(str(result.deadlock))
+    return ReplayResult(actor=name, ok=ok, matched=matched, expected=expected, status=result.status, lines=lines)
