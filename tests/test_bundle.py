@@ -1,0 +1,35 @@
+"""emu run writes a result bundle: resolved scenario, result.json, CSVs, trace, Perfetto JSON, plots."""
+import csv
+import json
+
+import yaml
+
+from conftest import ROOT
+
+
+def test_run_writes_a_complete_bundle(emu, tmp_path):
+    out = tmp_path / "bundle"
+    proc = emu("run", ROOT / "scenarios/demo/reduce.yaml", "--out", out, "--set", "trace.enabled=true",
+               "--set", "workload.params.rounds=1", check=0)
+    assert f"bundle         {out}" in proc.stdout
+    names = {p.name for p in out.iterdir()}
+    assert {"scenario.yaml", "result.json", "actors.csv", "links.csv", "trace.emutrace", "trace.perfetto.json",
+            "utilisation.png", "links.png"} <= names
+    res = json.loads((out / "result.json").read_text())
+    for key in ("digest", "seed", "versions", "wall_s", "events_per_s", "peak_rss_mib", "end_time_ps",
+                "max_abs_err"):
+        assert key in res, key
+    sc = yaml.safe_load((out / "scenario.yaml").read_text())
+    assert sc["resolved"]["machine"]["resolved"]["pe_link"]["latency"] == 20_000   # units parsed
+    assert sc["source"]["workload"]["params"]["rounds"] == 1                      # as run, after --set
+    actors = list(csv.DictReader(open(out / "actors.csv")))
+    assert len(actors) == 128 and float(actors[0]["utilisation"]) > 0
+    links = list(csv.DictReader(open(out / "links.csv")))
+    assert len(links) == 127 and all(int(l["messages"]) == 1 for l in links)
+    assert json.loads((out / "trace.perfetto.json").read_text())["traceEvents"]
+    assert (out / "utilisation.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_no_bundle_writes_nothing(emu, tmp_path):
+    emu("run", ROOT / "scenarios/demo/ring.yaml", "--no-bundle", "--set", "workload.params.hops=5", check=0)
+    assert not (tmp_path / "runs").exists()
