@@ -202,9 +202,9 @@ def load_scenario(path: str, registry, sets: list[str] | None = None) -> Scenari
         doc.value = {}
     if not isinstance(doc.value, dict):
         raise SchemaError([Problem(file, 1, "", "a map of scenario keys", type(doc.value).__name__)])
-    source = copy.deepcopy(doc.value)
     for item in sets or []:
         apply_set(doc, item)
+    source = copy.deepcopy(doc.value)
     sc = validate(SCENARIO_SCHEMA, doc)
 
     # -- the machine profile, with the scenario's overrides merged in ---------
