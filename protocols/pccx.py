@@ -114,12 +114,11 @@ class WeightBurst:
 @message(tag=513)
 class L2Read:
     """Read ``nelem`` BF16 elements from element address ``elem``; the port is held
-    ``cycles_per_word`` cycles per 128-bit word touched, the data arrives ``latency`` cycles later."""
+    ``cycles_per_word`` cycles per 128-bit word touched (the requester adds its read latency)."""
     req: int
     elem: int
     nelem: int
     cycles_per_word: int
-    latency: int
 
 
 @message(tag=514)
@@ -140,6 +139,7 @@ class L2Write:
 class AcpJob:
     """MEMCPY after the dispatcher's transfer-length lookup: ``route`` 0x01 or 0x10 (reference §1.4)."""
     seq: int
+    start: int
     route: int
     l2_word: int
     host_addr: int

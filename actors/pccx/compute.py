@@ -1,0 +1,217 @@
+"""Compute engines: GEMV (4 lanes), GEMM (32x32 systolic array), CVO/SFU.
+
+**MatEngine** (GEMV and GEMM; ``Tc`` = core clock period).  Per instruction, from
+the µop's arrival (weights already in the FIFO, ports idle)::
+
+    T = Tc * [ (ceil(K/8) + Lrd)                         activation read, L2 port B (Lrd = l2.read_latency_cycles)
+             + accm * (ceil(N/8) + Lrd)                  old result read when accm=1
+             + sum_bursts ceil(32 * beats_i / R)         MACs: 32 INT4 weights per 128-bit beat
+             + F                                          pipeline drain
+             + ceil(N/8) ]                                result write, L2 port B
+
+* GEMV: ``R = lanes_used * gemv.macs_per_lane`` (lanes_used = ``parallel_lane`` if
+  1..gemv.lanes, else all lanes), ``F = gemv.pipeline_cycles``; output N rows from
+  the weight-shape RAM.  Reference §3: 4 lanes x 32 MAC/clk (``gemv_core.rst``,
+  the RTL), the seed's 1024 MAC/clk (seed §6) in the documented profile.
+* GEMM: ``R = gemm.macs_per_cycle``, ``F = gemm.fill_cycles``
+  (``SYSTOLIC_TOTAL_LATENCY 64``), N = 32 outputs = 4 L2 words ("one-row result
+  contract", reference §1.6).
+* A burst that is not yet in the weight FIFO is waited for: a weight-starved
+  engine runs at the HP ports' rate.  Bursts are taken round-robin from the
+  engine's HP ports (GEMV: HP2, HP3; GEMM: HP0, HP1 — reference §3), in the
+  order the driver split the stream.
+* Data: ``y = (W_int4 @ x) * scale`` (per-channel BF16 scale when ``w_scale``,
+  else 1), ``+ old`` when ``accm``, rounded to BF16.  ``findemax`` hands
+  ``max(y)`` to the CVO unit as its ``e_max`` (assumption: the RTL takes e_max
+  from the GEMM normaliser, reference §1.3).
+
+**Cvo** (``CVO_top`` + ``mem_CVO_stream_bridge``, reference §1.3)::
+
+    T = Tc * [ words(src, L) * Crd                      stream-bridge read phase on L2 port B
+             + lat_f + (func == REDUCE_SUM) * L * Cred   function pipeline (REDUCE_SUM: 1 elem/clk serial add)
+             + 1                                          CVO_top output register
+             + out * Cwr                                  write phase per result element
+             + words(dst, out) ]                          result write, L2 port B
+
+``Crd`` = ``cvo.read_cycles_per_word`` (RTL bridge ≈17 per 8 elements; docs
+1 elem/clk = 8), ``Cwr`` = ``cvo.write_cycles_per_element`` (RTL 1, docs 0:
+overlapped), ``lat_f`` = ``cvo.latency[func]``.  ``out`` = 1 for REDUCE_SUM,
+L-1 for SCALE (the first streamed element is the scalar), else L.  CVO
+addresses are element addresses (8 BF16 per word, reference §1.6).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from actors.pccx.memory import words_touched
+from actors.pccx.numerics import cvo_apply, from_bf16, to_bf16, unpack_int4
+from emulator.actor import Actor
+from protocols import pccx_isa as isa
+from protocols.codec import TensorDesc
+from protocols.pccx import EMax, L2Read, L2Write, Status
+
+__all__ = ["MatEngine", "Cvo", "mat_cycles", "cvo_cycles"]
+
+WEIGHTS_PER_BEAT = 32   # 128-bit beat / INT4
+
+
+def _nbytes(data) -> int:
+    return int(data.nbytes) if isinstance(data, (np.ndarray, TensorDesc)) else 0
+
+
+def mat_cycles(K: int, N: int, burst_beats: list[int], rate: int, fill: int, read_latency: int, accm: bool) -> int:
+    """The closed form of the MatEngine docstring, in core cycles (weights already buffered)."""
+    wx, wy = -(-K // 8), -(-N // 8)
+    return ((wx + read_latency) + (wy + read_latency if accm else 0)
+            + sum(-(-WEIGHTS_PER_BEAT * b // rate) for b in burst_beats) + fill + wy)
+
+
+def cvo_cycles(func: str, src: int, dst: int, length: int, cfg: dict) -> int:
+    """The closed form of the Cvo docstring, in core cycles."""
+    out = 1 if func == "REDUCE_SUM" else max(length - 1, 0) if func == "SCALE" else length
+    c = words_touched(src, length) * cfg["read_cycles_per_word"] + cfg["latency"][func]
+    if func == "REDUCE_SUM":
+        c += length * cfg["reduce_cycles_per_element"]
+    return c + cfg["output_register_cycles"] + out * cfg["write_cycles_per_element"] + words_touched(dst, out)
+
+
+class MatEngine(Actor):
+    """GEMV (lanes) or GEMM (systolic array); see the module docstring."""
+
+    daemon = True
+
+    def __init__(self, name: str, *, op: str, cycle_ps: int, weight_ports: int, lanes: int, macs_per_lane: int,
+                 fill_cycles: int, read_latency_cycles: int, data_mode: bool):
+        super().__init__(name)
+        self.op = op
+        self.uop = self.in_port("uop")
+        self.w = [self.in_port(f"w{i}") for i in range(weight_ports)]
+        self.l2_req = self.out_port("l2_req")
+        self.l2_resp = self.in_port("l2_resp")
+        self.status = self.out_port("status")
+        self.emax = self.out_port("emax")
+        self.cycle_ps = cycle_ps
+        self.lanes = lanes
+        self.macs_per_lane = macs_per_lane
+        self.fill_cycles = fill_cycles
+        self.read_latency_ps = read_latency_cycles * cycle_ps
+        self.data_mode = data_mode
+        self.next_port = 0
+        self.spans: list[tuple[int, int, int, int]] = []   # (start, end, seq, stream) of every MAC span
+
+    def rate(self, parallel_lane: int) -> int:
+        if self.op == "GEMM":
+            return self.macs_per_lane * self.lanes
+        used = parallel_lane if 1 <= parallel_lane <= self.lanes else self.lanes
+        return used * self.macs_per_lane
+
+    async def _read(self, elem: int, n: int):
+        await self.l2_req.send(L2Read(0, elem, n, 1))
+        d = await self.l2_resp.recv()
+        await self.sleep(self.read_latency_ps)
+        return d.data
+
+    async def run(self) -> None:
+        while True:
+            u = await self.uop.recv()
+            f = u.fields
+            start = self.now
+            K, N = f["K"], f["N"]
+            x = await self._read(f["src_addr"] * 8, K)
+            old = await self._read(f["dest_reg"] * 8, N) if f["accm"] else None
+            total = (N * K + 1) // 2 + (2 * N if f["w_scale"] else 0)
+            rate = self.rate(f["parallel_lane"])
+            got = 0
+            chunks = []
+            stream = None
+            label = None
+            while got < total:
+                b = await self.w[self.next_port].recv()
+                self.next_port = (self.next_port + 1) % len(self.w)
+                if stream is None:
+                    stream = b.stream
+                    label = f"{self.op}#{u.seq} w{stream}"
+                elif b.stream != stream:
+                    raise RuntimeError(f"{self.name}: {self.op}#{u.seq} expected weight stream {stream}, the FIFO "
+                                       f"holds stream {b.stream} (driver streamed the wrong byte count?)")
+                got += _nbytes(b.data)
+                if self.data_mode:
+                    chunks.append(np.asarray(b.data, np.uint8))
+                t = self.now
+                await self.busy(-(-WEIGHTS_PER_BEAT * b.beats // rate) * self.cycle_ps, label)
+                self.spans.append((t, self.now, u.seq, stream))
+            if got != total:
+                raise RuntimeError(f"{self.name}: {self.op}#{u.seq} received {got} weight bytes, expected {total}")
+            await self.busy(self.fill_cycles * self.cycle_ps, f"{self.op}#{u.seq} drain")
+            if self.data_mode:
+                y = self._compute(np.concatenate(chunks), x, old, N, K, bool(f["w_scale"]))
+                out = to_bf16(y)
+            else:
+                out = TensorDesc.of((N,), "u2")
+            await self.l2_req.send(L2Write(0, f["dest_reg"] * 8, N, out))
+            await self.l2_resp.recv()
+            if f["findemax"]:
+                bits = int(to_bf16(from_bf16(out).max())) if self.data_mode else 0
+                await self.emax.send(EMax(bits))
+            await self.status.send(Status("retire", self.op, u.seq, 0, start, self.now, f"w{stream}"))
+
+    @staticmethod
+    def _compute(blob: np.ndarray, x_bits, old_bits, N: int, K: int, w_scale: bool) -> np.ndarray:
+        nw = (N * K + 1) // 2
+        W = unpack_int4(blob[:nw], N * K).reshape(N, K).astype(np.float32)
+        x = from_bf16(x_bits)
+        y = W @ x
+        if w_scale:
+            y = y * from_bf16(blob[nw:nw + 2 * N].view(np.uint16))
+        if old_bits is not None:
+            y = y + from_bf16(old_bits)
+        return y.astype(np.float32)
+
+
+class Cvo(Actor):
+    """The CVO/SFU unit with its L2 stream bridge; see the module docstring."""
+
+    daemon = True
+
+    def __init__(self, name: str, *, cycle_ps: int, cfg: dict, data_mode: bool):
+        super().__init__(name)
+        self.uop = self.in_port("uop")
+        self.emax_in = self.in_port("emax")
+        self.l2_req = self.out_port("l2_req")
+        self.l2_resp = self.in_port("l2_resp")
+        self.status = self.out_port("status")
+        self.cycle_ps = cycle_ps
+        self.cfg = cfg
+        self.data_mode = data_mode
+        self.emax_bits = 0
+
+    async def run(self) -> None:
+        cfg = self.cfg
+        while True:
+            u = await self.uop.recv()
+            while (e := self.emax_in.poll()) is not None:
+                self.emax_bits = e.bits
+            f = u.fields
+            start = self.now
+            func = isa.CVO_NAMES.get(f["cvo_func"])
+            L = f["length"]
+            if func is None:   # rtl profile: CVO_top falls back to idle on a reserved function
+                await self.status.send(Status("drop", "CVO", u.seq, isa.ERR_RESERVED_BITS, start, self.now,
+                                              f"cvo_func={f['cvo_func']} reserved"))
+                continue
+            out_n = 1 if func == "REDUCE_SUM" else max(L - 1, 0) if func == "SCALE" else L
+            await self.l2_req.send(L2Read(0, f["src_addr"], L, cfg["read_cycles_per_word"]))
+            d = await self.l2_resp.recv()
+            c = cfg["latency"][func] + cfg["output_register_cycles"] + out_n * cfg["write_cycles_per_element"]
+            if func == "REDUCE_SUM":
+                c += L * cfg["reduce_cycles_per_element"]
+            await self.busy(c * self.cycle_ps, f"CVO#{u.seq} {func}")
+            if self.data_mode:
+                out = cvo_apply(func, d.data, emax_bits=self.emax_bits if f["sub_emax"] else None,
+                                recip_scale=bool(f["recip_scale"]))
+            else:
+                out = TensorDesc.of((out_n,), "u2")
+            if out_n:
+                await self.l2_req.send(L2Write(0, f["dst_addr"], out_n, out))
+                await self.l2_resp.recv()
+            await self.status.send(Status("retire", "CVO", u.seq, 0, start, self.now, func))

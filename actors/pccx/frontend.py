@@ -1,0 +1,249 @@
+"""The control plane: AXI-Lite command FIFO, status block, decoder, global scheduler.
+
+Path of an instruction (reference §1.5, §2.1)::
+
+    host driver --AXI-Lite write--> AxilCmdIn --8-deep cmd FIFO link--> Decoder
+        --> GlobalScheduler --> memory dispatcher (GEMV, GEMM, MEMCPY, MEMSET) | CVO
+
+Service times (core clock ``Tc``):
+
+* AxilCmdIn: no busy time; the AXI-Lite flight time is the host link latency
+  (``axil.latency``).  The command FIFO is a link of capacity ``axil.cmd_fifo_depth``
+  (8, ``AXIL_CMD_IN.sv``), so a full FIFO holds the AW channel: the host's write
+  blocks (reference §1.5 item 1 "AW stalls when full").
+* Decoder: ``decoder_cycles`` x Tc per word (1 instr/cycle, ``ctrl_npu_decoder.sv``).
+* GlobalScheduler: ``scheduler_cycles`` x Tc per instruction (registers µops 1
+  cycle later, ``Global_Scheduler.sv``).
+
+Issue is in order, one instruction per cycle, so at most one LOAD µop becomes
+valid per cycle; the reference's LOAD priority GEMM > GEMV > MEMCPY > CVO is
+applied where requests actually meet, at the L2 compute port
+(actors/pccx/memory.py ``L2``).  Assumption (stated, reference §1.5 item 4): the
+RTL has no back-pressure from engines, the emulator gives each engine a µop FIFO
+of ``uop_fifo_depth`` (the v002.1 proposal) so the scheduler waits instead of
+overwriting a µop.
+
+Errors (``errors`` profile switch, reference §1.7 / seed §5):
+
+* ``strict``: reserved opcode, non-zero reserved bits / undefined enumerated
+  value (decoder), L2 base address >= ``l2.words`` and CVO length > ``cvo.max_length``
+  (scheduler), L2 extent out of range (dispatcher) -> the instruction is not
+  executed, the status block sets ERROR and raises the error interrupt;
+* ``rtl``: the same instructions are dropped silently (counted as dropped).
+
+The kick marker (``0x8000...0``, write to 0x008) is always dropped: it is not an
+instruction in either machine.
+
+Status FIFO: the RTL pushes a status snapshot every cycle into the 8-deep
+``AXIL_STAT_OUT`` FIFO, so a read returns a snapshot a few cycles old (reference
+§2.1); the emulator answers a read with the state at the moment it arrives
+(assumption: <= 8 core cycles of staleness is far below the driver's poll period).
+
+STORE µops: each engine writes its own results to L2 (GEMV/GEMM ``ceil(N/8)``
+words, CVO its output elements) as the last step of its service time, so the
+RTL's separate STORE µop is folded into the engine (compute.py formulas).
+
+Status word (read at any address, reference §2.1 ``{32'b0, mmio_npu_stat}``, with
+the emulator's additions marked *):
+
+* bit 0 BUSY = instructions accepted by the command FIFO and not yet retired;
+* bit 1 DONE = sticky, set when an op of ``status.done_on`` retires (RTL: MEMSET,
+  CVO, GEMM store), cleared at the next issue;
+* bit 2 ERROR* = sticky (position from the bare-metal driver's map
+  ``npu_driver.h``; no RTL drives it), bits 11:8* = last error class
+  (1 reserved opcode, 2 reserved bits/value, 3 L2 address range, 4 CVO length);
+* bits 63:32* = retired-instruction count mod 2^32 (the bare-metal map's token
+  field position) so the driver's DONE poll is race-free.
+"""
+from __future__ import annotations
+
+from emulator.actor import Actor
+from protocols import pccx_isa as isa
+from protocols.pccx import AxiReadData, CmdWord, Irq, Status, Uop
+
+ERR_L2_RANGE = 3
+ERR_CVO_LENGTH = 4
+ERROR_NAMES = {isa.ERR_RESERVED_OPCODE: "reserved opcode", isa.ERR_RESERVED_BITS: "reserved bits/value",
+               ERR_L2_RANGE: "L2 address out of range", ERR_CVO_LENGTH: "CVO length > max"}
+
+BUSY_BIT, DONE_BIT, ERROR_BIT = 1, 2, 4
+
+
+def status_fields(word: int) -> dict:
+    """The status word split into its fields (used by the driver and tests)."""
+    return {"busy": bool(word & BUSY_BIT), "done": bool(word & DONE_BIT), "error": bool(word & ERROR_BIT),
+            "error_code": (word >> 8) & 0xF, "retired": (word >> 32) & 0xFFFF_FFFF}
+
+
+class AxilCmdIn(Actor):
+    """``AXIL_CMD_IN``: write 0x000 pushes the instruction, 0x008 pushes the kick marker."""
+
+    daemon = True
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.w = self.in_port("w")
+        self.fifo = self.out_port("fifo")
+        self.status = self.out_port("status")
+        self.pushed = 0
+        self.ignored = 0
+
+    async def run(self) -> None:
+        while True:
+            m = await self.w.recv()
+            if m.addr == 0x000:
+                seq = self.pushed
+                self.pushed += 1
+                await self.fifo.send(CmdWord(m.data, seq))
+                await self.status.send(Status("accept", "", seq, 0, self.now, self.now, ""))
+            elif m.addr == 0x008:
+                await self.fifo.send(CmdWord(isa.KICK_WORD, -1))
+            else:
+                self.ignored += 1   # other addresses are ignored (AXIL_CMD_IN.sv)
+
+
+class AxilStatOut(Actor):
+    """The status block: AXI-Lite reads return the status word; raises the error interrupt."""
+
+    daemon = True
+
+    def __init__(self, name: str, *, done_on: list[str]):
+        super().__init__(name)
+        self.rd = self.in_port("rd")
+        self.ev = self.in_port("ev")
+        self.data = self.out_port("data")
+        self.irq = self.out_port("irq")
+        self.done_on = set(done_on)
+        self.accepted = 0
+        self.retired = 0
+        self.done = False
+        self.error = False
+        self.error_code = 0
+        self.records: list[dict] = []     # one per retired / dropped / failed instruction
+        self.irq_lost = 0
+
+    def word(self) -> int:
+        w = (BUSY_BIT if self.accepted != self.retired else 0) | (DONE_BIT if self.done else 0)
+        w |= (ERROR_BIT if self.error else 0) | (self.error_code & 0xF) << 8
+        return w | (self.retired & 0xFFFF_FFFF) << 32
+
+    async def run(self) -> None:
+        while True:
+            port, m = await self.select(self.rd, self.ev)
+            if port is self.rd:
+                await self.data.send(AxiReadData(self.word()))
+                continue
+            k = m.kind
+            if k == "accept":
+                self.accepted += 1
+            elif k == "issue":
+                self.done = False
+            elif k in ("retire", "drop", "error"):
+                self.retired += 1
+                self.records.append({"kind": k, "op": m.op, "seq": m.seq, "code": m.code, "start": m.start,
+                                     "end": m.end, "text": m.text})
+                if k == "retire" and m.op in self.done_on:
+                    self.done = True
+                if k == "error":
+                    self.error = True
+                    self.error_code = m.code
+                    self.mark("error_irq", [m.seq, m.code, m.text])
+                    if not self.irq.try_send(Irq(m.code, m.seq, m.text)):
+                        self.irq_lost += 1
+
+
+class Decoder(Actor):
+    """``ctrl_npu_decoder``: one word per ``decoder_cycles``; reserved encodings per ``errors``."""
+
+    daemon = True
+
+    def __init__(self, name: str, *, cycle_ps: int, strict: bool):
+        super().__init__(name)
+        self.inp = self.in_port("in")
+        self.out = self.out_port("out")
+        self.status = self.out_port("status")
+        self.cycle_ps = cycle_ps
+        self.strict = strict
+
+    async def run(self) -> None:
+        while True:
+            m = await self.inp.recv()
+            await self.busy(self.cycle_ps, "decode")
+            if m.word == isa.KICK_WORD:
+                continue
+            try:
+                ins = isa.decode(m.word, strict=self.strict)
+            except isa.IsaError as e:
+                await self.status.send(Status("error", "?", m.seq, e.code, self.now, self.now,
+                                              f"0x{m.word:016X}: {e}"))
+                continue
+            if ins is None:  # RTL: unknown opcode dropped silently
+                await self.status.send(Status("drop", "?", m.seq, isa.ERR_RESERVED_OPCODE, self.now, self.now,
+                                              f"0x{m.word:016X}: reserved opcode 0x{m.word >> 60:X} dropped"))
+                continue
+            await self.out.send(Uop(ins.op, ins.fields, m.seq))
+
+
+class GlobalScheduler(Actor):
+    """``Global_Scheduler``: base-address and CVO-length checks, then the µop to its engine.
+
+    Engines report completions on ``done``; the scheduler forwards them to the
+    status block.  A MEMCPY or CVO with ``async=0`` is a synchronous op: issue of
+    the next instruction waits until it retires (assumption: the seed's "async
+    field" semantics, §5, applied to the two opcodes that have the bit,
+    reference §1.2).
+    """
+
+    daemon = True
+
+    def __init__(self, name: str, *, cycle_ps: int, strict: bool, l2_words: int, cvo_max: int):
+        super().__init__(name)
+        self.inp = self.in_port("in")
+        self.done = self.in_port("done")
+        self.mem = self.out_port("mem")      # GEMV, GEMM, MEMCPY, MEMSET via the memory dispatcher
+        self.cvo = self.out_port("cvo")
+        self.status = self.out_port("status")
+        self.cycle_ps = cycle_ps
+        self.strict = strict
+        self.l2_words = l2_words
+        self.cvo_max = cvo_max
+
+    def check(self, u: Uop) -> tuple[int, str] | None:
+        f = u.fields
+        if u.op in ("GEMV", "GEMM"):
+            for k in ("dest_reg", "src_addr"):
+                if f[k] >= self.l2_words:
+                    return ERR_L2_RANGE, f"{u.op} {k}={f[k]} >= {self.l2_words} L2 words"
+        elif u.op == "MEMCPY":
+            k = "dest_addr" if (f["from_device"], f["to_device"]) == (1, 0) else "src_addr"
+            if f[k] >= self.l2_words:
+                return ERR_L2_RANGE, f"MEMCPY {k}={f[k]} >= {self.l2_words} L2 words"
+        elif u.op == "CVO":
+            if f["length"] > self.cvo_max:
+                return ERR_CVO_LENGTH, f"CVO length={f['length']} > {self.cvo_max} elements"
+        return None
+
+    async def _forward(self, m) -> None:
+        await self.status.send(m)
+
+    async def run(self) -> None:
+        while True:
+            port, u = await self.select(self.inp, self.done)
+            if port is self.done:
+                await self._forward(u)
+                continue
+            await self.busy(self.cycle_ps, "issue")
+            bad = self.check(u)
+            if bad is not None:
+                code, text = bad
+                await self.status.send(Status("error" if self.strict else "drop", u.op, u.seq, code, self.now,
+                                              self.now, text))
+                continue
+            await self.status.send(Status("issue", u.op, u.seq, 0, self.now, self.now, ""))
+            await (self.cvo if u.op == "CVO" else self.mem).send(u)
+            if u.op in ("MEMCPY", "CVO") and not u.fields["async"]:
+                while True:   # synchronous op: wait for its retirement
+                    m = await self.done.recv()
+                    await self._forward(m)
+                    if m.seq == u.seq:
+                        break

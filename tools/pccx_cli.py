@@ -1,0 +1,62 @@
+"""``emu pccx``: the pccx v002 ISA on the command line.
+
+* ``emu pccx disasm WORD...`` — hex words (``0x`` optional, ``_`` allowed) -> one line
+  each: the mnemonic and ``field=value`` pairs (protocols/pccx_isa.py); an illegal
+  word prints ``error: 0x...: <reason>`` and the exit status is 1.
+* ``emu pccx asm FILE|-`` — that text (one instruction per line, ``#`` comments)
+  -> one ``0x%016X`` word per line; errors name the line, exit status 2.
+"""
+from __future__ import annotations
+
+import sys
+
+from protocols import pccx_isa as isa
+
+__all__ = ["add_parser"]
+
+
+def cmd_disasm(args) -> int:
+    status = 0
+    for tok in args.words:
+        try:
+            word = int(tok.replace("_", ""), 16)
+        except ValueError:
+            print(f"error: {tok!r} is not a hexadecimal word")
+            status = 1
+            continue
+        if not 0 <= word < 1 << 64:
+            print(f"error: {tok!r} does not fit in 64 bits")
+            status = 1
+            continue
+        line = isa.disasm_word(word)
+        if line.startswith("error:"):
+            status = 1
+        print(line)
+    return status
+
+
+def cmd_asm(args) -> int:
+    try:
+        text = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()
+    except OSError as e:
+        print(f"error: cannot read {args.file}: {e.strerror}", file=sys.stderr)
+        return 2
+    try:
+        words = isa.assemble(text)
+    except isa.IsaError as e:
+        print(f"error: {args.file}: {e}", file=sys.stderr)
+        return 2
+    for w in words:
+        print(f"0x{w:016X}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("pccx", help="pccx v002 ISA tools (disasm, asm)")
+    psub = p.add_subparsers(dest="pccx_cmd", required=True)
+    d = psub.add_parser("disasm", help="disassemble 64-bit instruction words (hex)")
+    d.add_argument("words", nargs="+", metavar="WORD")
+    d.set_defaults(func=cmd_disasm)
+    a = psub.add_parser("asm", help="assemble the disasm text form into hex words")
+    a.add_argument("file", metavar="FILE|-")
+    a.set_defaults(func=cmd_asm)
