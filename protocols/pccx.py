@@ -68,12 +68,17 @@ class Irq:
     text: str
 
 
-@message(tag=507)
+@message(tag=507, version=2)
 class DmCmd:
-    """A DataMover command (HP or ACP page, reference §2.2): stream ``nbytes`` from DDR ``addr``."""
+    """A DataMover command (HP or ACP page, reference §2.2): stream ``nbytes`` from DDR ``addr``.
+
+    ``dest`` is the AXI-Stream TDEST the bursts carry: the GEMV lane they are for
+    (0 for the GEMM ports); a weight switch routes a shared FIFO's bursts by it.
+    """
     stream: int
     addr: int
     nbytes: int
+    dest: int
 
 
 @message(tag=508)
@@ -102,13 +107,14 @@ class Ack:
     req: int
 
 
-@message(tag=512)
+@message(tag=512, version=2)
 class WeightBurst:
-    """One burst of a weight stream in a weight FIFO (``beats`` x 128 bit)."""
+    """One burst of a weight stream in a weight FIFO (``beats`` x 128 bit); ``dest`` = the DataMover command's TDEST."""
     stream: int
     index: int
     beats: int
     data: object
+    dest: int
 
 
 @message(tag=513)
@@ -150,3 +156,27 @@ class AcpJob:
 class EMax:
     """The e_max a GEMV/GEMM with ``findemax`` hands to the CVO unit (as BF16 bits)."""
     bits: int
+
+
+@message(tag=518)
+class LaneJob:
+    """GEMV front -> lane: compute output rows ``[row0, row0 + rows)`` of GEMV ``seq`` over K inputs.
+
+    ``x`` is the activation (BF16 bits in data mode) broadcast to the lane;
+    ``w_scale`` says whether the lane's weight stream ends with ``rows`` BF16 scales.
+    """
+    seq: int
+    row0: int
+    rows: int
+    K: int
+    w_scale: bool
+    x: object
+
+
+@message(tag=519)
+class LaneResult:
+    """Lane -> GEMV front: the lane's ``rows`` results (float32 in data mode) and its weight stream id (-1 if none)."""
+    seq: int
+    lane: int
+    stream: int
+    y: object

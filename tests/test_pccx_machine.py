@@ -74,8 +74,18 @@ def test_memset_memcpy_round_trip_data():
     assert ram[0][5] == [40, 1, 1] and ram[1][63] == [7, 8, 9]
 
 
-def test_gemv_gemm_and_accm_data():
-    prof = load_profile("pccx-v002-rtl")
+def gemv_ref(W, x_bits, scale_bits=None):
+    """numpy GEMV of the lanes: exact (float64) dot products -> float32, times the float32 scale."""
+    y = (W.astype(np.float64) @ f(x_bits).astype(np.float64)).astype(np.float32)
+    return y if scale_bits is None else (y * f(scale_bits)).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_gemv_gemm_and_accm_data(name):
+    """GEMV split over 4 and 2 lanes (+ accm) and a GEMM vs numpy.  N = 24: parallel_lane=4 gives lanes
+    6 rows each, parallel_lane=2 12 rows each; as built (rtl) lanes C/D have no weight FIFO, so rows
+    12..23 of the 4-lane GEMV are 0 (reference §0/§3: C/D get zero weights)."""
+    prof = load_profile(name)
     rng = np.random.default_rng(1)
     K, N = 96, 24
     x = bf(rng.normal(size=K))
@@ -84,18 +94,22 @@ def test_gemv_gemm_and_accm_data():
     b = ProgramBuilder(prof)
     load_vector(b, x, 0)
     b.push("MEMSET", dest_cache=1, dest_addr=2, a_value=N, b_value=K, c_value=1)
-    b.stream_weights("gemv", weight_blob(W1, s1))
+    b.stream_gemv(W1, s1, 4)
     b.push("GEMV", dest_reg=50, src_addr=0, w_scale=1, size_ptr_addr=2, shape_ptr_addr=0, parallel_lane=4)
-    b.stream_weights("gemv", weight_blob(W2, None))
+    b.stream_gemv(W2, None, 2)
     b.push("GEMV", dest_reg=50, src_addr=0, accm=1, size_ptr_addr=2, shape_ptr_addr=0, parallel_lane=2)
     b.stream_weights("gemm", weight_blob(Wg, sg))
     b.push("GEMM", dest_reg=60, src_addr=0, w_scale=1, shape_ptr_addr=0)
     b.wait("end")
     s = run(b, prof)
     xf = f(x)
-    y1 = bf((W1.astype(np.float32) @ xf) * f(s1))
-    y2 = bf(W2.astype(np.float32) @ xf + f(y1))
+    y1 = gemv_ref(W1, x, s1)
+    if name == "pccx-v002-rtl":
+        y1[12:] = 0
+    y1 = bf(y1)
+    y2 = bf(gemv_ref(W2, x) + f(y1))
     assert np.array_equal(l2(s, 400, N), y2)
+    assert (name == "pccx-v002-rtl") == (s.actors["pccx/gemv/lane2"].zero_rows == 6)
     assert np.array_equal(l2(s, 480, 32), bf((Wg.astype(np.float32) @ xf) * f(sg)))
     assert [r["op"] for r in records(s)].count("GEMV") == 2
 
@@ -146,7 +160,7 @@ def test_cvo_scale_recip_zero_scalar_and_sub_emax():
     x = bf(np.arange(K) * 0.25)
     load_vector(b, x, 20, slot=2)
     b.push("MEMSET", dest_cache=1, dest_addr=3, a_value=N, b_value=K, c_value=1)
-    b.stream_weights("gemv", weight_blob(W, None))
+    b.stream_gemv(W, None, 0)
     b.push("GEMV", dest_reg=30, src_addr=20, findemax=1, size_ptr_addr=3, shape_ptr_addr=2)
     b.wait("gemv")
     b.push("CVO", cvo_func=isa.CVO_FUNCS["EXP"], src_addr=240, dst_addr=900, length=N, sub_emax=1, **S)
@@ -185,11 +199,14 @@ def test_per_op_timing_matches_closed_forms(name, mode):
     b.wait("in")                                              # idle DDR: no weight stream competes with it
     b.push("MEMSET", dest_cache=1, dest_addr=2, a_value=N, b_value=K, c_value=1)
     rng = np.random.default_rng(3)
-    b.stream_weights("gemv", weight_blob(rng.integers(-8, 8, (N, K)), bf(np.ones(N))))
+    b.stream_gemv(rng.integers(-8, 8, (N, K)), bf(np.ones(N)), 2)
+    b.stream_gemv(rng.integers(-8, 8, (N, K)), bf(np.ones(N)), 4)
     b.stream_weights("gemm", weight_blob(rng.integers(-8, 8, (32, K)), None))
     b.steps.append(("sleep", 200_000_000))                   # let the weight FIFOs fill (idle machine afterwards)
     b.push("GEMV", dest_reg=300, src_addr=0, w_scale=1, size_ptr_addr=2, shape_ptr_addr=0, parallel_lane=2)
     b.wait("gemv")
+    b.push("GEMV", dest_reg=302, src_addr=0, w_scale=1, size_ptr_addr=2, shape_ptr_addr=0, parallel_lane=4)
+    b.wait("gemv4")
     b.push("GEMM", dest_reg=310, src_addr=0, shape_ptr_addr=0)
     b.wait("gemm")
     for func in isa.CVO_FUNCS:
@@ -210,12 +227,30 @@ def test_per_op_timing_matches_closed_forms(name, mode):
     one_out = look + (12 + prof["l2"]["read_latency_cycles"]) * tc + 12 * acp + ceil_div(192 * 10**12, ddr_bw) + ddr_lat
     m = lat("MEMCPY")
     assert m[1] == one_in and m[2] == one_out
-    # GEMV: 16x256 INT4 + 16 BF16 scales = 2080 B = 8 bursts of 16 beats + 1 of 2 beats
+    # GEMV, 16x256 INT4 + BF16 scales, rows split in equal blocks over the lanes, each lane on its own stream:
+    # x read (32 words + 3), lanes in parallel (per burst ceil(32 * beats / macs_per_lane), + drain), write 2 words.
     g = prof["gemv"]
-    rate = 2 * g["macs_per_lane"]
-    beats = [16] * 8 + [2]
-    gemv = (ceil_div(K, 8) + 3) + sum(ceil_div(32 * bt, rate) for bt in beats) + g["pipeline_cycles"] + ceil_div(N, 8)
-    assert lat("GEMV") == [gemv * tc]
+    rate, drain = g["macs_per_lane"], g["pipeline_cycles"]
+
+    def lane(bursts):
+        return [ceil_div(32 * bt, rate) for bt in bursts]
+
+    # parallel_lane=2: 8 rows per lane = 1024 B + 16 B scales = 65 beats = 4 bursts of 16 + 1; lane A on HP2,
+    # lane B on HP3 in both profiles (own FIFO each, already full): no waiting
+    two = lane([16, 16, 16, 16, 1])
+    gemv2 = (ceil_div(K, 8) + 3) + sum(two) + drain + ceil_div(N, 8)
+    # parallel_lane=4: 4 rows per lane = 512 B + 8 B = 33 beats = 16 + 16 + 1
+    four = lane([16, 16, 1])
+    if name == "pccx-v002-rtl":
+        # lanes C/D have no FIFO: zero weights, same per-burst rate, nothing to wait for
+        mac4 = sum(four)
+    else:
+        # lanes C/D share HP2/HP3 with A/B through the TDEST switch: in FIFO order their bursts sit behind
+        # A's/B's 3 bursts; the switch's one-burst output slice to C is free once it has passed A's last
+        # burst to A's slice, i.e. when A takes its 2nd-to-last burst (after A's first burst's cycles)
+        mac4 = max(sum(four), four[0] + sum(four))
+    gemv4 = (ceil_div(K, 8) + 3) + mac4 + drain + ceil_div(N, 8)
+    assert lat("GEMV") == [gemv2 * tc, gemv4 * tc]
     gm = prof["gemm"]
     gemm = (ceil_div(K, 8) + 3) + 16 * ceil_div(32 * 16, gm["macs_per_cycle"]) + gm["fill_cycles"] + 4   # 4096 B = 16 bursts
     assert lat("GEMM") == [gemm * tc]
@@ -309,17 +344,17 @@ def test_status_done_bit_follows_profile():
 
 # --------------------------------------------------------------------------- back-pressure
 def test_full_weight_fifo_stalls_hp_port():
-    prof = load_profile("pccx-v002-rtl", {"hp": {"fifo_words": 64}, "gemv": {"hp_ports": [2]}})
+    prof = load_profile("pccx-v002-rtl", {"hp": {"fifo_words": 64}})     # lane A reads HP2's FIFO
     cap = 64 // 16                                   # 4 bursts of 16 beats
     N, K = 16, 640                                   # 5120 B of weights = 20 bursts
     W = np.random.default_rng(4).integers(-8, 8, (N, K))
     b = ProgramBuilder(prof)
-    b.stream_weights("gemv", weight_blob(W, None))
+    b.stream_gemv(W, None, 1)
     b.steps.append(("sleep", 50_000_000))            # 50 µs: far longer than 20 transfers
     s0 = run(b, prof, "timing")
     hp = s0.actors["pccx/hp2"]
     assert len(hp.spans) == cap + 1                  # FIFO full + one burst held at the port
-    assert s0.link("wfifo2").blocked_count >= 1
+    assert s0.link("wfifo2.gemv.lane0").blocked_count >= 1
     # now with a consumer: every burst beyond the FIFO's capacity moves only after the GEMV took one out
     x = bf(np.ones(K))
     load_vector(b, x, 0)
@@ -327,7 +362,7 @@ def test_full_weight_fifo_stalls_hp_port():
     b.push("GEMV", dest_reg=200, src_addr=0, size_ptr_addr=1, shape_ptr_addr=0, parallel_lane=1)
     b.wait("end")
     s = run(b, prof, "data")
-    hp, gemv = s.actors["pccx/hp2"], s.actors["pccx/gemv"]
+    hp, gemv = s.actors["pccx/hp2"], s.actors["pccx/gemv/lane0"]
     assert len(hp.spans) == 20 and len(gemv.spans) == 20
     for j in range(cap + 1, 20):
         assert hp.spans[j][0] >= gemv.spans[j - cap - 1][0]
@@ -338,6 +373,15 @@ def test_full_weight_fifo_stalls_hp_port():
 # --------------------------------------------------------------------------- overlap scenario
 @pytest.mark.parametrize("scenario", ["program.yaml", "program-rtl.yaml"])
 def test_overlap_scenario_trace(scenario, tmp_path):
+    """Weight prefetch of GEMV n+1 under GEMV n's compute, from the trace alone (no script makes it).
+
+    Both scenarios queue every DataMover command up front; the weight FIFOs' credits decide when
+    a burst moves.  Documented (parallel_lane=4, lanes A/C on HP2, B/D on HP3, 1024 MAC/clk): the
+    lanes are weight-starved, so each port streams back to back.  As built (parallel_lane=2, lane A
+    on HP2, B on HP3, 32 MAC/clk = one beat per clock = the port's beat rate): the lanes are
+    rate-matched with their ports, so the lead the FIFO built before GEMV 0 started is never lost and
+    the next stream's transfer runs under the compute for at least that lead.
+    """
     from actors import registry
     from emulator.scenario import load_scenario
     from emulator.trace import read_trace
@@ -349,23 +393,34 @@ def test_overlap_scenario_trace(scenario, tmp_path):
     assert res["status"] == "finished" and res["max_abs_err"] == 0
     tr = read_trace(str(path))
     names = tr.actors
-    compute: dict[int, list] = {}
-    xfer: dict[int, list] = {}
+    compute: dict[str, dict[int, list]] = {}    # lane -> stream -> MAC spans
+    xfer: dict[str, dict[int, list]] = {}       # port -> stream -> burst transfers
     for ev in tr.of_kind("busy"):
         _, t0, actor, t1, label = ev
         who = names[actor]
-        if who == "pccx/gemv" and label.startswith("GEMV#") and " w" in label:
-            compute.setdefault(int(label.rsplit(" w", 1)[1]), []).append((t0, t1))
+        if who.startswith("pccx/gemv/lane") and label.startswith("GEMV#") and " w" in label:
+            lane = compute.setdefault(who[len("pccx/gemv/"):], {})
+            lane.setdefault(int(label.rsplit(" w", 1)[1]), []).append((t0, t1))
         elif who in ("pccx/hp2", "pccx/hp3"):
-            xfer.setdefault(int(label[1:]), []).append((t0, t1))
-    streams = sorted(compute)
-    assert len(streams) == 3
-    for n, n1 in zip(streams, streams[1:]):
-        c0, c1 = min(a for a, _ in compute[n]), max(b for _, b in compute[n])
-        ov = sum(max(0, min(b, c1) - max(a, c0)) for a, b in xfer[n1])
-        assert ov > 0, f"no HP transfer of stream {n1} during GEMV stream {n}"
-        if "rtl" in scenario:   # compute-bound as built: the next GEMV's weights stream mostly under compute
-            assert ov >= 0.5 * sum(b - a for a, b in xfer[n1])
+            xfer.setdefault(who[len("pccx/"):], {}).setdefault(int(label[1:]), []).append((t0, t1))
+    rtl = "rtl" in scenario
+    wiring = {"hp2": ["lane0"], "hp3": ["lane1"]} if rtl else {"hp2": ["lane0", "lane2"], "hp3": ["lane1", "lane3"]}
+    assert sorted(compute) == sorted(sum(wiring.values(), []))      # every lane in use computed (its own stream)
+    for port, lanes in wiring.items():
+        spans = {st: [sp for ln in lanes for sp in compute[ln].get(st, [])] for st in range(3)}
+        assert all(spans.values()) and sorted(xfer[port]) == [0, 1, 2]
+        lead = min(a for a, _ in spans[0]) - min(a for a, _ in xfer[port][0])
+        assert lead > 0                        # the FIFO filled before the lanes started
+        for n in (0, 1):
+            c0, c1 = min(a for a, _ in spans[n]), max(b for _, b in spans[n])
+            nxt = xfer[port][n + 1]
+            # the port streams back to back: the prefetch of n+1 starts when n's last burst is in the
+            # FIFO, before GEMV n's compute ends, not when GEMV n retires
+            assert min(a for a, _ in nxt) == max(b for _, b in xfer[port][n]) < c1
+            ov = sum(max(0, min(b, c1) - max(a, c0)) for a, b in nxt)
+            assert ov > 0, f"no {port} transfer of stream {n + 1} during GEMV stream {n}"
+            if rtl:
+                assert ov >= lead, (port, n, ov, lead)
 
 
 def test_emu_run_prints_latency_table_both_profiles_and_is_deterministic(emu):
@@ -433,3 +488,79 @@ def test_asm_workload_runs_text_program_and_reports_clear_errors(emu, tmp_path):
     scen.write_text(f"machine: {{profile: pccx-v002-rtl}}\nworkload: {{kind: asm, params: {{source: {bad}}}}}\n")
     p = emu("run", scen, "--no-bundle", "--quiet")
     assert p.returncode != 0 and "bad.pasm:2" in (p.stdout + p.stderr) and "Traceback" not in p.stderr
+
+
+# --------------------------------------------------------------------------- GEMV lanes
+@pytest.mark.parametrize("scenario,switches,direct", [
+    ("program.yaml", ["wfifo2.gemv.wsw2", "wfifo3.gemv.wsw3", "gemv.wsw2.lane0", "gemv.wsw2.lane2",
+                      "gemv.wsw3.lane1", "gemv.wsw3.lane3"], []),
+    ("program-rtl.yaml", [], ["wfifo2.gemv.lane0", "wfifo3.gemv.lane1"]),
+])
+def test_explain_shows_gemv_lane_actors_and_wiring(emu, scenario, switches, direct):
+    """`emu explain` lists the front, the 4 lane actors, their job/result links and the weight wiring:
+    documented HP2 -> switch -> lanes A/C, HP3 -> lanes B/D; as built HP2 -> A, HP3 -> B, C/D no weight port."""
+    text = emu("explain", ROOT / "scenarios" / "pccx" / scenario, check=0).stdout
+    assert "pccx/gemv [GemvFront]" in text
+    for i in range(4):
+        assert f"pccx/gemv/lane{i} [GemvLane]" in text
+        assert f"gemv.job.lane{i}:" in text and f"gemv.res.lane{i}:" in text
+    for name in switches + direct + ["wfifo0.gemm", "wfifo1.gemm"]:
+        assert f"  {name}: capacity" in text
+    assert ("WeightSwitch" in text) == bool(switches)
+    if direct:
+        assert "pccx/gemv/lane2 [GemvLane] in=job out=res" in text     # no weight port
+
+
+def test_gemv_lanes_run_in_parallel_on_their_own_ports():
+    """rtl: parallel_lane=1 streams everything through HP2 into lane A; parallel_lane=2 halves the rows per
+    lane and uses HP3 for lane B, so the MAC phase halves: 8 rows x 512 = 2048 B = 8 bursts of 16 beats
+    (16 cycles each at 32 MAC/clk) on one lane, 4 bursts per lane on two."""
+    prof = load_profile("pccx-v002-rtl")
+    tc, _ = cyc(prof)
+    K, N = 512, 8
+    rng = np.random.default_rng(5)
+    W = rng.integers(-8, 8, (N, K))
+    x = bf(rng.normal(size=K))
+    b = ProgramBuilder(prof)
+    load_vector(b, x, 0)
+    b.push("MEMSET", dest_cache=1, dest_addr=1, a_value=N, b_value=K, c_value=1)
+    b.stream_gemv(W, None, 1)
+    b.stream_gemv(W, None, 2)
+    b.steps.append(("sleep", 100_000_000))
+    b.push("GEMV", dest_reg=100, src_addr=0, size_ptr_addr=1, parallel_lane=1)
+    b.wait("one")
+    b.push("GEMV", dest_reg=101, src_addr=0, size_ptr_addr=1, parallel_lane=2)
+    b.wait("two")
+    s = run(b, prof)
+    fixed = (ceil_div(K, 8) + 3) + prof["gemv"]["pipeline_cycles"] + 1
+    assert [r["end"] - r["start"] for r in records(s, "GEMV")] == [(fixed + 8 * 16) * tc, (fixed + 4 * 16) * tc]
+    assert [len(s.actors[f"pccx/hp{p}"].spans) for p in (2, 3)] == [8 + 4, 4]
+    assert [len(s.actors[f"pccx/gemv/lane{i}"].spans) for i in range(4)] == [8 + 4, 4, 0, 0]
+    want = bf(gemv_ref(W, x))
+    assert np.array_equal(l2(s, 800, N), want) and np.array_equal(l2(s, 808, N), want)
+    assert [r["text"] for r in records(s, "GEMV")] == ["lane0:w0", "lane0:w1 lane1:w1"]
+
+
+def test_gemv_weight_routing_errors_are_clear():
+    prof = load_profile("pccx-v002-rtl")
+    b = ProgramBuilder(prof)
+    blob = weight_blob(np.ones((8, 16), int), None)
+    b.steps.append(("hp", 2, 0, b.put(blob), len(blob), 1))        # lane B's TDEST on lane A's port
+    b.push("MEMSET", dest_cache=1, dest_addr=1, a_value=8, b_value=16, c_value=1)
+    b.push("MEMSET", dest_cache=0, dest_addr=0, a_value=16, b_value=1, c_value=1)
+    b.push("GEMV", dest_reg=10, src_addr=0, size_ptr_addr=1, parallel_lane=1)
+    b.wait("x")
+    system = System("t", seed=1, mode="timing")
+    build_machine(system, prof, b.steps, None)
+    res = system.run()
+    assert res.status == "error" and "pccx/gemv/lane0" in res.error and "burst for lane 1" in res.error
+    from emulator.errors import BuildError
+    from emulator.schema import SchemaError
+    for lane_ports, text in (([2, 3, 0, None], "must not share"), ([2, 3], "2 entries for 4 lanes"),
+                             ([2, 3, 7, None], "port 7 does not exist")):
+        with pytest.raises(BuildError, match=text):
+            build_machine(System("u", seed=1), load_profile("pccx-v002-rtl", {"gemv": {"lane_ports": lane_ports}}), [])
+    with pytest.raises(SchemaError, match="integer >= 0 or null"):
+        load_profile("pccx-v002-rtl", {"gemv": {"lane_ports": [2, "x", None, None]}})
+    with pytest.raises(ValueError, match="use stream_gemv"):
+        ProgramBuilder(prof).stream_weights("gemv", blob)

@@ -6,7 +6,9 @@ per line (``#`` starts a comment)::
     data x len=1024 [seed=1]             # host-DDR tensor: len random BF16 values (normal, seeded)
     weights w0 n=64 k=1024 [scale=1] [seed=2]   # INT4 [n, k] (+ n BF16 per-channel scales when scale=1)
     out y bytes=128                      # a host-DDR result area
-    stream gemv w0                       # queue DataMover commands: w0 through the GEMV's HP ports (or gemm)
+    stream gemv w0 [parallel_lane=4]     # queue DataMover commands: w0's rows split over the lanes a GEMV with
+                                         # this parallel_lane uses (default 0 = all), each lane's rows on the
+                                         # HP port gemv.lane_ports wires it to; 'stream gemm w1': HP0/HP1
     MEMCPY from_device=1 to_device=0 dest_addr=0 aux_addr=@x shape_ptr_addr=0 async=0
     GEMV dest_reg=128 src_addr=0 w_scale=1 size_ptr_addr=1 shape_ptr_addr=0 parallel_lane=4
     kick                                 # write the kick marker (0x008)
@@ -66,7 +68,7 @@ def parse_program(text: str, profile: dict, *, seed: int, name: str = "<program>
     """(builder, {out name: (addr, bytes)}) of a ``.pasm`` text."""
     b = ProgramBuilder(profile, kv_max_tokens=kv_max_tokens)
     tensors: dict[str, int] = {}
-    blobs: dict[str, bytes] = {}
+    blobs: dict[str, tuple] = {}
     outs: dict[str, tuple[int, int]] = {}
     for no, raw in enumerate(text.splitlines(), 1):
         where = f"{name}:{no}"
@@ -92,16 +94,22 @@ def parse_program(text: str, profile: dict, *, seed: int, name: str = "<program>
                     raise BuildError(f"{where}: weights need n>0 and k>0")
                 W = rng.integers(-8, 8, (n, k))
                 sc = to_bf16(rng.uniform(0.002, 0.02, n).astype(np.float32)) if kv.get("scale", "1") != "0" else None
-                blobs[tname] = weight_blob(W, sc)
+                blobs[tname] = (W, sc)
                 tensors[tname] = -1
             else:
                 nbytes = _int(kv.get("bytes", "0"), where)
                 tensors[tname] = b.alloc(nbytes)
                 outs[tname] = (tensors[tname], nbytes)
         elif head == "stream":
-            if len(parts) != 3 or parts[1] not in ("gemv", "gemm") or parts[2] not in blobs:
+            if len(parts) < 3 or parts[1] not in ("gemv", "gemm") or parts[2] not in blobs:
                 raise BuildError(f"{where}: expected 'stream gemv|gemm WEIGHTS' with defined weights")
-            b.stream_weights(parts[1], blobs[parts[2]])
+            kv = _kv(parts[3:], where)
+            if set(kv) - ({"parallel_lane"} if parts[1] == "gemv" else set()):
+                raise BuildError(f"{where}: unknown stream option(s) {sorted(kv)} (gemv takes parallel_lane=)")
+            if parts[1] == "gemv":
+                b.stream_gemv(*blobs[parts[2]], _int(kv.get("parallel_lane", "0"), where))
+            else:
+                b.stream_weights("gemm", weight_blob(*blobs[parts[2]]))
         elif head == "wait":
             b.wait(parts[1] if len(parts) > 1 else f"line {no}")
         elif head == "kick":

@@ -1,6 +1,7 @@
-"""Compute engines: GEMV (4 lanes), GEMM (32x32 systolic array), CVO/SFU.
+"""Compute engines: GEMM (32x32 systolic array) and CVO/SFU.  The GEMV unit
+(front + 4 lane actors) is in actors/pccx/gemv.py.
 
-**MatEngine** (GEMV and GEMM; ``Tc`` = core clock period).  Per instruction, from
+**MatEngine** (the GEMM; ``Tc`` = core clock period).  Per instruction, from
 the µop's arrival (weights already in the FIFO, ports idle)::
 
     T = Tc * [ (ceil(K/8) + Lrd)                         activation read, L2 port B (Lrd = l2.read_latency_cycles)
@@ -9,21 +10,17 @@ the µop's arrival (weights already in the FIFO, ports idle)::
              + F                                          pipeline drain
              + ceil(N/8) ]                                result write, L2 port B
 
-* GEMV: ``R = lanes_used * gemv.macs_per_lane`` (lanes_used = ``parallel_lane`` if
-  1..gemv.lanes, else all lanes), ``F = gemv.pipeline_cycles``; output N rows from
-  the weight-shape RAM.  Reference §3: 4 lanes x 32 MAC/clk (``gemv_core.rst``,
-  the RTL), the seed's 1024 MAC/clk (seed §6) in the documented profile.
-* GEMM: ``R = gemm.macs_per_cycle``, ``F = gemm.fill_cycles``
+* ``R = gemm.macs_per_cycle``, ``F = gemm.fill_cycles``
   (``SYSTOLIC_TOTAL_LATENCY 64``), N = 32 outputs = 4 L2 words ("one-row result
   contract", reference §1.6).
 * A burst that is not yet in the weight FIFO is waited for: a weight-starved
   engine runs at the HP ports' rate.  Bursts are taken round-robin from the
-  engine's HP ports (GEMV: HP2, HP3; GEMM: HP0, HP1 — reference §3), in the
-  order the driver split the stream.
+  engine's HP ports (``gemm.hp_ports``: HP0, HP1 — reference §3), in the order
+  the driver split the stream.
 * Data: ``y = (W_int4 @ x) * scale`` (per-channel BF16 scale when ``w_scale``,
   else 1), ``+ old`` when ``accm``, rounded to BF16.  ``findemax`` hands
-  ``max(y)`` to the CVO unit as its ``e_max`` (assumption: the RTL takes e_max
-  from the GEMM normaliser, reference §1.3).
+  ``max(y)`` to the CVO unit as its ``e_max`` (reference §1.3: the RTL takes
+  e_max from the GEMM normaliser).
 
 **Cvo** (``CVO_top`` + ``mem_CVO_stream_bridge``, reference §1.3)::
 
@@ -76,7 +73,7 @@ def cvo_cycles(func: str, src: int, dst: int, length: int, cfg: dict) -> int:
 
 
 class MatEngine(Actor):
-    """GEMV (lanes) or GEMM (systolic array); see the module docstring."""
+    """The GEMM systolic array (``lanes`` x ``macs_per_lane`` MAC/clk); see the module docstring."""
 
     daemon = True
 
@@ -100,10 +97,8 @@ class MatEngine(Actor):
         self.spans: list[tuple[int, int, int, int]] = []   # (start, end, seq, stream) of every MAC span
 
     def rate(self, parallel_lane: int) -> int:
-        if self.op == "GEMM":
-            return self.macs_per_lane * self.lanes
-        used = parallel_lane if 1 <= parallel_lane <= self.lanes else self.lanes
-        return used * self.macs_per_lane
+        """MAC/clk (the GEMM ignores ``parallel_lane``)."""
+        return self.macs_per_lane * self.lanes
 
     async def _read(self, elem: int, n: int):
         await self.l2_req.send(L2Read(0, elem, n, 1))

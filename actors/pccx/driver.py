@@ -50,7 +50,7 @@ class DriverHalt(Exception):
 
 class HostDriver(Actor):
     """Runs ``steps``: ``("open",)``, ``("kv_init", n)``, ``("start",)``, ``("push", word)``,
-    ``("kick",)``, ``("hp", port, stream, addr, nbytes)``, ``("wait", label)``, ``("sleep", ps)``."""
+    ``("kick",)``, ``("hp", port, stream, addr, nbytes[, dest])``, ``("wait", label)``, ``("sleep", ps)``."""
 
     def __init__(self, name: str, *, steps: list, poll_interval: int, hp_ports: int, wait_timeout: int = 0):
         super().__init__(name)
@@ -102,10 +102,11 @@ class HostDriver(Actor):
     async def kick(self) -> None:
         await self.axil_w.send(AxiWrite(REG_KICK, isa.KICK_WORD))
 
-    async def stream_weights(self, port: int, stream: int, addr: int, nbytes: int) -> None:
-        """Push a DataMover command to HP ``port``: stream ``nbytes`` at DDR ``addr`` into its weight FIFO."""
+    async def stream_weights(self, port: int, stream: int, addr: int, nbytes: int, dest: int = 0) -> None:
+        """Push a DataMover command to HP ``port``: stream ``nbytes`` at DDR ``addr`` into its weight FIFO,
+        tagged with TDEST ``dest`` (the GEMV lane the bursts are for; 0 for the GEMM ports)."""
         self._check_irq()
-        await self.hp[port].send(DmCmd(stream, addr, nbytes))
+        await self.hp[port].send(DmCmd(stream, addr, nbytes, dest))
 
     async def read_status(self) -> int:
         await self.axil_r.send(AxiRead(REG_STATUS))

@@ -5,7 +5,10 @@ host driver that runs ``steps`` (see actors/pccx/driver.py)::
 
     driver --axil--> axil_cmd --cmd FIFO(8)--> decoder --> scheduler --> dispatcher --> acp / gemv / gemm
        |  <--axil-- axil_stat <-- status of every unit          \\--> cvo
-       +--DataMover cmds--> hp0..hp3 --weight FIFOs(4096x128b)--> gemm (HP0, HP1), gemv (HP2, HP3)
+       +--DataMover cmds--> hp0..hp3 --weight FIFOs(4096x128b)--> gemm (gemm.hp_ports: HP0, HP1)
+                                                             \\--> gemv/lane0..3 (gemv.lane_ports; a port
+                                                                  feeding several lanes goes through gemv/wsw<p>)
+    gemv (front) --job/result--> gemv/lane0..3
     ddr <-- hp0..3, acp        l2 <-- acp (port A); gemm > gemv > cvo (port B)
 
 Every link except the AXI-Lite ones, the dispatcher pipeline and the DDR reply
@@ -17,19 +20,30 @@ Workloads: ``program`` — the hand-written overlap program of actors/pccx/progr
 """
 from __future__ import annotations
 
-import numpy as np
-
 from actors.pccx.compute import Cvo, MatEngine
 from actors.pccx.driver import HostDriver
 from actors.pccx.frontend import AxilCmdIn, AxilStatOut, Decoder, GlobalScheduler
+from actors.pccx.gemv import GemvFront, GemvLane, WeightSwitch
 from actors.pccx.memory import Acp, HostDDR, HpPort, L2, MemDispatcher
 from actors.registry import Workload
 from emulator.errors import BuildError
-from emulator.schema import Enum, Int, List, Map, Quantity, Str
+from emulator.schema import Enum, Int, List, Map, OneOf, Quantity, Spec, Str
 from emulator.units import ClockDomain
 from protocols.pccx_isa import CVO_FUNCS, OPCODES
 
 __all__ = ["PROFILE_SCHEMA", "WORKLOADS", "build_machine", "clocks", "load_profile", "latency_table"]
+
+
+class _Null(Spec):
+    """YAML ``null`` (an unwired GEMV lane in ``gemv.lane_ports``)."""
+
+    expected = "null"
+
+    def check(self, value, path, ctx):
+        if value is not None:
+            ctx.fail(path, self.expected, value)
+        return None
+
 
 PROFILE_SCHEMA = Map({
     "family": Enum(["pccx"]),
@@ -52,7 +66,8 @@ PROFILE_SCHEMA = Map({
                 "outstanding": Int(min=1, default=4)}),
     "l2": Map({"words": Int(min=1, default=114688), "read_latency_cycles": Int(min=0, default=3)}),
     "gemv": Map({"lanes": Int(min=1, default=4), "macs_per_lane": Int(min=1), "pipeline_cycles": Int(min=0),
-                 "hp_ports": List(Int(min=0), min_len=1, default=[2, 3])}),
+                 "lane_ports": List(OneOf(Int(min=0), _Null()), min_len=1,
+                                    doc="per lane: the HP port whose weight FIFO feeds it, or null (no weights)")}),
     "gemm": Map({"macs_per_cycle": Int(min=1), "fill_cycles": Int(min=0), "rows": Int(min=1, default=32),
                  "hp_ports": List(Int(min=0), min_len=1, default=[0, 1])}),
     "cvo": Map({"max_length": Int(min=1, default=2048), "read_cycles_per_word": Int(min=1),
@@ -96,12 +111,17 @@ def build_machine(system, profile: dict, steps: list, ddr_init: dict | None = No
     strict = profile["errors"] == "strict"
     hp, cvo = profile["hp"], profile["cvo"]
     nports = hp["ports"]
-    for unit in ("gemv", "gemm"):
-        for p in profile[unit]["hp_ports"]:
+    g, m = profile["gemv"], profile["gemm"]
+    lane_ports = g["lane_ports"]
+    if len(lane_ports) != g["lanes"]:
+        raise BuildError(f"profile gemv.lane_ports: {len(lane_ports)} entries for {g['lanes']} lanes (gemv.lanes)")
+    gemv_ports = sorted({p for p in lane_ports if p is not None})
+    for unit, ports in (("gemv.lane_ports", gemv_ports), ("gemm.hp_ports", m["hp_ports"])):
+        for p in ports:
             if p >= nports:
-                raise BuildError(f"profile {unit}.hp_ports: port {p} does not exist ({nports} HP ports)")
-    if set(profile["gemv"]["hp_ports"]) & set(profile["gemm"]["hp_ports"]):
-        raise BuildError("profile: gemv.hp_ports and gemm.hp_ports must not share a port")
+                raise BuildError(f"profile {unit}: port {p} does not exist ({nports} HP ports)")
+    if set(gemv_ports) & set(m["hp_ports"]):
+        raise BuildError("profile: gemv.lane_ports and gemm.hp_ports must not share a port")
     a = {}
     add = lambda key, actor: a.setdefault(key, system.add(actor))  # noqa: E731
     add("driver", HostDriver("pccx/driver", steps=steps, poll_interval=profile["driver"]["poll_interval"],
@@ -123,10 +143,16 @@ def build_machine(system, profile: dict, steps: list, ddr_init: dict | None = No
                              beat_bytes=hp["beat_bytes"], beat_ps=taxi, outstanding=hp["outstanding"]))
     add("acp", Acp("pccx/acp", burst_words=profile["acp"]["burst_words"], word_ps=profile["acp"]["cycles_per_word"] * tc,
                    read_latency_ps=profile["l2"]["read_latency_cycles"] * tc, outstanding=profile["acp"]["outstanding"]))
-    g, m = profile["gemv"], profile["gemm"]
-    add("gemv", MatEngine("pccx/gemv", op="GEMV", cycle_ps=tc, weight_ports=len(g["hp_ports"]), lanes=g["lanes"],
-                          macs_per_lane=g["macs_per_lane"], fill_cycles=g["pipeline_cycles"],
+    add("gemv", GemvFront("pccx/gemv", cycle_ps=tc, lanes=g["lanes"],
                           read_latency_cycles=profile["l2"]["read_latency_cycles"], data_mode=data))
+    for i, p in enumerate(lane_ports):
+        add(f"lane{i}", GemvLane(f"pccx/gemv/lane{i}", index=i, cycle_ps=tc, macs_per_lane=g["macs_per_lane"],
+                                 pipeline_cycles=g["pipeline_cycles"], burst_bytes=hp["burst_beats"] * hp["beat_bytes"],
+                                 beat_bytes=hp["beat_bytes"], wired=p is not None, data_mode=data))
+    fed = {p: [i for i, q in enumerate(lane_ports) if q == p] for p in gemv_ports}
+    for p, lanes in fed.items():
+        if len(lanes) > 1:
+            add(f"wsw{p}", WeightSwitch(f"pccx/gemv/wsw{p}", port=p, lanes=lanes))
     add("gemm", MatEngine("pccx/gemm", op="GEMM", cycle_ps=tc, weight_ports=len(m["hp_ports"]), lanes=1,
                           macs_per_lane=m["macs_per_cycle"], fill_cycles=m["fill_cycles"],
                           read_latency_cycles=profile["l2"]["read_latency_cycles"], data_mode=data))
@@ -160,9 +186,18 @@ def build_machine(system, profile: dict, steps: list, ddr_init: dict | None = No
         c(a["driver"].hp[p], a[f"hp{p}"].cmd, capacity=hp["dm_cmd_depth"], name=f"dm.hp{p}")
         c(a[f"hp{p}"].ddr_req, a["ddr"].req[f"hp{p}"], capacity=big, name=f"ddr.req.hp{p}")
         c(a["ddr"].resp[f"hp{p}"], a[f"hp{p}"].ddr_resp, capacity=big, latency=ddr_lat, name=f"ddr.resp.hp{p}")
-    for unit in ("gemv", "gemm"):
-        for i, p in enumerate(profile[unit]["hp_ports"]):
-            c(a[f"hp{p}"].fifo, a[unit].w[i], capacity=fifo_bursts, name=f"wfifo{p}")
+    for i, p in enumerate(m["hp_ports"]):
+        c(a[f"hp{p}"].fifo, a["gemm"].w[i], capacity=fifo_bursts, name=f"wfifo{p}.gemm")
+    for p, lanes in fed.items():
+        if len(lanes) == 1:
+            c(a[f"hp{p}"].fifo, a[f"lane{lanes[0]}"].w, capacity=fifo_bursts, name=f"wfifo{p}.gemv.lane{lanes[0]}")
+        else:   # the switch's output links hold one burst each (an AXIS register slice, assumption)
+            c(a[f"hp{p}"].fifo, a[f"wsw{p}"].inp, capacity=fifo_bursts, name=f"wfifo{p}.gemv.wsw{p}")
+            for i in lanes:
+                c(a[f"wsw{p}"].out[i], a[f"lane{i}"].w, capacity=1, name=f"gemv.wsw{p}.lane{i}")
+    for i in range(g["lanes"]):
+        c(a["gemv"].job[i], a[f"lane{i}"].job, capacity=1, name=f"gemv.job.lane{i}")
+        c(a[f"lane{i}"].res, a["gemv"].res[i], capacity=1, name=f"gemv.res.lane{i}")
     c(a["acp"].ddr_req, a["ddr"].req["acp"], capacity=big, name="ddr.req.acp")
     c(a["ddr"].resp["acp"], a["acp"].ddr_resp, capacity=big, latency=ddr_lat, name="ddr.resp.acp")
     for unit in ("acp", "gemv", "gemm", "cvo"):

@@ -17,7 +17,8 @@ Service times (every figure is a profile parameter; sources in the profile YAML)
   commands (FIFO ``hp.dm_cmd_depth`` = 8), reads DDR in bursts of
   ``hp.burst_beats`` x 16 B with up to ``hp.outstanding`` reads in flight, and moves
   each burst into its weight FIFO in ``beats x Taxi`` (one 128-bit beat per AXI
-  cycle, ``mem_HP_buffer.sv``).  The weight FIFO is the link to the consumer with
+  cycle, ``mem_HP_buffer.sv``), tagged with the command's TDEST (``dest``: the GEMV
+  lane the bursts are for).  The weight FIFO is the link to the consumer with
   capacity ``hp.fifo_words / hp.burst_beats`` bursts (4096 x 128 bit = 64 KB), so a
   full FIFO blocks the port's transfer: back-pressure, not a script.
 * **Acp**: MEMCPY data mover, host->L2 (route 0x01) in bursts of
@@ -171,19 +172,19 @@ class HpPort(Actor):
             c = await self.cmd.recv()
             for i, off in enumerate(range(0, c.nbytes, self.burst_bytes)):
                 n = min(self.burst_bytes, c.nbytes - off)
-                await ahead.send((c.stream, i, n))
+                await ahead.send((c.stream, i, n, c.dest))
                 await self.ddr_req.send(DdrRead(req, c.addr + off, n, i == 0))
                 req += 1
 
     async def _move(self, behind) -> None:
         while True:
-            stream, index, n = await behind.receive()
+            stream, index, n, dest = await behind.receive()
             d = await self.ddr_resp.recv()
             beats = -(-n // self.beat_bytes)
             t = self.now
             await self.busy(beats * self.beat_ps, f"w{stream}")
             self.spans.append((t, self.now, stream))
-            await self.fifo.send(WeightBurst(stream, index, beats, d.data))
+            await self.fifo.send(WeightBurst(stream, index, beats, d.data, dest))
             self.bursts += 1
 
     async def run(self) -> None:

@@ -5,8 +5,10 @@ the way seed §3 describes a decode step, at small size:
 
 1. MEMSET the shape RAMs (fmap[0] = K, weight[1] = {N, K}, fmap[2..4] = output sizes);
 2. MEMCPY host->L2 of the activation x (sync);
-3. ``gemvs`` GEMVs ``y_g = W_g x`` with INT4 weights + BF16 per-channel scales, each
-   streamed by DataMover commands through HP2/HP3 into the weight FIFOs; the
+3. ``gemvs`` GEMVs ``y_g = W_g x`` with INT4 weights + BF16 per-channel scales,
+   split by output rows over the ``parallel_lane`` lanes in use; each lane's rows
+   are streamed by a DataMover command (TDEST = the lane) through the HP port
+   the lane is wired to (``gemv.lane_ports``: HP2/HP3) into its weight FIFO; the
    driver queues every stream at once, so the prefetch of GEMV n+1 starts as
    soon as the ports and FIFOs allow it (seed §3.2 rule 1) — nothing waits for
    GEMV n explicitly; the last GEMV sets ``findemax``;
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from actors.pccx.gemv import lane_rows, lanes_used
 from actors.pccx.numerics import from_bf16, pack_int4, round_bf16, to_bf16
 from emulator.rng import stream as rng_stream
 from emulator.schema import Bool, Int, Map
@@ -32,14 +35,14 @@ __all__ = ["ProgramBuilder", "PARAMS", "build", "check", "overlaps"]
 
 
 class ProgramBuilder:
-    """Collects driver steps and host-DDR contents; mirrors the engines' HP round-robin."""
+    """Collects driver steps and host-DDR contents; lays weights out the way the engines read them."""
 
     def __init__(self, profile: dict, *, kv_max_tokens: int = 8192):
         self.profile = profile
         self.steps: list = [("open",), ("kv_init", kv_max_tokens), ("start",)]
         self.ddr: dict[int, bytes] = {}
         self.top = 0
-        self.rr = {"gemv": 0, "gemm": 0}
+        self.rr = {"gemm": 0}
         self.streams = 0
         self.burst = profile["hp"]["burst_beats"] * profile["hp"]["beat_bytes"]
 
@@ -66,8 +69,29 @@ class ProgramBuilder:
     def wait(self, label: str) -> None:
         self.steps.append(("wait", label))
 
+    def stream_gemv(self, W: np.ndarray, scales_bf16: np.ndarray | None, parallel_lane: int) -> int:
+        """Stream the GEMV weights ``W`` [N, K] (+ BF16 scales) for a GEMV using ``parallel_lane``.
+
+        Each lane in use gets its block of rows (actors/pccx/gemv.py ``lane_rows``)
+        as one DataMover command, TDEST = the lane, on the HP port ``gemv.lane_ports``
+        wires it to.  A lane without a port (RTL lanes C/D) gets nothing: the
+        hardware computes its rows on zero weights.  Returns the stream id.
+        """
+        g = self.profile["gemv"]
+        sid = self.streams
+        self.streams += 1
+        for lane, (r0, n) in enumerate(lane_rows(W.shape[0], lanes_used(parallel_lane, g["lanes"]))):
+            port = g["lane_ports"][lane]
+            if n == 0 or port is None:
+                continue
+            blob = weight_blob(W[r0:r0 + n], None if scales_bf16 is None else scales_bf16[r0:r0 + n])
+            self.steps.append(("hp", port, sid, self.put(blob), len(blob), lane))
+        return sid
+
     def stream_weights(self, unit: str, blob: bytes) -> int:
-        """Split ``blob`` into bursts dealt round-robin over ``unit``'s HP ports; one DataMover command per port."""
+        """GEMM: split ``blob`` into bursts dealt round-robin over ``gemm.hp_ports``; one DataMover command per port."""
+        if unit != "gemm":
+            raise ValueError(f"stream_weights({unit!r}): GEMV weights are laid out per lane, use stream_gemv()")
         ports = self.profile[unit]["hp_ports"]
         per_port: dict[int, list[bytes]] = {p: [] for p in ports}
         i = self.rr[unit]
@@ -139,7 +163,7 @@ def make_program(profile: dict, p: dict, seed: int):
     b.push("MEMCPY", **{"from_device": 1, "to_device": 0, "dest_addr": L["x"], "aux_addr": x_addr // 16,
                         "shape_ptr_addr": 0, "async": 0})
     for g in range(G):
-        b.stream_weights("gemv", weight_blob(Ws[g], ss[g]))
+        b.stream_gemv(Ws[g], ss[g], p["parallel_lane"])
         b.push("GEMV", dest_reg=L["y"][g], src_addr=L["x"], w_scale=1, size_ptr_addr=1, shape_ptr_addr=0,
                parallel_lane=p["parallel_lane"], findemax=int(g == G - 1))
     if p["gemm"]:
@@ -177,11 +201,22 @@ def build(system, profile: dict, p: dict) -> None:
     system.pccx_out = out
 
 
-def reference(seed: int, p: dict) -> dict:
-    """The numpy model of the program's results (BF16 bit patterns)."""
+def reference(seed: int, p: dict, profile: dict) -> dict:
+    """The numpy model of the program's results (BF16 bit patterns).
+
+    GEMV rows: exact dot products (float64), rounded to float32, times the float32
+    scale, rounded to BF16 (actors/pccx/gemv.py); lanes C/D of the rtl profile
+    (unwired) give 0.
+    """
     x, Ws, ss, Wg, sg = _inputs(seed, p)
     xf = from_bf16(x)
-    ys = [to_bf16((W.astype(np.float32) @ xf) * from_bf16(s)) for W, s in zip(Ws, ss)]
+    ys = []
+    for W, s in zip(Ws, ss):
+        y = (W.astype(np.float64) @ xf.astype(np.float64)).astype(np.float32) * from_bf16(s)
+        for lane, (r0, n) in enumerate(lane_rows(W.shape[0], lanes_used(p["parallel_lane"], profile["gemv"]["lanes"]))):
+            if profile["gemv"]["lane_ports"][lane] is None:
+                y[r0:r0 + n] = 0
+        ys.append(to_bf16(y))
     gemm = to_bf16((Wg.astype(np.float32) @ xf) * from_bf16(sg))
     last = from_bf16(ys[-1])
     emax = from_bf16(to_bf16(last.max()))
@@ -194,13 +229,16 @@ def reference(seed: int, p: dict) -> dict:
 
 
 def overlaps(system) -> list[dict]:
-    """Prefetch overlap from the run's busy records: HP transfer of stream n+1 during GEMV n's compute."""
+    """Prefetch overlap from the run's busy records: HP transfer of stream n+1 during GEMV n's compute
+    (compute = the MAC spans of every lane on stream n)."""
     rows = []
-    gemv = system.actors["pccx/gemv"]
+    lanes = [a for n, a in system.actors.items() if n.startswith("pccx/gemv/lane")]
     hp = [a for n, a in system.actors.items() if n.startswith("pccx/hp")]
     comp: dict[int, list] = {}
-    for (s, e, seq, stream) in gemv.spans:
-        comp.setdefault(stream, []).append((s, e))
+    for lane in lanes:
+        for (s, e, seq, stream) in lane.spans:
+            if stream >= 0:
+                comp.setdefault(stream, []).append((s, e))
     streams = sorted(comp)
     for a, b in zip(streams, streams[1:]):
         c0 = min(s for s, _ in comp[a])
@@ -225,7 +263,7 @@ def check(system, profile: dict, p: dict, result) -> dict:
     out["tables"] = tables
     if result.status != "finished" or driver.halted or system.mode != "data":
         return out
-    ref = reference(system.seed, p)
+    ref = reference(system.seed, p, profile)
     mem = system.actors["pccx/ddr"].mem
     addrs = system.pccx_out
     errs = {}
