@@ -23,7 +23,7 @@ from protocols.codec import TensorDesc, message
 __all__ = [
     "DmaCmd", "GemmCmd", "MathCmd", "CompositeCmd", "Done",
     "TcmReq", "TcmResp", "PcReq", "PcResp",
-    "IpcqCmd", "IpcqResp", "IpcqData", "IpcqCredit", "NocPacket",
+    "IpcqCmd", "IpcqResp", "IpcqData", "IpcqCredit", "NocPacket", "MemReq", "MemResp",
     "Launch", "PeDone", "Payload", "payload", "desc_of",
 ]
 
@@ -31,11 +31,12 @@ __all__ = [
 # --------------------------------------------------------------------------- engine commands
 @message(tag=200)
 class DmaCmd:
-    """Move bytes between this PE's HBM and its TCM.
+    """Move bytes between an HBM and this PE's TCM.
 
     ``op`` is ``"load"`` (HBM -> TCM buffer ``buf``) or ``"store"`` (TCM -> HBM).
     The HBM side is a 2-D block: ``rows`` rows of ``row_bytes`` bytes, ``pitch``
     bytes apart, from ``addr``.  ``shape``/``dtype`` describe the TCM buffer.
+    ``target`` = ``[sip, cube, pe]`` of the HBM's owner; empty = this PE's own HBM.
     """
 
     id: int
@@ -48,6 +49,7 @@ class DmaCmd:
     shape: list
     dtype: str
     client: str
+    target: list
 
 
 @message(tag=201)
@@ -132,12 +134,16 @@ class TcmResp:
 
 @message(tag=222)
 class PcReq:
-    """A pseudo-channel request: ``nbytes`` charged; ``items`` are ``[addr, length(, bytes)]`` pieces."""
+    """A pseudo-channel request: ``nbytes`` charged; ``items`` are ``[addr, length(, bytes)]`` pieces.
+
+    ``client`` names who gets the answer: ``dma`` (the PE's DMA) or ``port`` (its remote HBM port).
+    """
 
     id: int
     op: str
     nbytes: int
     items: list
+    client: str
 
 
 @message(tag=223)
@@ -193,6 +199,36 @@ class NocPacket:
     payload: object
 
 
+@message(tag=245)
+class MemReq:
+    """A remote HBM access routed over the NOC to the owner PE's HBM port.
+
+    Block as in :class:`DmaCmd`; ``data`` is a Payload (write) or None (read).
+    """
+
+    id: int
+    op: str
+    src: list
+    dst: list
+    hops: int
+    addr: int
+    rows: int
+    row_bytes: int
+    pitch: int
+    data: object
+
+
+@message(tag=246)
+class MemResp:
+    """Answer to a :class:`MemReq`: the bytes read (a Payload of uint8) or None (write ack)."""
+
+    id: int
+    src: list
+    dst: list
+    hops: int
+    data: object
+
+
 # --------------------------------------------------------------------------- host / IO die
 @message(tag=260)
 class Launch:
@@ -203,7 +239,7 @@ class Launch:
 
 @message(tag=261)
 class PeDone:
-    """A PE CPU finished its script: per-command timings ``[[label, issue_ps, done_ps], ...]``."""
+    """A PE CPU finished its script: per-command timings ``[[label, t_start, t_issued, t_done], ...]`` (ps)."""
 
     pe: str
     t: int
@@ -236,25 +272,46 @@ def _ext_header(n: int) -> int:
 
 
 def _array_ext_len(d: TensorDesc) -> int:
+    """Wire bytes of the ndarray ext of a data-mode tensor (codec._pack_array)."""
     head = 1 + len(d.dtype.encode()) + 1 + 8 * len(d.shape)
     return _ext_header(head + d.nbytes) + head + d.nbytes
 
 
 def _desc_ext_len(d: TensorDesc) -> int:
+    """Wire bytes of the TensorDesc ext (its ``nbytes`` are charged on top)."""
     body = len(msgpack.packb([list(d.shape), d.dtype, d.nbytes], use_bin_type=True))
-    return _ext_header(body) + body + d.nbytes
+    return _ext_header(body) + body
+
+
+def _bin_len(k: int) -> int:
+    return (2 if k < 256 else 3 if k < 65536 else 5) + k
+
+
+def _record_charge(tensor_wire: int, pad: int) -> int:
+    """Charged bytes of a Payload nested in another record (ext record: [tag, version, [t, pad]])."""
+    inner = 1 + len(msgpack.packb(Payload.TAG)) + len(msgpack.packb(Payload.VERSION)) + 1 + tensor_wire + _bin_len(pad)
+    return _ext_header(inner) + inner
 
 
 def payload(x) -> Payload:
-    """Wrap a tensor so its charged size is the same in data and timing mode.
+    """Wrap a tensor so the charged size of its message is the same in data and timing mode.
 
-    Charged size of the data-mode form: ext(ndarray header + raw bytes); of the
-    timing-mode form: ext(descriptor) + nbytes.  The smaller one gets ``pad``
-    bytes so that both are equal (bin8 header is the same 2 bytes either way as
-    long as the pad is < 256 bytes, which holds for any shape of rank < 28).
+    Charged size of the data-mode form: ext record around (ndarray ext with the
+    raw bytes); of the timing-mode form: ext record around (descriptor ext) +
+    nbytes.  The smaller one gets ``pad`` bytes until both are equal (computed
+    from the msgpack header rules; checked by tests/test_ahbm_protocol.py).
     """
     d = desc_of(x)
-    diff = _array_ext_len(d) - _desc_ext_len(d)
-    if isinstance(x, TensorDesc):
-        return Payload(x, b"\0" * max(diff, 0))
-    return Payload(x, b"\0" * max(-diff, 0))
+    data_wire, desc_wire = _array_ext_len(d), _desc_ext_len(d)
+    pd = pt = 0
+    for _ in range(8):
+        cd = _record_charge(data_wire, pd)
+        ct = _record_charge(desc_wire, pt) + d.nbytes
+        if cd == ct:
+            break
+        if cd > ct:
+            pt += cd - ct
+        else:
+            pd += ct - cd
+    pad = pt if isinstance(x, TensorDesc) else pd
+    return Payload(x, b"\0" * pad)

@@ -1,0 +1,169 @@
+"""Wires an AHBM machine from a validated profile.
+
+Per PE (``sipS/cubeCC/peP``): ``cpu``, ``sched``, ``dma``, ``gemm``, ``math``,
+``tcm``, ``ipcq``, ``hbm/pc0..pc{n-1}`` and ``hbm/port``.  Per CUBE a ``router``.  One
+``io/host``.  Link parameters (everything else is a zero-time, unbounded-rate
+on-PE wire; assumption: intra-PE control paths are not modelled as a cost):
+
+* engine command queues: capacity ``CMD_DEPTH`` (16 commands, assumption);
+* PE <-> router (CPU, DMA and HBM port each attach): ``noc.attach_bandwidth``, ``noc.link_cycles``
+  (assumption: separate attach links per PE agent);
+* router <-> router: UCIe intra-SIP / inter-SIP (noc.py docstring);
+* IPCQ data / credit links (ipcq.py docstring);
+* host <-> CPU: ``io.launch_latency``;
+* host interface <-> the ``io.attach`` CUBE router: ``io.bandwidth``, ``io.latency`` (timed tensor loads).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from actors.ahbm.cpu import PeCpu
+from actors.ahbm.dma import DmaEngine
+from actors.ahbm.gemm import GemmEngine
+from actors.ahbm.hbmport import HbmPort
+from actors.ahbm.host import Host
+from actors.ahbm.ipcq import Ipcq
+from actors.ahbm.mathunit import MathEngine
+from actors.ahbm.memory import HbmChannel, Tcm
+from actors.ahbm.noc import Router
+from actors.ahbm.params import OPPOSITE, Params, cube_name, pe_name
+from actors.ahbm.scheduler import PeScheduler
+
+CMD_DEPTH = 16
+TCM_CLIENTS = ["cpu", "dma", "gemm", "math", "ipcq"]
+
+
+@dataclass
+class Pe:
+    coord: tuple
+    cpu: PeCpu
+    sched: PeScheduler
+    dma: DmaEngine
+    gemm: GemmEngine
+    math: MathEngine
+    tcm: Tcm
+    ipcq: Ipcq
+    pcs: list
+    port: HbmPort
+
+
+@dataclass
+class Machine:
+    prm: Params
+    pes: dict = field(default_factory=dict)       # (sip, cube, pe) -> Pe
+    routers: dict = field(default_factory=dict)   # (sip, cube) -> Router
+    host: Host | None = None
+
+    def pe(self, sip: int, cube: int, pe: int) -> Pe:
+        try:
+            return self.pes[(sip, cube, pe)]
+        except KeyError:
+            raise KeyError(f"no PE [{sip}, {cube}, {pe}] in a machine of {self.prm.sips} SIP(s),"
+                           f" {self.prm.cubes} CUBEs, {self.prm.P} PEs") from None
+
+
+def pe_neighbours(prm: Params, pe: int) -> dict[str, int]:
+    """IPCQ neighbours of PE ``pe`` in its CUBE's PE grid (N = row above)."""
+    x, y = pe % prm.gx, pe // prm.gx
+    out = {}
+    for d, (dx, dy) in {"N": (0, -1), "S": (0, 1), "E": (1, 0), "W": (-1, 0)}.items():
+        nx, ny = x + dx, y + dy
+        if 0 <= nx < prm.gx and 0 <= ny < prm.gy:
+            out[d] = ny * prm.gx + nx
+    return out
+
+
+def _router_dirs(prm: Params, sip: int, cube: int) -> dict[str, tuple[int, int]]:
+    gx, gy = prm.global_x(sip, cube), cube // prm.cx
+    W = prm.sips * prm.cx
+    out = {}
+    for d, (dx, dy) in {"N": (0, -1), "S": (0, 1), "E": (1, 0), "W": (-1, 0)}.items():
+        nx, ny = gx + dx, gy + dy
+        if 0 <= nx < W and 0 <= ny < prm.cy:
+            out[d] = (nx // prm.cx, ny * prm.cx + nx % prm.cx)
+    return out
+
+
+def build_machine(system, profile: dict, scripts: dict | None = None) -> Machine:
+    """Add every actor and link of the machine to ``system``; ``scripts``: {(sip, cube, pe): [commands]}."""
+    prm = Params.of(profile)
+    m = Machine(prm)
+    scripts = scripts or {}
+    add, connect = system.add, system.connect
+
+    for sip in range(prm.sips):
+        for cube in range(prm.cubes):
+            m.routers[(sip, cube)] = add(Router(f"{cube_name(sip, cube)}/router", sip=sip, cube=cube, prm=prm,
+                                                dirs=list(_router_dirs(prm, sip, cube))))
+            for p in range(prm.P):
+                base = pe_name(sip, cube, p)
+                nb = pe_neighbours(prm, p)
+                pe = Pe(
+                    (sip, cube, p),
+                    cpu=add(PeCpu(f"{base}/cpu", prm=prm, coord=(sip, cube, p))),
+                    sched=add(PeScheduler(f"{base}/sched", prm=prm)),
+                    dma=add(DmaEngine(f"{base}/dma", prm=prm, clients=["cpu", "sched"], coord=(sip, cube, p))),
+                    gemm=add(GemmEngine(f"{base}/gemm", prm=prm, clients=["cpu", "sched"])),
+                    math=add(MathEngine(f"{base}/math", prm=prm, clients=["cpu", "sched"])),
+                    tcm=add(Tcm(f"{base}/tcm", clients=TCM_CLIENTS, capacity=prm.tcm_bytes)),
+                    ipcq=add(Ipcq(f"{base}/ipcq", depth=prm.ipcq_depth, dirs=list(nb))),
+                    pcs=[add(HbmChannel(f"{base}/hbm/pc{i}", index=i, prm=prm)) for i in range(prm.pcs)],
+                    port=add(HbmPort(f"{base}/hbm/port", prm=prm, coord=(sip, cube, p))),
+                )
+                m.pes[(sip, cube, p)] = pe
+                for eng in (pe.dma, pe.gemm, pe.math):
+                    key = {pe.dma: "dma", pe.gemm: "gemm", pe.math: "math"}[eng]
+                    connect(pe.cpu.to[key], eng.cmd, capacity=CMD_DEPTH)
+                    connect(getattr(pe.sched, key), eng.cmd, capacity=CMD_DEPTH)
+                    connect(eng.done["cpu"], pe.cpu.done, capacity=CMD_DEPTH)
+                    connect(eng.done["sched"], pe.sched.done, capacity=CMD_DEPTH)
+                connect(pe.cpu.to["sched"], pe.sched.cmd, capacity=CMD_DEPTH)
+                connect(pe.sched.done_cpu, pe.cpu.done, capacity=CMD_DEPTH)
+                connect(pe.cpu.to["ipcq"], pe.ipcq.cmd, capacity=CMD_DEPTH)
+                connect(pe.ipcq.resp, pe.cpu.ipcq_resp, capacity=CMD_DEPTH)
+                for client, actor in zip(TCM_CLIENTS, (pe.cpu, pe.dma, pe.gemm, pe.math, pe.ipcq)):
+                    connect(actor.tcm.req, pe.tcm.req, capacity=1)
+                    connect(pe.tcm.out[client], actor.tcm.resp, capacity=1)
+                for i, pc in enumerate(pe.pcs):
+                    connect(pe.dma.pc_req[i], pc.req, capacity=CMD_DEPTH)
+                    connect(pc.resp["dma"], pe.dma.pc_resp, capacity=CMD_DEPTH)
+                    connect(pe.port.pc_req[i], pc.req, capacity=CMD_DEPTH)
+                    connect(pc.resp["port"], pe.port.pc_resp, capacity=CMD_DEPTH)
+                r = m.routers[(sip, cube)]
+                for kind, out, inp in (("pe", pe.cpu.to["noc_out"], pe.cpu.noc_in), ("dma", pe.dma.noc_out, pe.dma.noc_in),
+                                       ("mem", pe.port.out, pe.port.req)):
+                    connect(out, r.ins[f"{kind}{p}"], capacity=prm.link_capacity, latency=prm.link_ps,
+                            bandwidth=prm.attach_bw)
+                    connect(r.outs[f"{kind}{p}"], inp, capacity=prm.link_capacity, latency=prm.link_ps,
+                            bandwidth=prm.attach_bw)
+
+    # IPCQ pairs inside each CUBE
+    for (sip, cube, p), pe in m.pes.items():
+        for d, q in pe_neighbours(prm, p).items():
+            other = m.pes[(sip, cube, q)]
+            o = OPPOSITE[d]
+            connect(pe.ipcq.tx[d], other.ipcq.rx[o], capacity=prm.ipcq_depth + 1, latency=prm.ipcq_overhead,
+                    bandwidth=prm.ipcq_bw)
+            connect(pe.ipcq.cr_tx[d], other.ipcq.cr_rx[o], capacity=prm.ipcq_depth + 1, latency=prm.credit_latency)
+
+    # CUBE NOC / UCIe mesh
+    for (sip, cube), r in m.routers.items():
+        for d, (nsip, ncube) in _router_dirs(prm, sip, cube).items():
+            other = m.routers[(nsip, ncube)]
+            lat, bw = (prm.cube_link_latency, prm.cube_link_bw) if nsip == sip else (prm.sip_link_latency,
+                                                                                   prm.sip_link_bw)
+            connect(r.outs[d], other.ins[OPPOSITE[d]], capacity=prm.link_capacity, latency=lat, bandwidth=bw)
+
+    # host / IO die
+    named = {}
+    for coord, script in scripts.items():
+        named[pe_name(*m.pe(*coord).coord)] = (coord, script)
+    m.host = add(Host("io/host", scripts={k: v[1] for k, v in named.items()}, coord=prm.io_coord))
+    r = m.routers[prm.io_attach]
+    connect(m.host.noc_out, r.ins["io"], capacity=prm.link_capacity, latency=prm.io_latency, bandwidth=prm.io_bw)
+    connect(r.outs["io"], m.host.noc_in, capacity=prm.link_capacity, latency=prm.io_latency, bandwidth=prm.io_bw)
+    for k, (coord, _) in named.items():
+        pe = m.pes[tuple(coord)]
+        connect(m.host.outs[k], pe.cpu.launch, capacity=1, latency=prm.launch_latency)
+        connect(pe.cpu.pe_done, m.host.done, capacity=1, latency=prm.launch_latency)
+    return m

@@ -1,0 +1,51 @@
+"""The NOC side of a PE's HBM controller: serves other PEs' DMAs (``.../pe3/hbm/port``).
+
+kernbench2 ADR-0019 D1/D4 (ref §1.2): the HBM controller is split per PE and
+reachable only through that PE's router.  A :class:`~protocols.ahbm.MemReq`
+arriving from the router is served like a local DMA block access: one request
+per pseudo-channel holding part of the block, all channels in parallel
+(``max_pc(access_latency + bytes_pc / (pc_bandwidth x efficiency))``, costs.pc_ps),
+then one :class:`~protocols.ahbm.MemResp` back over the NOC (the data for a
+read, an acknowledgement for a write).  The port adds no time of its own
+(assumption) and serves requests one at a time in arrival order; the channels
+are shared FIFO with the owner PE's own DMA, so remote and local traffic contend.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.actor import Actor
+from protocols.ahbm import MemReq, MemResp, payload
+from protocols.codec import TensorDesc
+
+from actors.ahbm.dma import channel_access, check_block
+
+
+class HbmPort(Actor):
+    daemon = True
+
+    def __init__(self, name: str, *, prm, coord: tuple):
+        super().__init__(name)
+        self.prm = prm
+        self.coord = list(coord)
+        self.req = self.in_port("req")
+        self.out = self.out_port("out")
+        self.pc_req = [self.out_port(f"pc{i}") for i in range(prm.pcs)]
+        self.pc_resp = self.in_port("pc_resp")
+        self.seq = [0]
+        self.served = 0
+
+    async def run(self) -> None:
+        data_mode = self.system.mode == "data"
+        while True:
+            r: MemReq = await self.req.recv()
+            check_block(self.prm, f"{self.name} request {r.id} from {r.src}", r.addr, r.rows, r.row_bytes, r.pitch)
+            blob = np.asarray(r.data.t).tobytes() if (r.op == "write" and data_mode) else None
+            image = await channel_access(self, self.pc_req, self.pc_resp, "port", r.op, r.addr, r.rows, r.row_bytes,
+                                         r.pitch, blob, data_mode, self.seq)
+            data = None
+            if r.op == "read":
+                total = r.rows * r.row_bytes
+                data = payload(np.frombuffer(image, np.uint8) if data_mode else TensorDesc.of((total,), "|u1"))
+            self.served += 1
+            await self.out.send(MemResp(r.id, self.coord, list(r.src), 0, data))

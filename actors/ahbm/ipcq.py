@@ -1,0 +1,106 @@
+"""IPCQ: the PE<->PE queue pairs N/S/E/W, with credits (seed §0, ADR-0023 D3; ref §1.2).
+
+Each PE has one IPCQ block.  For every direction with a neighbour it owns a
+transmit queue (``tx_D``) and a receive ring of ``ipcq.depth`` slots
+(``rx_D``).  Flow control is credit based, as kernbench2's PE_IPCQ (ref §1.2:
+ring buffers, head/tail pointers, credit return, back-pressure):
+
+* the sender starts with ``depth`` credits per direction and spends one per
+  message; with none left the message waits in the transmit queue (the CPU's
+  ``send`` blocks until it is on the wire);
+* the receiver frees a slot when the kernel pops it (``recv``) and returns the
+  credit as an :class:`IpcqCredit` message over the reverse credit link, which
+  costs ``ipcq.credit_latency`` (charged, R5 of ref §4.6).
+
+Time on the data link (emulator/link.py): ``S / ipcq.bandwidth`` FIFO
+serialisation + ``ipcq.fixed_overhead`` (20 ns, ref §2.6: "≈ kernbench2
+IPCQ-vs-raw gap", ref §1.2: 31.1 ns vs 12.0 ns for 128 B).  S = encoded message
+size (protocols.ahbm.Payload: identical in data and timing mode).  The block
+itself takes no time (assumption: pointer updates are single-cycle).
+
+Wiring: IPCQ pairs join PEs adjacent in the CUBE's PE grid (``pe_grid``,
+assumption 4 x 2); traffic between CUBEs uses the NOC (noc.py).  Using a
+direction without a neighbour is a clear error.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from emulator.actor import Actor
+from protocols.ahbm import IpcqCmd, IpcqCredit, IpcqData, IpcqResp, payload
+
+from actors.ahbm.memory import TcmClient
+from actors.ahbm.params import DIRS
+
+
+class Ipcq(Actor):
+    daemon = True
+
+    def __init__(self, name: str, *, depth: int, dirs: list[str]):
+        super().__init__(name)
+        self.depth = depth
+        self.dirs = list(dirs)
+        self.cmd = self.in_port("cmd")
+        self.resp = self.out_port("resp")
+        self.tx = {d: self.out_port(f"tx_{d}") for d in dirs}
+        self.rx = {d: self.in_port(f"rx_{d}") for d in dirs}
+        self.cr_tx = {d: self.out_port(f"cr_tx_{d}") for d in dirs}
+        self.cr_rx = {d: self.in_port(f"cr_rx_{d}") for d in dirs}
+        self.tcm = TcmClient(self, "ipcq")
+        self.credits = {d: depth for d in dirs}
+        self.sendq = {d: deque() for d in dirs}     # (cmd id, Payload) waiting for a credit
+        self.slots = {d: deque() for d in dirs}     # received, not yet popped
+        self.waiting = {d: deque() for d in dirs}   # (cmd id, buf) recv requests
+        self.seq = {d: 0 for d in dirs}
+        self.sent = 0
+
+    async def _transmit(self, d: str) -> None:
+        while self.sendq[d] and self.credits[d] > 0:
+            cid, pl = self.sendq[d].popleft()
+            self.credits[d] -= 1
+            self.seq[d] += 1
+            await self.tx[d].send(IpcqData(self.seq[d], pl))
+            self.sent += 1
+            await self.resp.send(IpcqResp(cid, d))
+
+    async def _deliver(self, d: str) -> None:
+        while self.slots[d] and self.waiting[d]:
+            data = self.slots[d].popleft()
+            cid, buf = self.waiting[d].popleft()
+            await self.tcm.write(buf, data.payload.t)
+            await self.cr_tx[d].send(IpcqCredit(1))
+            await self.resp.send(IpcqResp(cid, d))
+
+    async def run(self) -> None:
+        ports = [self.cmd] + [self.rx[d] for d in self.dirs] + [self.cr_rx[d] for d in self.dirs]
+        kind = {self.cmd: ("cmd", None)}
+        kind.update({self.rx[d]: ("rx", d) for d in self.dirs})
+        kind.update({self.cr_rx[d]: ("cr", d) for d in self.dirs})
+        while True:
+            port, msg = await self.select(*ports)
+            what, d = kind[port]
+            if what == "cmd":
+                c: IpcqCmd = msg
+                if c.dir not in self.tx:
+                    raise RuntimeError(f"IPCQ {self.name}: no neighbour in direction {c.dir!r}"
+                                       f" (wired: {', '.join(self.dirs) or 'none'}; valid: {', '.join(DIRS)})")
+                if c.op == "send":
+                    data = await self.tcm.read(c.buf)
+                    self.sendq[c.dir].append((c.id, payload(data)))
+                    await self._transmit(c.dir)
+                elif c.op == "recv":
+                    self.waiting[c.dir].append((c.id, c.buf))
+                    await self._deliver(c.dir)
+                else:
+                    raise RuntimeError(f"IPCQ {self.name}: unknown op {c.op!r}")
+            elif what == "rx":
+                if len(self.slots[d]) >= self.depth:
+                    raise RuntimeError(f"IPCQ {self.name}: ring {d} overflow (sender ignored credits)")
+                self.slots[d].append(msg)
+                await self._deliver(d)
+            else:
+                self.credits[d] += msg.n
+                await self._transmit(d)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "depth": self.depth, "dirs": self.dirs}

@@ -1,0 +1,1 @@
+"""``tl`` kernels of the AHBM machine (seed ADR-0060 and the baselines of its §A)."""

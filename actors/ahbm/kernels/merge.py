@@ -1,0 +1,43 @@
+"""Flash-attention building blocks in ``tl`` (seed §3, §4; reference/ahbm.md §3.3).
+
+* :func:`init_running` - the running state ``m = -inf, l = 0, O = 0`` (fp32);
+* :func:`fold_tile` - one online-softmax step over a score tile ``S`` and its ``V``;
+* :func:`lse_merge` - the log-sum-exp merge of two partial states
+  ``m = max(ma, mb); l = la e^(ma-m) + lb e^(mb-m); O = Oa e^(ma-m) + Ob e^(mb-m)``;
+* :func:`line_dirs` - directions to the previous / next rank of an open line.
+"""
+from __future__ import annotations
+
+__all__ = ["init_running", "fold_tile", "lse_merge", "NEG_INF"]
+
+NEG_INF = float("-inf")
+
+
+def init_running(tl, M: int, d: int):
+    return tl.full((M, 1), NEG_INF), tl.zeros((M, 1)), tl.zeros((M, d))
+
+
+def fold_tile(tl, m, l, O, S, v, composite: bool = False):
+    """Online softmax (FlashAttention-2 forward): fold scores ``S [M, T]`` and values ``v [T, d]``.
+
+    ``composite=False``: ``v`` is in the TCM and ``P @ V`` is a blocking ``tl.dot`` (the
+    baseline of seed §A); ``True``: ``v`` is an HBM ``tl.ref`` and ``P @ V`` is a
+    non-blocking ``tl.composite`` on the PE scheduler (the seed's hybrid, §1).
+    """
+    m_new = tl.maximum(m, tl.max(S, axis=-1))
+    P = tl.exp(S - m_new)
+    corr = tl.exp(m - m_new)
+    l = l * corr + tl.sum(P, axis=-1)
+    Oj = tl.composite("gemm", a=P, b=v) if composite else tl.dot(P, v)
+    O = O * corr + Oj
+    return m_new, l, O
+
+
+def lse_merge(tl, a, b):
+    """Log-sum-exp merge of partial states ``a = (m, l, O)`` and ``b`` (seed §4)."""
+    ma, la, Oa = a
+    mb, lb, Ob = b
+    m = tl.maximum(ma, mb)
+    sa = tl.exp(ma - m)
+    sb = tl.exp(mb - m)
+    return m, la * sa + lb * sb, Oa * sa + Ob * sb

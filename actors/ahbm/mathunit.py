@@ -1,0 +1,93 @@
+"""The PE MATH engine: element-wise ops and row reductions on TCM buffers.
+
+Service time (costs.math_ps): ``fixed + passes * ceil(elements / lanes)`` cycles,
+``+ ceil(log2 lanes)`` for a row reduction (rowmax, rowsum); 64 fp32 lanes,
+1 element / lane / cycle (ref §2.3).  ``elements`` is the size of the largest
+operand.  Commands are served FIFO.
+
+Data mode: computed in float32 (ref §3.3: keep m, l, acc in fp32), result cast
+to ``out_dtype``.  Ops: copy, cast, add, sub, mul, div, maximum (two
+operands); scale (x scalar), bias (+ row vector, second operand), relu, exp;
+rowmax, rowsum (last axis, keepdims); sub_row, mul_row, div_row (broadcast a
+[rows, 1] column over the first operand).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.actor import Actor
+from protocols.ahbm import Done, MathCmd
+from protocols.codec import TensorDesc
+
+from actors.ahbm.costs import MATH_OPS, math_ps
+from actors.ahbm.memory import TcmClient
+
+_ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "maximum": 2, "bias": 2, "sub_row": 2, "mul_row": 2, "div_row": 2}
+
+
+def compute(op: str, xs: list[np.ndarray], scalar: float) -> np.ndarray:
+    """The numpy meaning of a MATH op (float32)."""
+    a = np.asarray(xs[0], np.float32)
+    b = np.asarray(xs[1], np.float32) if len(xs) > 1 else None
+    if op in ("copy", "cast"):
+        return a
+    if op in ("add", "bias"):
+        return a + b
+    if op == "sub" or op == "sub_row":
+        return a - b
+    if op == "mul" or op == "mul_row":
+        return a * b
+    if op == "div" or op == "div_row":
+        return a / b
+    if op == "maximum":
+        return np.maximum(a, b)
+    if op == "scale":
+        return a * np.float32(scalar)
+    if op == "relu":
+        return np.maximum(a, np.float32(0))
+    if op == "exp":
+        return np.exp(a)
+    if op == "rowmax":
+        return a.max(axis=-1, keepdims=True)
+    if op == "rowsum":
+        return a.sum(axis=-1, keepdims=True, dtype=np.float32)
+    raise ValueError(f"unknown MATH op {op!r}")
+
+
+def result_shape(op: str, shapes: list[tuple]) -> tuple:
+    if op in ("rowmax", "rowsum"):
+        return tuple(shapes[0][:-1]) + (1,)
+    return tuple(np.broadcast_shapes(*shapes)) if len(shapes) > 1 else tuple(shapes[0])
+
+
+class MathEngine(Actor):
+    daemon = True
+
+    def __init__(self, name: str, *, prm, clients: list[str]):
+        super().__init__(name)
+        self.prm = prm
+        self.cmd = self.in_port("cmd")
+        self.done = {c: self.out_port(f"done_{c}") for c in clients}
+        self.tcm = TcmClient(self, "math")
+
+    async def run(self) -> None:
+        data_mode = self.system.mode == "data"
+        while True:
+            c: MathCmd = await self.cmd.recv()
+            if c.op not in MATH_OPS:
+                raise RuntimeError(f"MATH {c.id}: unknown op {c.op!r}; known: {', '.join(sorted(MATH_OPS))}")
+            if len(c.srcs) != _ARITY.get(c.op, 1):
+                raise RuntimeError(f"MATH {c.id}: {c.op} takes {_ARITY.get(c.op, 1)} operand(s), got {len(c.srcs)}")
+            start = self.now
+            xs = [await self.tcm.read(s) for s in c.srcs]
+            elements = max(int(np.prod(x.shape)) for x in xs)
+            await self.busy(math_ps(c.op, elements, self.prm), f"{c.op} {elements}")
+            if data_mode:
+                out = compute(c.op, xs, c.scalar).astype(np.dtype(c.out_dtype))
+            else:
+                out = TensorDesc.of(result_shape(c.op, [tuple(x.shape) for x in xs]), c.out_dtype)
+            await self.tcm.write(c.out, out)
+            await self.done[c.client].send(Done(c.id, "math", start, self.now, {"elements": elements}))
+
+    def describe(self) -> dict:
+        return {**super().describe(), "lanes": self.prm.lanes, "fixed_cycles": self.prm.math_fixed}

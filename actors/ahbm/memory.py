@@ -1,0 +1,159 @@
+"""Memories of a PE: its HBM pseudo-channel controllers and its TCM (scratch).
+
+:class:`HbmChannel` is one pseudo-channel controller (``.../pe3/hbm/pc5``):
+it serves requests FIFO, each for ``pc_ps(bytes)`` = access latency +
+bytes / (32 GB/s x 0.8) (costs.pc_ps, ref §2.1-2.2).  The PE's address space is
+striped over its channels in ``burst``-byte units (costs.stripe).  In data mode
+it stores bytes per burst; in timing mode it stores nothing.
+
+:class:`Tcm` is the 1 MiB scratch (seed §A "1 MiB scratch", DESIGN.md §4): named
+buffers, numpy arrays in data mode and TensorDescs in timing mode.  It enforces
+its capacity (a write that does not fit is a clear error) and answers at once
+(assumption: single-cycle SRAM ports; its access time is part of the engines'
+pipeline figures).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.actor import Actor
+from protocols.ahbm import PcReq, PcResp, TcmReq, TcmResp
+from protocols.codec import TensorDesc
+
+from actors.ahbm.costs import pc_ps
+
+
+class HbmChannel(Actor):
+    """One HBM pseudo-channel controller of a PE."""
+
+    daemon = True
+
+    def __init__(self, name: str, *, index: int, prm):
+        super().__init__(name)
+        self.req = self.in_port("req")
+        self.resp = {c: self.out_port(f"resp_{c}") for c in ("dma", "port")}
+        self.index = index
+        self.prm = prm
+        self.store: dict[int, bytearray] = {}
+
+    def preload(self, addr: int, data: bytes) -> None:
+        """Build-time initial contents of one piece (the host's placement, before the run)."""
+        self._write(addr, data)
+
+    def _write(self, addr: int, data) -> None:
+        burst = self.prm.burst
+        b, off = divmod(addr, burst)
+        blk = self.store.get(b)
+        if blk is None:
+            blk = self.store[b] = bytearray(burst)
+        blk[off:off + len(data)] = data
+
+    def _read(self, addr: int, length: int) -> bytes:
+        burst = self.prm.burst
+        b, off = divmod(addr, burst)
+        blk = self.store.get(b)
+        return bytes(length) if blk is None else bytes(blk[off:off + length])
+
+    async def run(self) -> None:
+        data_mode = self.system.mode == "data"
+        while True:
+            req: PcReq = await self.req.recv()
+            await self.busy(pc_ps(req.nbytes, self.prm), f"{req.op} {req.nbytes}B")
+            items = []
+            if data_mode:
+                if req.op == "write":
+                    for addr, _length, data in req.items:
+                        self._write(addr, data)
+                else:
+                    items = [[addr, self._read(addr, length)] for addr, length in req.items]
+            await self.resp[req.client].send(PcResp(req.id, self.index, items))
+
+    def describe(self) -> dict:
+        return {**super().describe(), "pc": self.index, "bandwidth_eff_Bps": self.prm.pc_bw_eff,
+                "latency_ps": self.prm.hbm_latency}
+
+
+def nbytes_of(x) -> int:
+    return x.nbytes if isinstance(x, TensorDesc) else int(np.asarray(x).nbytes)
+
+
+class Tcm(Actor):
+    """The PE's scratch memory: named buffers, capacity-checked."""
+
+    daemon = True
+
+    def __init__(self, name: str, *, clients: list[str], capacity: int):
+        super().__init__(name)
+        self.req = self.in_port("req")
+        self.out = {c: self.out_port(f"to_{c}") for c in clients}
+        self.capacity = capacity
+        self.bufs: dict[str, object] = {}
+        self.used = 0
+        self.peak = 0
+
+    def preload(self, buf: str, data) -> None:
+        """Build-time initial contents (the host's placement before the run)."""
+        self.bufs[buf] = data
+        self.used += nbytes_of(data)
+        if self.used > self.capacity:
+            raise ValueError(f"{self.name}: preloading {buf!r} exceeds the TCM capacity {self.capacity} B")
+        self.peak = max(self.peak, self.used)
+
+    async def run(self) -> None:
+        while True:
+            r: TcmReq = await self.req.recv()
+            if r.op == "write":
+                old = self.bufs.get(r.buf)
+                need = self.used - (nbytes_of(old) if old is not None else 0) + nbytes_of(r.data)
+                if need > self.capacity:
+                    raise RuntimeError(f"TCM overflow: writing {r.buf!r} ({nbytes_of(r.data)} B) needs {need} B,"
+                                       f" capacity {self.capacity} B; buffers: "
+                                       + ", ".join(f"{k}={nbytes_of(v)}" for k, v in self.bufs.items()))
+                self.bufs[r.buf] = r.data
+                self.used = need
+                self.peak = max(self.peak, need)
+                data = None
+            elif r.op == "read":
+                if r.buf not in self.bufs:
+                    raise RuntimeError(f"TCM read of unknown buffer {r.buf!r} by {r.client}; "
+                                       f"present: {', '.join(sorted(self.bufs)) or '(none)'}")
+                data = self.bufs[r.buf]
+            elif r.op == "free":
+                old = self.bufs.pop(r.buf, None)
+                if old is not None:
+                    self.used -= nbytes_of(old)
+                data = None
+            else:
+                raise RuntimeError(f"TCM: unknown op {r.op!r}")
+            await self.out[r.client].send(TcmResp(r.id, data))
+
+    def describe(self) -> dict:
+        return {**super().describe(), "capacity_B": self.capacity}
+
+
+class TcmClient:
+    """Helper an engine uses to talk to its TCM over its two ports (zero-time links)."""
+
+    def __init__(self, actor: Actor, client: str):
+        self.actor = actor
+        self.client = client
+        self.req = actor.out_port("tcm_req")
+        self.resp = actor.in_port("tcm_resp")
+        self.seq = 0
+
+    async def _call(self, op, buf, data=None):
+        self.seq += 1
+        await self.req.send(TcmReq(self.seq, op, buf, data, self.client))
+        r = await self.resp.recv()
+        if r.id != self.seq:
+            raise RuntimeError(f"{self.actor.name}: TCM answered request {r.id}, expected {self.seq}")
+        return r.data
+
+    async def read(self, buf: str):
+        return await self._call("read", buf)
+
+    async def write(self, buf: str, data) -> None:
+        await self._call("write", buf, data)
+
+    async def free(self, buf: str) -> None:
+        await self._call("free", buf)

@@ -1,0 +1,430 @@
+"""Workloads of the AHBM machine: ``microbench`` (measured vs closed form) and ``idle``.
+
+``microbench`` launches, in one run on SIP 0, a set of independent measurements
+on separate PEs (so they do not share engines), and the check prints each
+measured time next to its closed form, computed here from the profile with the
+formulas written out (the same formulas the engines' docstrings cite):
+
+* ``dma_load``/``dma_store`` N bytes, own HBM, 2 KiB-aligned:
+  ``setup + access_latency + ceil((N / pcs) / (pc_bw x eff))``;
+* ``gemm`` m x k x n on the array: ``fill_drain + ceil(m/R) ceil(n/C) k`` cycles;
+* ``math`` op on E elements: ``fixed + ceil(E / lanes) (+ log2 lanes)`` cycles;
+* ``composite`` GEMM: the double-buffered tile recurrence (:func:`composite_model`);
+* ``dma_load remote`` N bytes from another CUBE's PE over h hops:
+  ``setup + Z(S_req, h) + latency + ceil((N/pcs) / bw_eff) + Z(S_resp, h)``, Z = NOC zero-load below;
+* ``host load`` N bytes into a PE's HBM over the host interface and NOC (host.py):
+  request path + ``latency + ceil((N/pcs) / bw_eff)`` + acknowledgement path;
+* ``ipcq`` S bytes to a neighbour: ``S / B_ipcq + overhead``;
+* ``noc`` over h CUBE hops: ``2 (S/B_att + L_att) + (h+1) alpha + h (S/B_cube + L_cube)``;
+* ``ucie`` one SIP crossing (when the profile has 2+ SIPs): same with the SIP link.
+
+Measured = the host's acknowledgement time for the host load; otherwise the PE CPU log: ``t_done - t_issued`` of the command (messages: the
+receiver's ``t_done`` minus the sender's ``t_issued``).  NOC flows are spaced
+in time so each runs at zero load.
+
+Data mode adds a table of engine results against numpy (composite C, GEMM,
+MATH, DMA store) and ``max_abs_err``.
+
+``idle`` builds the whole machine and launches an empty script on every PE
+(``launch: true``) or on none: the scale check of the issue.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from emulator.schema import Bool, Int, List, Map, Quantity
+from emulator.units import transfer_ps
+from protocols.ahbm import IpcqData, NocPacket, payload
+from protocols.codec import TensorDesc, encode
+
+from actors.ahbm.builder import build_machine
+from actors.ahbm.placement import Placement
+from actors.ahbm.tiles import plan
+
+MICRO_PARAMS = Map({
+    "dma_sizes": List(Quantity("size"), default=["4KiB", "64KiB", "256KiB"], doc="DMA load sizes (own HBM)"),
+    "gemm": List(Int(min=1), default=[32, 64, 32], doc="m, k, n of a direct GEMM command"),
+    "math_elements": Int(min=1, default=4096, doc="elements of the MATH exp / rowmax benchmark"),
+    "composite": List(Int(min=1), default=[64, 256, 64], doc="M, K, N of the composite GEMM"),
+    "ipcq_bytes": List(Quantity("size"), default=["128B", "4KiB"], doc="IPCQ payload sizes"),
+    "noc_bytes": Quantity("size", default="4KiB", doc="NOC payload size"),
+    "noc_gap": Quantity("time", default="5us", doc="spacing of the NOC flows (zero load)"),
+    "remote_bytes": Quantity("size", default="4KiB", doc="remote DMA load from the farthest CUBE of SIP 0"),
+    "host_load_bytes": Quantity("size", default="64KiB", doc="timed host load into CUBE 10 (before the launches)"),
+})
+
+IDLE_PARAMS = Map({"launch": Bool(default=True, doc="launch an empty script on every PE")})
+
+BF16 = "<f2"   # bf16 stored as float16 (ref §3.3)
+
+#: what a build left for its check: machine, expectations, placement (per System, dropped with it)
+_CONTEXT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def context(system) -> dict:
+    """The built machine and bookkeeping of a microbench / idle build (``machine``, ...)."""
+    try:
+        return _CONTEXT[system]
+    except KeyError:
+        raise KeyError("this system was not built by an AHBM workload of actors/ahbm/microbench.py") from None
+PKT_ID0 = 1 << 16
+
+
+def _arr(shape, rng) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32).astype(np.float16)
+
+
+def _elems_payload(nbytes: int) -> np.ndarray:
+    return np.zeros((max(nbytes // 2, 1),), np.float16)
+
+
+# --------------------------------------------------------------------------- closed forms
+def dma_model(nbytes: int, prm) -> int:
+    """Aligned block of N bytes: ``setup + latency + ceil(ceil(N/pcs) / bw_eff)`` (every PC gets N/pcs)."""
+    per_pc = -(-nbytes // prm.pcs) if nbytes >= prm.pcs * prm.burst else min(nbytes, prm.burst)
+    return prm.dma_setup + prm.hbm_latency + transfer_ps(per_pc, prm.pc_bw_eff)
+
+
+def gemm_model(m, k, n, prm) -> int:
+    R, C = prm.array_rows, prm.array_cols
+    core = (-(-m // R)) * (-(-n // C)) * k if prm.charge_padded else -(-(m * n * k) // (R * C))
+    return prm.pe_clk.ps(prm.fill_drain + core)
+
+
+def math_model(elements: int, reduce: bool, prm) -> int:
+    import math
+    return prm.pe_clk.ps(prm.math_fixed + -(-elements // prm.lanes) + (math.ceil(math.log2(prm.lanes)) if reduce else 0))
+
+
+def _block_ps(addr, rows, row_bytes, pitch, prm) -> int:
+    per_pc = [0] * prm.pcs
+    for r in range(rows):
+        a, end = addr + r * pitch, addr + r * pitch + row_bytes
+        while a < end:
+            nxt = min(end, (a // prm.burst + 1) * prm.burst)
+            per_pc[(a // prm.burst) % prm.pcs] += nxt - a
+            a = nxt
+    return prm.dma_setup + max(prm.hbm_latency + transfer_ps(b, prm.pc_bw_eff) for b in per_pc if b)
+
+
+def composite_model(M, K, N, esize, epilogue, prm, a_addr=0, b_addr=0, c_addr=0) -> int:
+    """The scheduler's double-buffered stream (scheduler.py docstring) as a recurrence.
+
+    One FIFO DMA queue: loads of step s+1 are queued when step s's loads are done;
+    GEMM s runs when its loads are done and GEMM s-1 (and the epilogue of the tile
+    before) are finished; epilogue MATH steps then the store are issued at the end
+    of an output tile; the command ends with the last store.
+    """
+    dma_free = 0
+
+    def dma(t, cost):
+        nonlocal dma_free
+        dma_free = max(t, dma_free) + cost
+        return dma_free
+
+    def loads(s, t):
+        a = _block_ps(a_addr + (s.m0 * K + s.k0) * esize, s.tm, s.tk * esize, K * esize, prm)
+        b = _block_ps(b_addr + (s.k0 * N + s.n0) * esize, s.tk, s.tn * esize, N * esize, prm)
+        dma(t, a)
+        return dma(t, b)
+
+    steps = plan(M, K, N, prm.tile)
+    ready = loads(steps[0], 0)
+    t = 0
+    end = 0
+    for s in steps:
+        t = max(t, ready)
+        if s.index + 1 < len(steps):
+            ready = loads(steps[s.index + 1], t)
+        t += gemm_model(s.tm, s.tk, s.tn, prm)
+        if s.last:
+            for op, _ in epilogue:
+                t += math_model(s.tm * s.tn, False, prm)
+            end = dma(t, _block_ps(c_addr + (s.m0 * N + s.n0) * esize, s.tm, s.tn * esize, N * esize, prm))
+    return max(t, end)
+
+
+def noc_model(nbytes_payload: int, hops: int, prm, *, sip_hops: int = 0) -> int:
+    """Zero-load store-and-forward time of one NOC packet over ``hops`` CUBE links (``sip_hops`` of them UCIe SIP links)."""
+    S = encode(NocPacket(PKT_ID0, [0, 0, 0], [0, 0, 0], 0, payload(TensorDesc.of((nbytes_payload // 2,), BF16))))[1]
+    cube_hops = hops - sip_hops
+    return (2 * (transfer_ps(S, prm.attach_bw) + prm.link_ps) + (hops + 1) * prm.router_ps
+            + cube_hops * (transfer_ps(S, prm.cube_link_bw) + prm.cube_link_latency)
+            + sip_hops * (transfer_ps(S, prm.sip_link_bw) + prm.sip_link_latency))
+
+
+def remote_dma_model(nbytes: int, hops: int, addr: int, src, dst, prm) -> int:
+    """Remote load: ``setup + Z(S_req, h) + latency + ceil((N/pcs) / bw_eff) + Z(S_resp, h)`` (dma.py docstring)."""
+    from protocols.ahbm import MemReq, MemResp
+
+    def Z(S):
+        return 2 * (transfer_ps(S, prm.attach_bw) + prm.link_ps) + (hops + 1) * prm.router_ps + hops * (
+            transfer_ps(S, prm.cube_link_bw) + prm.cube_link_latency)
+
+    req = encode(MemReq(1, "read", list(src), list(dst), 0, addr, 1, nbytes, nbytes, None))[1]
+    resp = encode(MemResp(1, list(dst), list(src), 0, payload(TensorDesc.of((nbytes,), "|u1"))))[1]
+    return dma_model(nbytes, prm) + Z(req) + Z(resp)
+
+
+def host_load_model(nbytes: int, hops: int, addr: int, dst, prm) -> int:
+    """Timed host load: request over the host interface + NOC, channels, acknowledgement back (host.py docstring)."""
+    from protocols.ahbm import MemReq, MemResp
+
+    def path(S):
+        return (transfer_ps(S, prm.io_bw) + prm.io_latency + (hops + 1) * prm.router_ps
+                + hops * (transfer_ps(S, prm.cube_link_bw) + prm.cube_link_latency)
+                + transfer_ps(S, prm.attach_bw) + prm.link_ps)
+
+    io = prm.io_coord
+    req = encode(MemReq(1, "write", io, list(dst), 0, addr, 1, nbytes, nbytes,
+                        payload(TensorDesc.of((nbytes,), "|u1"))))[1]
+    ack = encode(MemResp(1, list(dst), io, 0, None))[1]
+    return path(req) + prm.hbm_latency + transfer_ps(-(-nbytes // prm.pcs), prm.pc_bw_eff) + path(ack)
+
+
+def ipcq_model(nbytes_payload: int, prm) -> int:
+    S = encode(IpcqData(1, payload(TensorDesc.of((nbytes_payload // 2,), BF16))))[1]
+    return transfer_ps(S, prm.ipcq_bw) + prm.ipcq_overhead
+
+
+# --------------------------------------------------------------------------- build
+def build_microbench(system, profile: dict, p: dict) -> None:
+    from actors.ahbm.params import Params
+    from emulator.errors import BuildError
+    prm = Params.of(profile)
+    if prm.cx < 4 or prm.cy < 4 or prm.P < 8 or prm.gx < 2:
+        raise BuildError(f"microbench needs a CUBE mesh of at least 4x4 and >= 8 PEs per CUBE (PE grid x >= 2);"
+                         f" found {prm.cx}x{prm.cy} CUBEs, {prm.P} PEs, PE grid {prm.gx}x{prm.gy}")
+    rng = system.rng("microbench/data")
+    scripts: dict[tuple, list] = {}
+    expect: list[dict] = []
+    # (where, coord, name, array): tensors placed before the run; HBM addresses are patched in after building
+    pre: list = []
+
+    # DMA loads and a store on PE (0,0,0)
+    pe = (0, 0, 0)
+    s = []
+    for i, n in enumerate(p["dma_sizes"]):
+        s.append({"op": "dma", "kind": "load", "addr": None, "tensor": f"t{i}", "rows": 1, "row_bytes": n,
+                  "buf": f"x{i}", "shape": [n // 2], "dtype": BF16, "label": f"dma_load {n}B"})
+        pre.append(("hbm", pe, f"t{i}", _arr((n // 2,), rng)))
+        expect.append({"bench": f"dma_load {n} B", "kind": "cmd", "pe": pe, "label": f"dma_load {n}B",
+                       "model": dma_model(n, prm)})
+        s.append({"op": "free", "buf": f"x{i}"})
+    n = p["dma_sizes"][0]
+    pre.append(("hbm", pe, "st", np.zeros((n // 2,), np.float16)))
+    pre.append(("tcm", pe, "st_src", _arr((n // 2,), rng)))
+    s.append({"op": "dma", "kind": "store", "addr": None, "tensor": "st", "rows": 1, "row_bytes": n,
+              "buf": "st_src", "shape": [n // 2], "dtype": BF16, "label": f"dma_store {n}B"})
+    expect.append({"bench": f"dma_store {n} B", "kind": "cmd", "pe": pe, "label": f"dma_store {n}B",
+                   "model": dma_model(n, prm)})
+    scripts[pe] = s
+
+    # GEMM and MATH on PE (0,0,1)
+    pe = (0, 0, 1)
+    gm, gk, gn = p["gemm"]
+    E = p["math_elements"]
+    rows = max(E // 128, 1)
+    pre += [("tcm", pe, "ga", _arr((gm, gk), rng)), ("tcm", pe, "gb", _arr((gk, gn), rng)),
+            ("tcm", pe, "mx", _arr((rows, E // rows), rng))]
+    scripts[pe] = [
+        {"op": "gemm", "a": "ga", "b": "gb", "acc": "gacc", "m": gm, "k": gk, "n": gn, "label": "gemm"},
+        {"op": "math", "fn": "exp", "srcs": ["mx"], "out": "my", "label": "math_exp"},
+        {"op": "math", "fn": "rowmax", "srcs": ["mx"], "out": "mz", "label": "math_rowmax"},
+    ]
+    expect += [
+        {"bench": f"gemm {gm}x{gk}x{gn}", "kind": "cmd", "pe": pe, "label": "gemm", "model": gemm_model(gm, gk, gn, prm)},
+        {"bench": f"math exp {rows * (E // rows)}", "kind": "cmd", "pe": pe, "label": "math_exp",
+         "model": math_model(rows * (E // rows), False, prm)},
+        {"bench": f"math rowmax {rows}x{E // rows}", "kind": "cmd", "pe": pe, "label": "math_rowmax",
+         "model": math_model(rows * (E // rows), True, prm)},
+    ]
+
+    # composite GEMM on PE (0,0,2)
+    pe = (0, 0, 2)
+    M, K, N = p["composite"]
+    pre += [("hbm", pe, "A", _arr((M, K), rng)), ("hbm", pe, "B", _arr((K, N), rng)),
+            ("hbm", pe, "C", np.zeros((M, N), np.float16))]
+    scripts[pe] = [{"op": "composite", "a_addr": None, "b_addr": None, "c_addr": None, "tensors": ["A", "B", "C"],
+                    "m": M, "k": K, "n": N, "dtype": BF16, "epilogue": [["scale", 0.125]], "label": "composite"}]
+    expect.append({"bench": f"composite {M}x{K}x{N} (+scale)", "kind": "composite", "pe": pe, "label": "composite",
+                   "M": M, "K": K, "N": N})
+
+    # IPCQ on CUBE 1: PE 0 -> PE 1 (east)
+    for j, nb in enumerate(p["ipcq_bytes"]):
+        src, dst = (0, 1, 2 * j), (0, 1, 2 * j + 1)
+        pre.append(("tcm", src, "q", _elems_payload(nb)))
+        scripts[src] = [{"op": "send", "dir": "E", "buf": "q", "label": "send"}]
+        scripts[dst] = [{"op": "recv", "dir": "W", "buf": "q", "label": "recv"}]
+        expect.append({"bench": f"ipcq E {nb} B", "kind": "msg", "src": src, "dst": dst, "slabel": "send",
+                       "rlabel": "recv", "model": ipcq_model(nb, prm)})
+
+    # NOC: cube 0 (0,0) -> 1..6 hops (XY), spaced in time
+    nb = p["noc_bytes"]
+    targets = [c for c in (1, 2, 3, 7, 11, 15) if c < prm.cubes]
+    src = (0, 0, 4)
+    pre.append(("tcm", src, "q", _elems_payload(nb)))
+    s = []
+    for h, cube in enumerate(targets, start=1):
+        x, y = prm.cube_xy(cube)
+        hops = x + y
+        if h > 1:
+            s.append({"op": "sleep", "ps": p["noc_gap"]})
+        s.append({"op": "noc_send", "to": [0, cube, 4], "buf": "q", "label": f"noc{cube}"})
+        scripts[(0, cube, 4)] = [{"op": "noc_recv", "buf": "r", "label": "recv"}]
+        expect.append({"bench": f"noc {hops} hop{'s' * (hops > 1)} {nb} B", "kind": "msg", "src": src,
+                       "dst": (0, cube, 4), "slabel": f"noc{cube}", "rlabel": "recv", "model": noc_model(nb, hops, prm)})
+    if prm.sips > 1:
+        edge = prm.cx - 1
+        s.append({"op": "sleep", "ps": p["noc_gap"]})
+        s.append({"op": "noc_send", "to": [1, 0, 5], "buf": "q", "label": "ucie"})
+        scripts[(1, 0, 5)] = [{"op": "noc_recv", "buf": "r", "label": "recv"}]
+        hops = edge + 1
+        expect.append({"bench": f"ucie sip0->sip1 {hops} hops {nb} B", "kind": "msg", "src": src, "dst": (1, 0, 5),
+                       "slabel": "ucie", "rlabel": "recv", "model": noc_model(nb, hops, prm, sip_hops=1)})
+    scripts[src] = s
+
+    # remote DMA: CUBE (0,0) PE 6 loads from CUBE (cx-1, cy-1) PE 6 (the SIP's worst case), after the NOC flows
+    rn = p["remote_bytes"]
+    me, owner = (0, 0, 6), (0, prm.cubes - 1, 6)
+    rh = (prm.cx - 1) + (prm.cy - 1)
+    pre.append(("hbm", owner, "remote", _arr((rn // 2,), rng)))
+    scripts[me] = [{"op": "sleep", "ps": (len(targets) + 3) * p["noc_gap"]},
+                   {"op": "dma", "kind": "load", "target": list(owner), "addr": None, "tensor": ("remote", owner),
+                    "rows": 1, "row_bytes": rn, "buf": "rx", "shape": [rn // 2], "dtype": BF16,
+                    "label": "remote"}]
+    expect.append({"bench": f"dma_load remote {rh} hops {rn} B", "kind": "cmd", "pe": me, "label": "remote",
+                   "remote": (me, owner, rh, rn)})
+
+    # timed host load (the host loads, then launches every script)
+    hn = p["host_load_bytes"]
+    hcube = min(10, prm.cubes - 1)
+    hdst = (0, hcube, 7)
+    hh = abs(prm.global_x(0, hcube) - prm.global_x(*prm.io_attach)) + abs(hcube // prm.cx - prm.io_attach[1] // prm.cx)
+    pre.append(("load", hdst, "hostload", _arr((hn // 2,), rng)))
+    expect.append({"bench": f"host load {hn} B -> cube {hcube} ({hh} hops)", "kind": "host", "hops": hh,
+                   "dst": hdst, "nbytes": hn})
+
+    machine = build_machine(system, profile, scripts=scripts)
+    place = Placement(machine, system.mode == "data")
+    addrs: dict = {}
+    for where, coord, name, arr in pre:
+        if where == "hbm":
+            addrs[(coord, name)] = place.put(coord, arr)
+        elif where == "load":
+            addrs[(coord, name)] = place.load(coord, arr)
+        else:
+            place.tcm_put(coord, name, arr)
+    for coord, script in scripts.items():
+        for c in script:
+            if "tensor" in c:
+                t = c.pop("tensor")
+                c["addr"] = addrs[(t[1], t[0])] if isinstance(t, tuple) else addrs[(coord, t)]
+                c["pitch"] = c["row_bytes"]
+            if "tensors" in c:
+                c["a_addr"], c["b_addr"], c["c_addr"] = (addrs[(coord, t)] for t in c.pop("tensors"))
+                e = next(x for x in expect if x.get("label") == "composite")
+                e["model"] = composite_model(c["m"], c["k"], c["n"], 2, c["epilogue"], prm, c["a_addr"], c["b_addr"],
+                                             c["c_addr"])
+                e["addrs"] = (c["a_addr"], c["b_addr"], c["c_addr"])
+    for e in expect:
+        if e["kind"] == "host":
+            e["model"] = host_load_model(e["nbytes"], e["hops"], addrs[(e["dst"], "hostload")], e["dst"], prm)
+        if "remote" in e:
+            src_pe, own, hops, nbytes = e["remote"]
+            e["model"] = remote_dma_model(nbytes, hops, addrs[(own, "remote")], src_pe, own, prm)
+    _CONTEXT[system] = {"machine": machine, "expect": expect, "placement": place, "pre": pre, "addrs": addrs}
+
+
+def _log(host, coord, label):
+    from actors.ahbm.params import pe_name
+    log = host.logs.get(f"{pe_name(*coord)}/cpu")
+    if log is None:
+        return None
+    for row in log:
+        if row[0] == label:
+            return row
+    return None
+
+
+def measure(system) -> list[dict]:
+    """Rows ``bench, measured_ns, model_ns, err_%`` from a finished microbench run."""
+    info = context(system)
+    host = info["machine"].host
+    rows = []
+    for e in info["expect"]:
+        if e["kind"] == "host":
+            measured = host.load_done[0] if host.load_done else None
+        elif e["kind"] in ("cmd", "composite"):
+            r = _log(host, e["pe"], e["label"])
+            measured = None if r is None else r[3] - r[2]
+        else:
+            s, r = _log(host, e["src"], e["slabel"]), _log(host, e["dst"], e["rlabel"])
+            measured = None if (s is None or r is None) else r[3] - s[2]
+        model = e["model"]
+        rows.append({"bench": e["bench"], "measured_ns": None if measured is None else measured / 1000,
+                     "model_ns": model / 1000,
+                     "err_%": None if measured is None else round(100.0 * (measured - model) / model, 3)})
+    return rows
+
+
+def check_microbench(system, profile: dict, p: dict, result) -> dict:
+    if result.status != "finished":
+        return {}
+    rows = measure(system)
+    out = {"tables": {"AHBM microbenchmarks: measured vs closed form": rows},
+           "max_abs_err_pct": max(abs(r["err_%"]) for r in rows if r["err_%"] is not None)}
+    if system.mode == "data":
+        extra = _data_checks(system, p)
+        out["max_abs_err"] = extra["max_abs_err"]
+        out["tables"].update(extra["tables"])
+    return out
+
+
+def _data_checks(system, p) -> dict:
+    """Data mode: engine results against numpy (fp32 accumulate of bf16-as-f16 inputs, ref §3.3)."""
+    info = context(system)
+    m, place, pre = info["machine"], info["placement"], info["pre"]
+    arrays = {(c, n): a for _, c, n, a in pre}
+    rows = []
+
+    def row(what: str, got, ref) -> float:
+        got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+        err = float(np.max(np.abs(got - ref))) if got.size else 0.0
+        rows.append({"result": what, "shape": "x".join(map(str, ref.shape)), "max_abs_err": err,
+                     "max_rel_err": float(np.max(np.abs(got - ref) / np.maximum(np.abs(ref), 1e-6)))})
+        return err
+
+    pe = (0, 0, 2)
+    M, K, N = p["composite"]
+    A, B = arrays[(pe, "A")], arrays[(pe, "B")]
+    acc = np.zeros((M, N), np.float32)
+    for k0 in range(0, K, m.prm.tile[1]):   # the engine accumulates K tiles in fp32, in order
+        acc += A[:, k0:k0 + m.prm.tile[1]].astype(np.float32) @ B[k0:k0 + m.prm.tile[1]].astype(np.float32)
+    ref = (acc * np.float32(0.125)).astype(np.float16)
+    got = np.frombuffer(place.read(pe, info["addrs"][(pe, "C")], M * N * 2), np.float16).reshape(M, N)
+    worst = row("composite C = 0.125 * A @ B", got, ref)
+    pe = (0, 0, 1)
+    tcm = m.pe(*pe).tcm.bufs
+    a, b, x = arrays[(pe, "ga")], arrays[(pe, "gb")], arrays[(pe, "mx")].astype(np.float32)
+    worst = max(worst, row("gemm acc = a @ b (fp32)", tcm["gacc"], a.astype(np.float32) @ b.astype(np.float32)))
+    worst = max(worst, row("math exp", tcm["my"], np.exp(x)))
+    worst = max(worst, row("math rowmax", tcm["mz"], x.max(axis=-1, keepdims=True)))
+    pe = (0, 0, 0)
+    for i, n in enumerate(p["dma_sizes"]):
+        got = place.read(pe, info["addrs"][(pe, f"t{i}")], n)
+        worst = max(worst, row(f"hbm t{i} intact", np.frombuffer(got, np.float16), arrays[(pe, f"t{i}")]))
+    st = np.frombuffer(place.read(pe, info["addrs"][(pe, "st")], p["dma_sizes"][0]), np.float16)
+    worst = max(worst, row("dma_store landed", st, arrays[(pe, "st_src")]))
+    return {"max_abs_err": worst, "tables": {"data mode: results vs numpy": rows}}
+
+
+def build_idle(system, profile: dict, p: dict) -> None:
+    from actors.ahbm.params import Params
+    prm = Params.of(profile)
+    scripts = {}
+    if p["launch"]:
+        scripts = {(s, c, q): [] for s in range(prm.sips) for c in range(prm.cubes) for q in range(prm.P)}
+    _CONTEXT[system] = {"machine": build_machine(system, profile, scripts=scripts)}

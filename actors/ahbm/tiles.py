@@ -1,0 +1,43 @@
+"""The PE scheduler's tile plan for a composite GEMM (seed §0 ``CompositeCmd``, ADR-0014 D6).
+
+``C[M, N] = epilogue(A[M, K] @ B[K, N])`` with row-major A, B, C in HBM is cut
+into output tiles of TILE_M x TILE_N (default 32 x 32, DESIGN.md §4) walked
+row-major; each output tile is a chain of K steps of TILE_K (default 64).  A
+step loads the A block ``[tm, tk]`` and the B block ``[tk, tn]`` (2-D DMAs) and
+runs one GEMM tile; the last step of an output tile is followed by the
+epilogue MATH steps and a 2-D DMA store of the C block.  Edge tiles are
+smaller (``tm = min(TILE_M, M - m0)`` ...).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int          # step number
+    tile: int           # output tile number
+    m0: int
+    k0: int
+    n0: int
+    tm: int
+    tk: int
+    tn: int
+    first: bool         # first K step of its output tile
+    last: bool          # last K step of its output tile
+
+
+def plan(M: int, K: int, N: int, tile: tuple[int, int, int]) -> list[Step]:
+    TM, TK, TN = tile
+    if min(M, K, N) <= 0:
+        raise ValueError(f"composite GEMM needs positive m, k, n; found {M}, {K}, {N}")
+    steps = []
+    t = 0
+    for m0 in range(0, M, TM):
+        for n0 in range(0, N, TN):
+            ks = list(range(0, K, TK))
+            for i, k0 in enumerate(ks):
+                steps.append(Step(len(steps), t, m0, k0, n0, min(TM, M - m0), min(TK, K - k0), min(TN, N - n0),
+                                  i == 0, i == len(ks) - 1))
+            t += 1
+    return steps

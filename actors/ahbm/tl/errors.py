@@ -1,0 +1,60 @@
+"""Kernel errors: misuse of the ``tl`` API, named by PE and by the kernel's source line.
+
+A :class:`KernelError` says *where*: the PE whose kernel misbehaved and the
+``file:line`` of the user's kernel code that made the call, found by walking the
+Python stack outwards past the runtime's own frames (this package, the engine,
+the protocols, greenback/greenlet/trio and the standard library).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["KernelError", "user_site", "site_of"]
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+_SKIP = (
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+    os.path.join(_ROOT, "emulator") + os.sep,
+    os.path.join(_ROOT, "protocols") + os.sep,
+)
+_SKIP_PARTS = ("site-packages", f"{os.sep}lib{os.sep}python", "<frozen")
+
+
+def _skipped(filename: str) -> bool:
+    fn = os.path.abspath(filename) if not filename.startswith("<") else filename
+    return fn.startswith(_SKIP) or any(p in fn for p in _SKIP_PARTS)
+
+
+def user_site(depth: int = 1) -> str:
+    """``file:line`` of the innermost frame that is kernel code (not runtime, engine or library)."""
+    f = sys._getframe(depth)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not _skipped(fn):
+            rel = os.path.relpath(fn, _ROOT) if fn.startswith(_ROOT) else fn
+            return f"{rel}:{f.f_lineno}"
+        f = f.f_back
+    return "<unknown kernel line>"
+
+
+def site_of(tb) -> str:
+    """``file:line`` of the innermost kernel-code frame of a traceback (an exception raised by the kernel)."""
+    site = "<unknown kernel line>"
+    while tb is not None:
+        fn = tb.tb_frame.f_code.co_filename
+        if not _skipped(fn):
+            rel = os.path.relpath(fn, _ROOT) if fn.startswith(_ROOT) else fn
+            site = f"{rel}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return site
+
+
+class KernelError(Exception):
+    """A kernel misused the ``tl`` API (shape mismatch, TCM overflow, bad direction, use after scope...)."""
+
+    def __init__(self, pe: str, message: str, site: str | None = None):
+        self.pe = pe
+        self.site = site or user_site(2)
+        self.reason = message
+        super().__init__(f"kernel on {pe}, at {self.site}: {message}")

@@ -1,0 +1,520 @@
+"""The ``tl`` object a kernel receives: synchronous Triton-like calls turned into engine commands.
+
+A kernel is a plain Python function ``kernel(**args, tl=tl)`` run by the PE CPU
+(cpu.py) inside its Trio task; each ``tl`` call awaits the PE's engines through
+``greenback.await_`` (DESIGN.md §4), so the kernel reads like the seed:
+
+    q = tl.load(q_ptr, (M, d))                                   # lazy: returns at once
+    S = tl.composite("gemm", a=q, b=tl.ref(k_ptr, (d, T)))        # non-blocking, PE scheduler
+    m = tl.maximum(m, tl.max(S, axis=-1))                         # MATH commands
+    tl.send("E", m)                                               # IPCQ
+    with tl.scratch_scope(): ...                                  # per-tile TCM recycling
+
+Ordering (the "auto-wait at first use" of seed ADR-0062): a command that reads a
+handle still being produced waits for its producer unless both run on the same
+engine (every engine is FIFO, so a chain of MATH ops streams without a CPU stall).
+Blocking calls: ``dot``, ``send``, ``recv``, ``trans``, ``wait``.  Asynchronous:
+``load``, ``store``, ``composite``, ``recv_async`` and every MATH op.  The kernel's
+end waits for everything still outstanding.
+
+CPU cost model (seed §9 item 6 / ADR-0064): each call first charges the CPU the
+dispatch cost of its kind from the profile's ``cpu.dispatch_cycles``
+(costs.dispatch_ps): ``dma`` (load, store, and the implicit load of an HBM
+result), ``gemm`` (dot), ``math`` (operators, max/sum/exp/maximum, softmax per
+MATH command, trans, full), ``composite`` (descriptor push to the scheduler),
+``ipcq`` (send, recv to a neighbour), ``noc`` (send, recv to a CUBE-NOC peer).  All-zero ``dispatch_cycles`` reproduces the seed's
+baseline assumption (``dispatch_cycles=0``).  Python control flow is free.
+
+Composites follow the engine contract of protocols.ahbm.CompositeCmd: A, B and C
+are in HBM.  A TCM operand (e.g. ``P`` of ``P @ V``) is first cast to the
+composite's dtype (one MATH ``cast``) and stored by DMA to an HBM scratch area
+(upper half of the PE's HBM, bump-allocated, burst aligned); the result handle
+is HBM-resident and is DMA-loaded into the TCM at its first MATH use.
+"""
+from __future__ import annotations
+
+
+import numpy as np
+import greenback
+
+from protocols.codec import TensorDesc
+from actors.ahbm.costs import MATH_OPS, math_ps
+from actors.ahbm.tl.errors import KernelError, user_site
+from actors.ahbm.tl.handles import TensorHandle, nbytes
+from actors.ahbm.tl.scratch import Arena, ScratchScope, scheduler_reserve
+
+__all__ = ["Tl"]
+
+F32 = "<f4"
+_DIRS = ("N", "S", "E", "W")
+
+
+def _await(coro):
+    return greenback.await_(coro)
+
+
+class Tl:
+    """The kernel-side API of one launch on one PE (see the module docstring)."""
+
+    def __init__(self, backend, *, program_id=(0, 0), num_programs=(1, 1)):
+        self.be = backend
+        self.prm = backend.prm
+        self.data = backend.mode == "data"
+        self._pid = tuple(program_id)
+        self._nprog = tuple(num_programs)
+        self.capacity = self.prm.tcm_bytes - scheduler_reserve(self.prm)
+        self.used = 0
+        self.peak = 0
+        self.root = Arena(None, "kernel")
+        self.arena = self.root
+        self.nbuf = 0
+        burst = self.prm.burst
+        self.hbm_next = self.prm.hbm_capacity // 2
+        self.hbm_end = self.prm.hbm_capacity
+        self._burst = burst
+        self.outstanding: list[int] = []
+        self.counts: dict[str, int] = {}
+
+    # -- helpers ------------------------------------------------------------------
+    def site(self) -> str:
+        return user_site(2)
+
+    def error(self, msg: str) -> KernelError:
+        return KernelError(self.be.pe, msg, user_site(2))
+
+    def _count(self, kind: str) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    def _dispatch(self, kind: str) -> None:
+        self._count(kind)
+        _await(self.be.dispatch(kind))
+
+    def _new_buf(self, shape, dtype, **kw) -> TensorHandle:
+        size = nbytes(shape, dtype)
+        if self.used + size > self.capacity:
+            raise self.error(
+                f"TCM overflow: a {tuple(shape)} {np.dtype(dtype).str} tensor ({size} B) does not fit;"
+                f" {self.used} of {self.capacity} B in use (TCM {self.prm.tcm_bytes} B minus"
+                f" {scheduler_reserve(self.prm)} B of scheduler buffers). Wrap per-tile temporaries in"
+                f" `with tl.scratch_scope():` so they are recycled")
+        self.used += size
+        self.peak = max(self.peak, self.used)
+        self.nbuf += 1
+        h = TensorHandle(self, shape, dtype, buf=f"tl/t{self.nbuf}", arena=self.arena, **kw)
+        self.arena.handles.append(h)
+        return h
+
+    def _hbm_alloc(self, size: int) -> int:
+        a = self.hbm_next
+        end = a + -(-size // self._burst) * self._burst
+        if end > self.hbm_end:
+            raise self.error(f"HBM scratch exhausted ({self.hbm_end - self.prm.hbm_capacity // 2} B)")
+        self.hbm_next = end
+        return a
+
+    def _live(self, h: TensorHandle, what: str) -> TensorHandle:
+        if not isinstance(h, TensorHandle):
+            raise self.error(f"{what}: expected a TensorHandle, found {type(h).__name__}")
+        if h.rt is not self:
+            raise self.error(f"{what}: the handle belongs to another kernel launch")
+        if h.dead:
+            raise self.error(f"{what}: tensor {h.shape} used after {h.dead}")
+        return h
+
+    def _settle(self, h: TensorHandle) -> None:
+        """Wait for the command producing ``h``."""
+        if h.pending is not None:
+            _await(self.be.wait(h.pending))
+            h.pending = None
+            h.engine = None
+            if h.check is not None:
+                want_shape, want_dtype = h.check
+                h.check = None
+                got = _await(self.be.tcm_read(h.buf))
+                if tuple(got.shape) != want_shape or np.dtype(got.dtype).str != want_dtype:
+                    raise self.error(f"recv expected a {want_shape} {want_dtype} tensor, the neighbour sent"
+                                     f" {tuple(got.shape)} {np.dtype(got.dtype).str}")
+
+    def _tcm(self, h: TensorHandle, engine: str, what: str) -> str:
+        """Make ``h`` readable by a command on ``engine``: its TCM buffer name."""
+        self._live(h, what)
+        if h.buf is None:
+            # HBM-resident (ref or composite result): lazy DMA load into the TCM
+            if h.pending is not None and h.engine != "dma":
+                self._settle(h)
+            self._dispatch("dma")
+            t = self._new_buf(h.shape, h.dtype)
+            rows, row_bytes = self._rows(h.shape, h.dtype)
+            cid = _await(self.be.dma("load", h.addr, rows, row_bytes, row_bytes, t.buf, list(h.shape), h.dtype))
+            h.buf, h.arena = t.buf, t.arena
+            t.arena.handles.remove(t)
+            t.arena.handles.append(h)
+            h.pending, h.engine = cid, "dma"
+            self.outstanding.append(cid)
+        if h.pending is not None and h.engine != engine:
+            self._settle(h)
+        return h.buf
+
+    @staticmethod
+    def _read_by(cid: int, engine: str, *hs) -> None:
+        """Record that command ``cid`` on ``engine`` reads ``hs`` (its buffers are freed only after it)."""
+        for h in hs:
+            if h.readers is None:
+                h.readers = {}
+            h.readers[engine] = cid   # engines are FIFO: the last reader per engine is enough
+
+    @staticmethod
+    def _rows(shape, dtype):
+        if len(shape) == 0:
+            return 1, np.dtype(dtype).itemsize
+        rows = shape[0] if len(shape) > 1 else 1
+        return rows, nbytes(shape, dtype) // rows
+
+    def _release(self, handles, why: str) -> None:
+        for h in handles:
+            if h.dead is not None:
+                continue
+            waits = [h.pending] + list((h.readers or {}).values())
+            for cid in waits:
+                if cid is not None:
+                    _await(self.be.wait(cid))
+            h.pending = None
+            if h.buf is not None and h.arena is not None:
+                _await(self.be.tcm_free(h.buf))
+                self.used -= h.nbytes
+                if h in h.arena.handles:
+                    h.arena.handles.remove(h)
+            h.arena = None
+            h.dead = why
+
+    def _push_arena(self, site: str) -> Arena:
+        self.arena = Arena(self.arena, site)
+        return self.arena
+
+    def _pop_arena(self, arena: Arena) -> None:
+        if self.arena is not arena:
+            raise self.error("scratch scopes closed out of order")
+        self.arena = arena.parent
+
+    # -- geometry, time, reports --------------------------------------------------
+    def program_id(self, axis: int) -> int:
+        """``axis`` 0: this PE's index in the launch grid, 1: its CUBE index (seed TL;DR)."""
+        if axis not in (0, 1):
+            raise self.error(f"program_id axis must be 0 (PE) or 1 (CUBE), found {axis!r}")
+        return self._pid[axis]
+
+    def num_programs(self, axis: int) -> int:
+        if axis not in (0, 1):
+            raise self.error(f"num_programs axis must be 0 or 1, found {axis!r}")
+        return self._nprog[axis]
+
+    def now(self) -> int:
+        """Current virtual time in ps (for measurements inside kernels)."""
+        return self.be.now
+
+    def report(self, key: str, value) -> None:
+        self.be.report(key, value)
+
+    def scratch_scope(self) -> ScratchScope:
+        return ScratchScope(self)
+
+    # -- memory -------------------------------------------------------------------
+    def ref(self, ptr: int, shape, dtype: str = "<f2") -> TensorHandle:
+        """A tensor in this PE's HBM at byte address ``ptr`` (row-major): an operand for composites."""
+        if int(ptr) < 0 or int(ptr) + nbytes(shape, dtype) > self.prm.hbm_capacity:
+            raise self.error(f"ref {tuple(shape)} at {int(ptr):#x} lies outside this PE's HBM")
+        return TensorHandle(self, shape, dtype, addr=int(ptr))
+
+    def load(self, ptr: int, shape, dtype: str = "<f2") -> TensorHandle:
+        """Lazy HBM -> TCM load (seed ADR-0062): issues the DMA and returns; waits at first use."""
+        h = self.ref(ptr, shape, dtype)
+        self._tcm(h, "dma", "load")
+        return h
+
+    def store(self, ptr: int, x: TensorHandle, dtype: str | None = None) -> None:
+        """TCM -> HBM store (asynchronous; the kernel's end waits for it)."""
+        x = self._live(x, "store")
+        if dtype is not None and np.dtype(dtype).str != x.dtype:
+            x = self._math("cast", [x], x.shape, out_dtype=dtype)
+        if int(ptr) < 0 or int(ptr) + x.nbytes > self.prm.hbm_capacity:
+            raise self.error(f"store of {x.shape} at {int(ptr):#x} lies outside this PE's HBM")
+        buf = self._tcm(x, "dma", "store")
+        self._dispatch("dma")
+        rows, row_bytes = self._rows(x.shape, x.dtype)
+        cid = _await(self.be.dma("store", int(ptr), rows, row_bytes, row_bytes, buf, list(x.shape), x.dtype))
+        self._read_by(cid, "dma", x)
+        self.outstanding.append(cid)
+
+    def full(self, shape, value: float, dtype: str = F32) -> TensorHandle:
+        """A new TCM tensor filled with ``value``, written by the CPU (memset at the MATH lane rate:
+        ``math_ps("copy", elements)``, assumption)."""
+        shape = tuple(int(s) for s in shape)
+        self._dispatch("math")
+        h = self._new_buf(shape, dtype)
+        n = int(np.prod(shape)) if shape else 1
+        _await(self.be.cpu_busy(math_ps("copy", n, self.prm), f"fill {n}"))
+        data = np.full(shape, value, dtype=np.dtype(dtype)) if self.data else TensorDesc.of(shape, dtype)
+        _await(self.be.tcm_write(h.buf, data))
+        return h
+
+    def zeros(self, shape, dtype: str = F32) -> TensorHandle:
+        return self.full(shape, 0.0, dtype)
+
+    def wait(self, *hs: TensorHandle):
+        """Block until each handle's data is ready (recv_async, load, composite)."""
+        for h in hs:
+            self._live(h, "wait")
+            self._settle(h)
+        return hs[0] if len(hs) == 1 else hs
+
+    # -- GEMM ---------------------------------------------------------------------
+    def dot(self, a: TensorHandle, b: TensorHandle) -> TensorHandle:
+        """Blocking GEMM on the PE's GEMM engine: ``a[m, k] @ b[k, n]`` -> fp32 ``[m, n]``."""
+        self._live(a, "dot")
+        self._live(b, "dot")
+        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+            raise self.error(f"dot: shape mismatch {a.shape} @ {b.shape}")
+        m, k = a.shape
+        n = b.shape[1]
+        ba = self._tcm(a, "gemm", "dot")
+        bb = self._tcm(b, "gemm", "dot")
+        self._dispatch("gemm")
+        out = self._new_buf((m, n), F32)
+        cid = _await(self.be.gemm(ba, bb, out.buf, m, k, n))
+        self._read_by(cid, "gemm", a, b)
+        _await(self.be.wait(cid))
+        return out
+
+    def _in_hbm(self, h: TensorHandle, dtype: str, what: str) -> int:
+        self._live(h, what)
+        if h.addr is not None and h.dtype == dtype:
+            if h.pending is not None and h.engine != "sched":
+                self._settle(h)
+            return h.addr
+        x = h
+        if h.dtype != dtype:
+            x = self._math("cast", [h], h.shape, out_dtype=dtype)
+        buf = self._tcm(x, "dma", what)
+        addr = self._hbm_alloc(x.nbytes)
+        self._dispatch("dma")
+        rows, row_bytes = self._rows(x.shape, x.dtype)
+        cid = _await(self.be.dma("store", addr, rows, row_bytes, row_bytes, buf, list(x.shape), x.dtype))
+        self._read_by(cid, "dma", x)
+        _await(self.be.wait(cid))
+        return addr
+
+    def composite(self, op: str = "gemm", a: TensorHandle = None, b=None, *, epilogue=(), dtype: str | None = None):
+        """A non-blocking command (seed §0 ``CompositeCmd``): returns a handle at once.
+
+        ``op="gemm"``: ``epilogue(a @ b)`` on the PE scheduler, which tiles it and streams
+        per-tile DMA -> GEMM -> store (actors/ahbm/scheduler.py); ``epilogue`` is a list of
+        ``(op, scalar)`` steps among the scheduler's EPILOGUE_OPS.  The result lives in HBM
+        (dtype = ``dtype`` or the operands' HBM dtype).  ``op`` = a MATH op name (exp,
+        scale, add, ...): that MATH command, issued without waiting.
+        """
+        if op != "gemm":
+            if op not in MATH_OPS:
+                raise self.error(f"composite op {op!r}: expected 'gemm' or a MATH op ({', '.join(sorted(MATH_OPS))})")
+            srcs = [x for x in (a, b) if x is not None]
+            scalar = float(dict(epilogue).get("scale", 0.0)) if op == "scale" else 0.0
+            shapes = [self._live(x, "composite").shape for x in srcs]
+            return self._math(op, srcs, self._result_shape(op, shapes), scalar=scalar, kind="composite")
+        if a is None or b is None:
+            raise self.error("composite('gemm') needs a= and b=")
+        self._live(a, "composite")
+        self._live(b, "composite")
+        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+            raise self.error(f"composite gemm: shape mismatch {a.shape} @ {b.shape}")
+        if dtype is None:
+            dtype = next((x.dtype for x in (b, a) if x.addr is not None), "<f2")
+        dtype = np.dtype(dtype).str
+        from actors.ahbm.scheduler import EPILOGUE_OPS
+        steps = []
+        for step in epilogue:
+            name, scalar = (step, 0.0) if isinstance(step, str) else (step[0], float(step[1]) if len(step) > 1 else 0.0)
+            if name not in EPILOGUE_OPS:
+                raise self.error(f"composite epilogue step {name!r}: supported {', '.join(EPILOGUE_OPS)}")
+            steps.append([name, scalar])
+        a_addr = self._in_hbm(a, dtype, "composite a")
+        b_addr = self._in_hbm(b, dtype, "composite b")
+        m, k = a.shape
+        n = b.shape[1]
+        c_addr = self._hbm_alloc(nbytes((m, n), dtype))
+        self._dispatch("composite")
+        cid = _await(self.be.composite(a_addr, b_addr, c_addr, m, k, n, dtype, steps))
+        self.outstanding.append(cid)   # the scheduler reads HBM copies: no TCM buffer of a, b is read
+        return TensorHandle(self, (m, n), dtype, addr=c_addr, pending=cid, engine="sched")
+
+    # -- MATH -----------------------------------------------------------------------
+    def _result_shape(self, op: str, shapes) -> tuple:
+        if op in ("rowmax", "rowsum"):
+            if not shapes[0]:
+                raise self.error(f"{op} of a scalar")
+            return tuple(shapes[0][:-1]) + (1,)
+        try:
+            return tuple(np.broadcast_shapes(*shapes))
+        except ValueError:
+            raise self.error(f"{op}: shape mismatch {' vs '.join(str(s) for s in shapes)}"
+                             " (shapes must be equal or broadcastable)") from None
+
+    def _math(self, op: str, srcs, shape, *, scalar: float = 0.0, out_dtype: str = F32, kind: str = "math"):
+        bufs = [self._tcm(x, "math", op) for x in srcs]
+        self._dispatch(kind)
+        out = self._new_buf(shape, out_dtype)
+        cid = _await(self.be.math(op, bufs, out.buf, float(scalar), np.dtype(out_dtype).str))
+        self._read_by(cid, "math", *srcs)
+        out.pending, out.engine = cid, "math"
+        self.outstanding.append(cid)
+        return out
+
+    def _const(self, value: float) -> TensorHandle:
+        return self.full((1,), float(value))
+
+    def _binary(self, op: str, x, y) -> TensorHandle:
+        xs = isinstance(x, TensorHandle)
+        ys = isinstance(y, TensorHandle)
+        if not xs and not ys:
+            raise self.error(f"{op}: needs at least one TensorHandle")
+        for v in (x, y):
+            if not isinstance(v, (TensorHandle, int, float, np.floating, np.integer)):
+                raise self.error(f"{op}: unsupported operand {type(v).__name__}")
+        if xs and not ys and op in ("mul", "div"):
+            s = float(y)
+            if op == "div":
+                if s == 0:
+                    raise self.error("division by the constant 0")
+                s = 1.0 / s
+            return self._math("scale", [self._live(x, op)], x.shape, scalar=s)
+        if ys and not xs and op == "mul":
+            return self._math("scale", [self._live(y, op)], y.shape, scalar=float(x))
+        if not xs:
+            x = self._const(x)
+        if not ys:
+            y = self._const(y)
+        self._live(x, op)
+        self._live(y, op)
+        return self._math(op, [x, y], self._result_shape(op, [x.shape, y.shape]))
+
+    def _axis(self, x: TensorHandle, axis, what: str) -> None:
+        self._live(x, what)
+        if axis not in (-1, x.ndim - 1, None) or x.ndim == 0:
+            raise self.error(f"{what}: only the last axis is supported (row reductions of the MATH engine),"
+                             f" found axis={axis!r} for shape {x.shape}")
+
+    def max(self, x: TensorHandle, axis: int = -1) -> TensorHandle:
+        """Row max over the last axis, keepdims: ``[..., n] -> [..., 1]``."""
+        self._axis(x, axis, "max")
+        return self._math("rowmax", [x], self._result_shape("rowmax", [x.shape]))
+
+    def sum(self, x: TensorHandle, axis: int = -1) -> TensorHandle:
+        """Row sum over the last axis, keepdims: ``[..., n] -> [..., 1]``."""
+        self._axis(x, axis, "sum")
+        return self._math("rowsum", [x], self._result_shape("rowsum", [x.shape]))
+
+    def exp(self, x: TensorHandle) -> TensorHandle:
+        return self._math("exp", [self._live(x, "exp")], x.shape)
+
+    def maximum(self, a: TensorHandle, b: TensorHandle) -> TensorHandle:
+        return self._binary("maximum", a, b)
+
+    def softmax(self, x: TensorHandle, axis: int = -1) -> TensorHandle:
+        """Row softmax: rowmax, sub, exp, rowsum, div (five MATH commands)."""
+        self._axis(x, axis, "softmax")
+        e = self.exp(x - self.max(x))
+        return e / self.sum(e)
+
+    def broadcast(self, x: TensorHandle, shape) -> TensorHandle:
+        """``x`` broadcast to ``shape`` (seed ADR-0061): a zero tensor of ``shape`` plus ``x`` (MATH add)."""
+        self._live(x, "broadcast")
+        shape = tuple(int(s) for s in shape)
+        if self._result_shape("broadcast", [x.shape, shape]) != shape:
+            raise self.error(f"broadcast: {x.shape} does not broadcast to {shape}")
+        return self._binary("add", self.zeros(shape), x)
+
+    def trans(self, x: TensorHandle) -> TensorHandle:
+        """A real 2-D transpose (data mode moves the elements), done by the CPU through its TCM
+        port in one pass at the MATH lane rate: ``math_ps("copy", elements)`` (assumption: the
+        MATH engine of actors/ahbm/mathunit.py has no transpose op)."""
+        self._live(x, "trans")
+        if x.ndim != 2:
+            raise self.error(f"trans: expected a 2-D tensor, found shape {x.shape}")
+        buf = self._tcm(x, "cpu", "trans")
+        self._dispatch("math")
+        out = self._new_buf((x.shape[1], x.shape[0]), x.dtype)
+        n = x.shape[0] * x.shape[1]
+        _await(self.be.cpu_busy(math_ps("copy", n, self.prm), f"transpose {x.shape[0]}x{x.shape[1]}"))
+        data = _await(self.be.tcm_read(buf))
+        t = np.ascontiguousarray(np.asarray(data).T) if self.data else TensorDesc.of(out.shape, x.dtype)
+        _await(self.be.tcm_write(out.buf, t))
+        return out
+
+    # -- IPCQ and NOC ---------------------------------------------------------------
+    def _peer(self, d, what: str):
+        """``"N"|"S"|"E"|"W"`` (an IPCQ neighbour) or ``[sip, cube, pe]`` (a peer over the CUBE NOC)."""
+        if isinstance(d, (list, tuple)):
+            prm = self.prm
+            if len(d) != 3 or not all(isinstance(x, int) for x in d):
+                raise self.error(f"{what}: a NOC peer is [sip, cube, pe], found {d!r}")
+            s, c, p = d
+            if not (0 <= s < prm.sips and 0 <= c < prm.cubes and 0 <= p < prm.P):
+                raise self.error(f"{what}: no PE {list(d)} in this machine ({prm.sips} SIP(s), {prm.cubes} CUBEs,"
+                                 f" {prm.P} PEs per CUBE)")
+            if list(d) == list(self.be.coord):
+                raise self.error(f"{what}: {list(d)} is this PE itself")
+            if not self.be.has_noc:
+                raise self.error(f"{what}: this PE is not attached to a CUBE NOC router")
+            return tuple(d)
+        if d not in _DIRS:
+            raise self.error(f"{what}: direction must be one of N, S, E, W or a NOC peer [sip, cube, pe],"
+                             f" found {d!r}")
+        if d not in self.be.dirs:
+            raise self.error(f"{what}: no IPCQ neighbour in direction {d!r} (this PE has:"
+                             f" {', '.join(self.be.dirs) or 'none'})")
+        return d
+
+    def send(self, d, x: TensorHandle) -> None:
+        """Push ``x`` to the IPCQ neighbour in direction ``d`` (returns once it is on the wire; blocks
+        on credits) or, for ``d = [sip, cube, pe]``, as a packet over the CUBE NOC (XY routed)."""
+        peer = self._peer(d, "send")
+        if isinstance(peer, tuple):
+            buf = self._tcm(x, "cpu", "send")
+            self._dispatch("noc")
+            _await(self.be.noc_send(peer, buf))
+            return
+        buf = self._tcm(x, "ipcq", "send")
+        self._dispatch("ipcq")
+        cid = _await(self.be.ipcq("send", peer, buf))
+        self._read_by(cid, "ipcq", x)
+        _await(self.be.wait(cid))
+
+    def recv_async(self, d, shape, dtype: str = F32) -> TensorHandle:
+        """Post a receive from direction ``d`` (or NOC peer ``[sip, cube, pe]``); returns a handle at
+        once (``tl.wait`` or its first use waits)."""
+        peer = self._peer(d, "recv")
+        shape = tuple(int(s) for s in shape)
+        noc = isinstance(peer, tuple)
+        self._dispatch("noc" if noc else "ipcq")
+        h = self._new_buf(shape, dtype)
+        cid = _await(self.be.noc_recv(peer, h.buf) if noc else self.be.ipcq("recv", peer, h.buf))
+        h.pending, h.engine = cid, "noc" if noc else "ipcq"
+        h.check = (shape, np.dtype(dtype).str)
+        self.outstanding.append(cid)
+        return h
+
+    def recv(self, d, shape, dtype: str = F32) -> TensorHandle:
+        """Blocking receive of a ``shape``/``dtype`` tensor from direction ``d`` (or a NOC peer)."""
+        h = self.recv_async(d, shape, dtype)
+        self._settle(h)
+        return h
+
+    # -- end of the kernel ----------------------------------------------------------
+    def finish(self) -> dict:
+        """The kernel returned: wait for every outstanding command, then free its TCM buffers."""
+        for cid in self.outstanding:
+            _await(self.be.wait(cid))
+        self.outstanding.clear()
+        arena = self.arena
+        while arena is not None:
+            self._release(list(arena.handles), "the kernel ended")
+            arena = arena.parent
+        return {"ops": dict(sorted(self.counts.items())), "tcm_peak_B": self.peak, "tcm_budget_B": self.capacity}

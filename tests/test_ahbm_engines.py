@@ -1,0 +1,283 @@
+"""AHBM PE engines: profiles, DMA / GEMM / MATH / composite formulas, data mode vs numpy.
+
+Closed forms are written out here from the profile numbers (ref §2.6 defaults),
+independently of actors/ahbm/costs.py.
+"""
+import json
+
+import numpy as np
+import pytest
+
+from actors.ahbm.params import Params
+from actors.ahbm.testkit import build, load_profile, log
+from actors.ahbm.tiles import plan
+from protocols.ahbm import IpcqData, NocPacket, payload
+from protocols.codec import TensorDesc, encode
+
+NS = 1000
+PE = (0, 0, 0)
+LAUNCH = 100 * NS
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+def per_pc_bytes(addr, rows, row_bytes, pitch, burst=256, pcs=8):
+    """Bytes each pseudo-channel serves: pc = (addr // burst) % pcs, byte by byte in 8-byte steps."""
+    out = [0] * pcs
+    for r in range(rows):
+        start = addr + r * pitch
+        for a in range(start, start + row_bytes):
+            out[(a // burst) % pcs] += 1
+    return out
+
+
+def dma_closed(per_pc):
+    # setup 20 cycles @ 1 GHz + max over used PCs (30 ns + bytes / (32 GB/s * 0.8))
+    return 20 * NS + max(30 * NS + ceil_div(b * 10**12, 25_600_000_000) for b in per_pc if b)
+
+
+def gemm_closed(m, k, n, padded=True):
+    core = ceil_div(m, 32) * ceil_div(n, 32) * k if padded else ceil_div(m * n * k, 1024)
+    return (48 + core) * NS
+
+
+def test_profiles_validate():
+    for name, sips in (("ahbm-1sip", 1), ("ahbm-2sip", 2), ("ahbm-4sip", 4)):
+        prof = load_profile(name)
+        prm = Params.of(prof)
+        assert prm.sips == sips and prm.cubes == 16 and prm.P == 8 and prm.pes == 128 * sips
+        assert prm.pc_bw_eff == 25_600_000_000 and prm.tile == (32, 64, 32) and prm.tcm_bytes == 1 << 20
+        assert prm.cube_link_latency == 17 * NS and prm.router_ps == 3 * NS
+
+
+def test_profile_error_is_clear():
+    from emulator.schema import SchemaError
+    with pytest.raises(SchemaError) as e:
+        load_profile("ahbm-1sip", {"pe_grid": {"x": 3, "y": 2}})
+    assert "pe_grid" in str(e.value) and "pes_per_cube" in str(e.value)
+
+
+async def test_dma_own_hbm_matches_formula(vclock):
+    sizes = [256, 4096, 65536, 100_000]
+    script = []
+    system, m, place = build({PE: script})
+    rng = np.random.default_rng(0)
+    for n in sizes:
+        addr = place.put(PE, rng.integers(0, 255, n, dtype=np.uint8))
+        script += [{"op": "dma", "kind": "load", "addr": addr, "row_bytes": n, "buf": "x", "shape": [n],
+                    "dtype": "|u1", "label": f"l{n}"}, {"op": "free", "buf": "x"}]
+    # a 2-D block whose rows all fall on pseudo-channel 0 (pitch = 8 PCs x 256 B): channel conflict
+    addr = place.put(PE, np.zeros(32 * 2048, np.uint8))
+    script.append({"op": "dma", "kind": "load", "addr": addr, "rows": 32, "row_bytes": 128, "pitch": 2048,
+                   "buf": "y", "shape": [32, 128], "dtype": "|u1", "label": "conflict"})
+    res = await system.run_async()
+    assert res.status == "finished", res.error
+    for n in sizes:
+        _, _, issued, done = log(m, PE, f"l{n}")
+        assert done - issued == dma_closed(per_pc_bytes(0, 1, n, n)), n
+    _, _, issued, done = log(m, PE, "conflict")
+    assert done - issued == 20 * NS + 30 * NS + ceil_div(32 * 128 * 10**12, 25_600_000_000) == 210 * NS
+    # whole-run check: the first command starts after the launch link, and dispatch is 8 cycles
+    assert log(m, PE, "l256")[1] == LAUNCH and log(m, PE, "l256")[2] == LAUNCH + 8 * NS
+
+
+@pytest.mark.parametrize("mode", ["timing", "data"])
+async def test_remote_dma_over_the_noc(vclock, mode):
+    """Load from / store to another CUBE's PE HBM: setup + Z(req) + channels + Z(resp) (dma.py docstring)."""
+    from protocols.ahbm import MemReq, MemResp
+    me, owner = (0, 0, 0), (0, 5, 3)                 # CUBE (0,0) -> CUBE (1,1): 2 hops
+    n = 8192
+    data = np.random.default_rng(3).integers(0, 255, n, dtype=np.uint8)
+    script = []
+    system, m, place = build({me: script}, mode=mode)
+    addr = place.put(owner, data)
+    dst = place.alloc(owner, n)
+    script += [{"op": "dma", "kind": "load", "target": list(owner), "addr": addr, "row_bytes": n, "buf": "x",
+                "shape": [n], "dtype": "|u1", "label": "rload"},
+               {"op": "dma", "kind": "store", "target": list(owner), "addr": dst, "row_bytes": n, "buf": "x",
+                "shape": [n], "dtype": "|u1", "label": "rstore"}]
+    res = await system.run_async()
+    assert res.status == "finished", res.error
+
+    def Z(S, h):   # NOC zero-load time, as tests/test_ahbm_fidelity.py
+        ser = -(-S * 10**12 // 128_000_000_000)
+        return 2 * (ser + NS) + (h + 1) * 3 * NS + h * (ser + 17 * NS)
+
+    chan = 30 * NS + ceil_div(n // 8 * 10**12, 25_600_000_000)
+    req = encode(MemReq(1, "read", list(me), list(owner), 0, addr, 1, n, n, None))[1]
+    resp = encode(MemResp(1, list(owner), list(me), 0, payload(TensorDesc.of((n,), "|u1"))))[1]
+    _, _, issued, done = log(m, me, "rload")
+    assert done - issued == 20 * NS + Z(req, 2) + chan + Z(resp, 2)
+    wreq = encode(MemReq(2, "write", list(me), list(owner), 0, dst, 1, n, n, payload(TensorDesc.of((n,), "|u1"))))[1]
+    ack = encode(MemResp(2, list(owner), list(me), 0, None))[1]
+    _, _, issued, done = log(m, me, "rstore")
+    assert done - issued == 20 * NS + Z(wreq, 2) + chan + Z(ack, 2)
+    assert m.pe(*owner).port.served == 2 and m.pe(*me).port.served == 0
+    if mode == "data":
+        assert place.read(owner, dst, n) == data.tobytes()
+
+
+@pytest.mark.parametrize("padded", [True, False])
+async def test_gemm_and_math_formulas(vclock, padded):
+    prof = load_profile("ahbm-1sip", {"gemm": {"charge_padded": padded}})
+    script = [
+        {"op": "gemm", "a": "a", "b": "b", "acc": "c", "m": 32, "k": 64, "n": 32, "label": "full"},
+        {"op": "gemm", "a": "a8", "b": "b", "acc": "c8", "m": 8, "k": 64, "n": 32, "label": "partial"},
+        {"op": "math", "fn": "exp", "srcs": ["x"], "out": "y", "label": "exp"},
+        {"op": "math", "fn": "rowsum", "srcs": ["x"], "out": "s", "label": "rowsum"},
+        {"op": "math", "fn": "add", "srcs": ["x", "x"], "out": "z", "label": "add"},
+    ]
+    system, m, place = build({PE: script}, prof)
+    for name, shape in (("a", (32, 64)), ("b", (64, 32)), ("a8", (8, 64)), ("x", (32, 128))):
+        place.tcm_put(PE, name, np.ones(shape, np.float16))
+    res = await system.run_async()
+    assert res.status == "finished", res.error
+    dur = {k: log(m, PE, k)[3] - log(m, PE, k)[2] for k in ("full", "partial", "exp", "rowsum", "add")}
+    assert dur["full"] == gemm_closed(32, 64, 32) == 112 * NS   # ref §2.3: 64 + 48 cycles
+    assert dur["partial"] == gemm_closed(8, 64, 32, padded)
+    assert dur["partial"] == (112 * NS if padded else 64 * NS)
+    assert dur["exp"] == (8 + 4096 // 64) * NS
+    assert dur["rowsum"] == (8 + 4096 // 64 + 6) * NS
+    assert dur["add"] == (8 + 4096 // 64) * NS
+
+
+def test_tile_plan():
+    steps = plan(96, 200, 40, (32, 64, 32))
+    assert len(steps) == 3 * 2 * 4
+    assert [s.tk for s in steps[:4]] == [64, 64, 64, 8]
+    assert {(s.m0, s.n0, s.tn) for s in steps if s.last} == {(m0, n0, tn) for m0 in (0, 32, 64)
+                                                               for n0, tn in ((0, 32), (32, 8))}
+    assert sum(s.first for s in steps) == sum(s.last for s in steps) == 6
+
+
+def composite_closed(M, K, N, a, b, c, epilogue_ops):
+    """Double-buffered stream on one FIFO DMA queue (scheduler.py docstring), recomputed here."""
+    dma_free = 0
+    serial = 0
+
+    def dma(t, cost):
+        nonlocal dma_free, serial
+        serial += cost
+        dma_free = max(t, dma_free) + cost
+        return dma_free
+
+    def block(addr, rows, rb, pitch):
+        return dma_closed(per_pc_bytes(addr, rows, rb, pitch))
+
+    tiles = []
+    for m0 in range(0, M, 32):
+        for n0 in range(0, N, 32):
+            ks = list(range(0, K, 64))
+            for i, k0 in enumerate(ks):
+                tiles.append((m0, k0, n0, min(32, M - m0), min(64, K - k0), min(32, N - n0), i == len(ks) - 1))
+
+    def loads(st, t):
+        m0, k0, n0, tm, tk, tn, _ = st
+        dma(t, block(a + (m0 * K + k0) * 2, tm, tk * 2, K * 2))
+        return dma(t, block(b + (k0 * N + n0) * 2, tk, tn * 2, N * 2))
+
+    ready, t, end = loads(tiles[0], 0), 0, 0
+    for i, st in enumerate(tiles):
+        m0, k0, n0, tm, tk, tn, last = st
+        t = max(t, ready)
+        if i + 1 < len(tiles):
+            ready = loads(tiles[i + 1], t)
+        t += gemm_closed(tm, tk, tn)
+        serial += gemm_closed(tm, tk, tn)
+        if last:
+            t += epilogue_ops * (8 + ceil_div(tm * tn, 64)) * NS
+            serial += epilogue_ops * (8 + ceil_div(tm * tn, 64)) * NS
+            end = dma(t, block(c + (m0 * N + n0) * 2, tm, tn * 2, N * 2))
+    return max(t, end), serial
+
+
+@pytest.mark.parametrize("mode", ["timing", "data"])
+async def test_composite_gemm_time_and_result(vclock, mode):
+    M, K, N = 80, 160, 48
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((M, K)).astype(np.float16)
+    B = rng.standard_normal((K, N)).astype(np.float16)
+    script = []
+    system, m, place = build({PE: script}, mode=mode)
+    a, b, c = place.put(PE, A), place.put(PE, B), place.put(PE, np.zeros((M, N), np.float16))
+    script.append({"op": "composite", "a_addr": a, "b_addr": b, "c_addr": c, "m": M, "k": K, "n": N,
+                   "dtype": "<f2", "epilogue": [["scale", 0.5], ["relu", 0]], "label": "cg"})
+    res = await system.run_async()
+    assert res.status == "finished", res.error
+    _, start, issued, done = log(m, PE, "cg")
+    assert issued - start == 32 * NS                       # composite dispatch: 32 cycles
+    overlapped, serial = composite_closed(M, K, N, a, b, c, 2)
+    assert done - issued == overlapped
+    # load/compute overlap emerged from the DMA and GEMM engines working concurrently
+    assert done - issued < serial
+    assert m.pe(*PE).gemm.busy_ps == sum(gemm_closed(s.tm, s.tk, s.tn) for s in plan(M, K, N, (32, 64, 32)))
+    if mode == "data":
+        got = np.frombuffer(place.read(PE, c, M * N * 2), np.float16).reshape(M, N)
+        acc = np.zeros((M, N), np.float32)   # fp32 accumulation over K tiles (ref §3.3)
+        for k0 in range(0, K, 64):
+            acc += A[:, k0:k0 + 64].astype(np.float32) @ B[k0:k0 + 64].astype(np.float32)
+        ref = np.maximum(acc * np.float32(0.5), 0).astype(np.float16)
+        np.testing.assert_array_equal(got, ref)
+
+
+async def test_data_mode_engines_equal_numpy(vclock):
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((32, 64)).astype(np.float16)
+    b = rng.standard_normal((64, 32)).astype(np.float16)
+    x = rng.standard_normal((8, 128)).astype(np.float32)
+    script = [
+        {"op": "gemm", "a": "a", "b": "b", "acc": "acc", "out": "c", "out_dtype": "<f2", "m": 32, "k": 64, "n": 32},
+        {"op": "gemm", "a": "a", "b": "b", "acc": "acc", "accumulate": True, "m": 32, "k": 64, "n": 32},
+        {"op": "math", "fn": "rowmax", "srcs": ["x"], "out": "mx"},
+        {"op": "math", "fn": "sub_row", "srcs": ["x", "mx"], "out": "xs"},
+        {"op": "math", "fn": "exp", "srcs": ["xs"], "out": "p"},
+        {"op": "math", "fn": "rowsum", "srcs": ["p"], "out": "l"},
+        {"op": "math", "fn": "div_row", "srcs": ["p", "l"], "out": "sm"},
+        {"op": "dma", "kind": "store", "addr": 0, "row_bytes": 32 * 32 * 4, "buf": "acc", "shape": [32, 32],
+         "dtype": "<f4"},
+        {"op": "dma", "kind": "store", "addr": 8192, "row_bytes": 8 * 128 * 4, "buf": "sm", "shape": [8, 128],
+         "dtype": "<f4"},
+    ]
+    system, m, place = build({PE: script}, mode="data")
+    for name, arr in (("a", a), ("b", b), ("x", x)):
+        place.tcm_put(PE, name, arr)
+    res = await system.run_async()
+    assert res.status == "finished", res.error
+    acc = np.frombuffer(place.read(PE, 0, 4096), np.float32).reshape(32, 32)
+    ref = a.astype(np.float32) @ b.astype(np.float32)
+    np.testing.assert_array_equal(acc, ref + ref)
+    sm = np.frombuffer(place.read(PE, 8192, 4096), np.float32).reshape(8, 128)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(sm, e / e.sum(axis=1, keepdims=True), rtol=1e-6)
+
+
+async def test_tcm_overflow_is_a_clear_error(vclock):
+    script = [{"op": "dma", "kind": "load", "addr": 0, "row_bytes": 2 << 20, "buf": "big", "shape": [1 << 20],
+               "dtype": "<f2"}]
+    system, m, place = build({PE: script})
+    res = await system.run_async()
+    assert res.status == "error"
+    assert "TCM overflow" in res.error and "sip0/cube00/pe0/tcm" in res.error
+
+
+def test_payload_size_same_in_both_modes():
+    for shape, dt in (((2048,), "<f2"), ((32, 64), "<f2"), ((8, 128), "<f4"), ((1,), "<f4"), ((300, 300), "<f2")):
+        arr = np.zeros(shape, dt)
+        for rec in (lambda p: IpcqData(1, p), lambda p: NocPacket(1 << 16, [0, 1, 2], [0, 3, 4], 2, p)):
+            assert encode(rec(payload(arr)))[1] == encode(rec(payload(TensorDesc.like(arr))))[1]
+
+
+def test_microbench_cli_table_and_determinism(emu):
+    """The CLI scenario: every measured time equals its closed form; two processes agree (R8)."""
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "ahbm" / "microbench.yaml"
+    runs = [json.loads(emu("run", path, "--json", "--compact", "--no-bundle", check=0).stdout) for _ in range(2)]
+    assert runs[0]["digest"] == runs[1]["digest"]
+    rows = runs[0]["tables"]["AHBM microbenchmarks: measured vs closed form"]
+    assert len(rows) >= 15
+    for r in rows:
+        assert r["measured_ns"] is not None and abs(r["err_%"]) <= 0.01, r
+    text = emu("run", path, "--no-bundle", check=0).stdout
+    assert "measured_ns" in text and "noc 6 hops" in text and "composite" in text

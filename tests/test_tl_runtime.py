@@ -1,0 +1,179 @@
+"""tl runtime behaviour on virtual time: scratch recycling, lazy loads, composites, dispatch costs."""
+import numpy as np
+import pytest
+
+from actors.ahbm.costs import dma_ps, dispatch_ps, gemm_ps, math_ps, stripe
+from actors.ahbm.tl.cpu import register_kernel
+from actors.ahbm.tl.pe import hbm_fetch, hbm_place
+from actors.ahbm.tl.scratch import scheduler_reserve
+from actors.ahbm.tl.testing import machine, params
+from emulator.testing import run
+
+ZERO_DISPATCH = {"cpu": {"dispatch_cycles": {k: 0 for k in ("dma", "gemm", "math", "composite", "ipcq", "noc")}}}
+
+
+# ------------------------------------------------------------------ scratch_scope
+def k_tiles(*, tiles, scoped, tl):
+    """Each tile makes 4 temporaries of 64 KiB (fp32 [128, 128]) and folds into a carried sum."""
+    acc = tl.zeros((128, 128))
+    for j in range(tiles):
+        if scoped:
+            with tl.scratch_scope():
+                x = tl.full((128, 128), float(j))
+                y = tl.exp(x * 0.0)
+                acc = acc + y * 1.0
+        else:
+            x = tl.full((128, 128), float(j))
+            y = tl.exp(x * 0.0)
+            acc = acc + y * 1.0
+    tl.store(0, acc)
+
+
+async def test_scratch_scope_recycles_past_the_tcm_size(vclock):
+    tiles = 40   # 40 tiles x 4 x 64 KiB = 10 MiB of cumulative temporaries, TCM = 1 MiB
+    system, prm, cube, host = machine(register_kernel(k_tiles), lambda pe: {"tiles": tiles, "scoped": True})
+    r = await run(system)
+    assert r.status == "finished", r.error
+    stats = system.reports["io/host"]["pes"]["sip0/cube00/pe0"]
+    assert tiles * 4 * 65536 > prm.tcm_bytes
+    assert stats["tcm_peak_B"] <= 7 * 65536 < prm.tcm_bytes - scheduler_reserve(prm)
+    np.testing.assert_array_equal(hbm_fetch(cube[0], prm, 0, (128, 128), "<f4"), np.full((128, 128), tiles))
+
+
+async def test_same_loop_without_scratch_scope_overflows_the_tcm(vclock):
+    system, prm, cube, host = machine(register_kernel(k_tiles), lambda pe: {"tiles": 40, "scoped": False})
+    r = await run(system)
+    assert r.status == "error"
+    assert "KernelError" in r.error and "TCM overflow" in r.error and "scratch_scope" in r.error
+    assert "tests/test_tl_runtime.py" in r.error
+
+
+# ------------------------------------------------------------------ lazy load overlap
+N_LOAD = (256, 256)      # fp16: 128 KiB
+GA, GB = (32, 64), (64, 32)
+
+
+def k_overlap(*, lazy, tl):
+    a = tl.load(1 << 20, GA)
+    b = tl.load(2 << 20, GB)
+    tl.wait(a, b)
+    t0 = tl.now()
+    x = tl.load(0, N_LOAD)
+    if not lazy:
+        tl.wait(x)
+    y = tl.dot(a, b)
+    tl.wait(x)
+    tl.report("elapsed", tl.now() - t0)
+
+
+async def test_lazy_load_overlaps_compute_by_the_modelled_amount(vclock):
+    times = {}
+    for lazy in (True, False):
+        system, prm, cube, host = machine(register_kernel(k_overlap), lambda pe, lazy=lazy: {"lazy": lazy})
+        r = await run(system)
+        assert r.status == "finished", r.error
+        times[lazy] = system.reports["sip0/cube00/pe0/cpu"]["elapsed"]
+    prm = params()
+    nbytes = N_LOAD[0] * N_LOAD[1] * 2
+    t_load = dma_ps([sum(l for _, l in pcs) for pcs in stripe(0, 1, nbytes, nbytes, prm.burst, prm.pcs)], prm)
+    t_gemm = gemm_ps(32, 64, 32, prm)
+    d_dma, d_gemm = dispatch_ps("dma", prm), dispatch_ps("gemm", prm)
+    assert times[False] == d_dma + t_load + d_gemm + t_gemm                 # serial sum
+    assert times[True] == d_dma + max(t_load, d_gemm + t_gemm)             # overlapped
+    assert times[False] - times[True] == min(t_load, d_gemm + t_gemm) > 0  # the modelled saving
+
+
+# ------------------------------------------------------------------ composites
+def k_composites(*, tl):
+    t0 = tl.now()
+    h1 = tl.composite("gemm", a=tl.ref(0, (64, 128)), b=tl.ref(1 << 20, (128, 64)))
+    t1 = tl.now()
+    h2 = tl.composite("gemm", a=tl.ref(0, (64, 128)), b=tl.ref(1 << 20, (128, 64)))
+    t2 = tl.now()
+    c1, c2 = h1.pending, h2.pending
+    tl.wait(h1, h2)
+    d1, d2 = tl.be.completed[c1], tl.be.completed[c2]
+    tl.report("t", [t0, t1, t2, d1["start"], d1["end"], d2["start"], d2["end"]])
+
+
+async def test_composite_returns_at_once_and_two_pipeline_on_the_scheduler(vclock):
+    system, prm, cube, host = machine(register_kernel(k_composites), lambda pe: {})
+    r = await run(system)
+    assert r.status == "finished", r.error
+    t0, t1, t2, s1, e1, s2, e2 = system.reports["sip0/cube00/pe0/cpu"]["t"]
+    d = dispatch_ps("composite", prm)
+    assert t1 - t0 == d and t2 - t1 == d          # the CPU pays only the descriptor push
+    assert t1 < e1 and t2 < e1                    # both issued before the first GEMM finished
+    assert s2 == e1                               # the second starts on the scheduler as the first ends
+    assert e2 - s2 == e1 - s1                     # same plan, same service time: back to back
+
+
+# ------------------------------------------------------------------ dispatch cost model
+def k_dispatch(*, tl):
+    t0 = tl.now()
+    tl.zeros((1,))
+    t1 = tl.now()
+    tl.composite("gemm", a=tl.ref(0, (32, 64)), b=tl.ref(1 << 20, (64, 32)))
+    t2 = tl.now()
+    tl.report("t", [t1 - t0, t2 - t1])
+
+
+@pytest.mark.parametrize("zero", [False, True])
+async def test_dispatch_cost_per_op_kind_and_zero_setting(vclock, zero):
+    over = ZERO_DISPATCH if zero else None
+    system, prm, cube, host = machine(register_kernel(k_dispatch), lambda pe: {}, overrides=over)
+    r = await run(system)
+    assert r.status == "finished", r.error
+    prim, comp = system.reports["sip0/cube00/pe0/cpu"]["t"]
+    assert prim == dispatch_ps("math", prm) + math_ps("copy", 1, prm)
+    assert comp == dispatch_ps("composite", prm)
+    if zero:
+        assert comp == 0
+    else:
+        assert comp > dispatch_ps("math", prm) > 0   # descriptor push >> primitive op (seed §9 item 6)
+
+
+# ------------------------------------------------------------------ CUBE NOC peers
+X = np.arange(64 * 32, dtype=np.float32).reshape(64, 32) / 100
+
+
+def k_noc(*, tl):
+    if tl.program_id(1) == 0:
+        x = tl.load(0, (64, 32), "<f4")
+        tl.wait(x)
+        tl.report("t_send", tl.now())
+        tl.send([0, 1, 0], x)
+        y = tl.recv([0, 1, 0], (64, 32))
+        tl.store(1 << 20, y)
+    else:
+        x = tl.recv_async([0, 0, 0], (64, 32))
+        tl.wait(x)
+        tl.report("t_recv", tl.now())
+        tl.send([0, 0, 0], x * 2.0)
+
+
+async def test_noc_send_recv_between_cubes(vclock):
+    from actors.ahbm.tl.launcher import launch
+    from actors.ahbm.tl.pe import build_cubes
+    from actors.ahbm.tl.testing import params as mkparams
+    from emulator.system import System
+    from protocols.ahbm import payload
+    from protocols.codec import encode
+    prm = mkparams()
+    system = System("noc", mode="data")
+    cubes = build_cubes(system, prm, 2)
+    hbm_place(cubes[0][0], prm, 0, X)
+    pes = [cubes[0][0], cubes[1][0]]
+    launch(system, prm, pes, register_kernel(k_noc), lambda pe: {}, lambda pe: (pe.index, pe.cube), (prm.P, 2))
+    r = await run(system)
+    assert r.status == "finished", r.error
+    np.testing.assert_array_equal(hbm_fetch(cubes[0][0], prm, 1 << 20, (64, 32), "<f4"), X * 2)
+    from protocols.ahbm import NocPacket
+    from emulator.units import transfer_ps
+    S = encode(NocPacket(prm.pes + 0, [0, 0, 0], [0, 1, 0], 0, payload(X)))[1]
+    h = 1
+    closed = (2 * (transfer_ps(S, prm.attach_bw) + prm.link_ps) + (h + 1) * prm.router_ps
+              + h * (transfer_ps(S, prm.cube_link_bw) + prm.cube_link_latency))   # actors/ahbm/noc.py docstring
+    t_send = system.reports["sip0/cube00/pe0/cpu"]["t_send"]
+    t_recv = system.reports["sip0/cube01/pe0/cpu"]["t_recv"]
+    assert t_recv - t_send == dispatch_ps("noc", prm) + closed
