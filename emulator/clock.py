@@ -82,6 +82,11 @@ class VirtualClock(trio.abc.Clock):
         while heap and heap[0][2] is None:
             heapq.heappop(heap)
         t = heap[0][0] if heap else _INF
+        if heap and len(heap[0]) == 4 and deadline == _INF and not any(
+                e[2] is not None and len(e) == 3 for e in heap):
+            # only weak wake-ups (fault timers) remain: the system itself is idle
+            if self.on_idle is not None and self.on_idle():
+                return 0
         from_heap = t <= deadline
         if not from_heap:
             t = math.ceil(deadline) if deadline != _INF else _INF
@@ -153,16 +158,23 @@ def now() -> int:
 
 
 @trio.lowlevel.enable_ki_protection
-async def sleep_until(t: int) -> None:
+async def sleep_until(t: int, *, weak: bool = False) -> None:
     """Park the current task until virtual time ``t`` (ps), FIFO among equal times.
 
     ``t`` equal to now parks until every task runnable at this instant has run
     and the clock comes back to this time slot: a deterministic "yield".
+
+    A ``weak`` wake-up (used by fault timers) does not keep the system busy:
+    when only weak wake-ups are pending, the clock reports the system idle
+    first (a deadlock is reported when progress stopped, not when the timer
+    would fire).
     """
     clock = _trio_run.GLOBAL_RUN_CONTEXT.runner.clock
     if t < clock.now:
         raise ValueError(f"sleep_until({t}) is in the past (now={clock.now})")
     entry = clock.schedule(t, trio.lowlevel.current_task())
+    if weak:
+        entry.append(True)
 
     def abort(_raise_cancel):
         entry[2] = None

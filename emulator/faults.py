@@ -231,7 +231,7 @@ async def killer(system, at: int, fault: _Fault, targets) -> None:
     """Cancel the targets' tasks at virtual time ``at`` (a kill fault)."""
     from emulator.clock import sleep_until
 
-    await sleep_until(at)
+    await sleep_until(at, weak=True)
     for actor in targets:
         if actor.finished_at is None and actor.cancel_scope is not None:
             actor.cancel_scope.cancel()

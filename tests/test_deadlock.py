@@ -80,3 +80,11 @@ def test_wall_clock_guard_stops_a_run_that_never_ends():
 def test_cli_exit_codes_for_limits(emu, tmp_path):
     proc = emu("run", ROOT / "scenarios/demo/ring.yaml", "--no-bundle", "--set", "stop.max_time=1us")
     assert proc.returncode == 4 and "time-limit" in proc.stdout
+
+
+def test_a_pending_kill_fault_does_not_delay_the_deadlock_report(emu):
+    proc = emu("run", ROOT / "scenarios/demo/deadlock.yaml", "--json", "--no-bundle",
+               "--set", "faults=[{kind: kill, actor: ring/n0, at: 1ms}]")
+    res = json.loads(proc.stdout)
+    assert proc.returncode == 3 and res["status"] == "deadlock"
+    assert res["end_time_ps"] == 20094          # when progress stopped, not at the kill time
