@@ -18,6 +18,10 @@ With no filter and ``payloads`` on, the event bytes of the file are exactly the
 bytes hashed into the digest.  Filters (kinds, actor/link globs) and dropping
 payloads only change what is written, never the digest.
 
+Events are in emission order, which is deterministic but not sorted by time:
+a busy span is recorded when it is scheduled, possibly before it starts
+(``Actor.busy(start=...)``).  Tools sort by time where they need to.
+
 Recording costs one tuple append per event on the hot path; packing and
 hashing happen in batches of ``CHUNK`` events.
 """
