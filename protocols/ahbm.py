@@ -185,11 +185,19 @@ class IpcqCredit:
     n: int
 
 
-@message(tag=244)
+#: wire note for the ``lag`` field of routed messages (NocPacket, MemReq, MemResp)
+LAG_DOC = """``lag`` (ps, a float64 holding an integer so its wire size is a fixed 9 B whatever
+    the value; exact below 2**53 ps) is used by cut-through routers only
+    (actors/ahbm/noc.py): on a router-to-router hop it is the time from the head's
+    arrival (the message's delivery) to its tail's.  Senders leave it at 0.0."""
+
+
+@message(tag=244, version=2)
 class NocPacket:
     """A PE-to-PE message routed over the CUBE NOC (XY) and UCIe.
 
-    ``src``/``dst`` are ``[sip, cube, pe]``; ``hops`` counts routers passed.
+    ``src``/``dst`` are ``[sip, cube, pe]``; ``hops`` counts routers passed;
+    ``lag``: see :data:`LAG_DOC` (version 2 added it).
     """
 
     id: int
@@ -197,13 +205,15 @@ class NocPacket:
     dst: list
     hops: int
     payload: object
+    lag: float = 0.0
 
 
-@message(tag=245)
+@message(tag=245, version=2)
 class MemReq:
     """A remote HBM access routed over the NOC to the owner PE's HBM port.
 
-    Block as in :class:`DmaCmd`; ``data`` is a Payload (write) or None (read).
+    Block as in :class:`DmaCmd`; ``data`` is a Payload (write) or None (read);
+    ``lag``: see :data:`LAG_DOC` (version 2 added it).
     """
 
     id: int
@@ -216,17 +226,22 @@ class MemReq:
     row_bytes: int
     pitch: int
     data: object
+    lag: float = 0.0
 
 
-@message(tag=246)
+@message(tag=246, version=2)
 class MemResp:
-    """Answer to a :class:`MemReq`: the bytes read (a Payload of uint8) or None (write ack)."""
+    """Answer to a :class:`MemReq`: the bytes read (a Payload of uint8) or None (write ack).
+
+    ``lag``: see :data:`LAG_DOC` (version 2 added it).
+    """
 
     id: int
     src: list
     dst: list
     hops: int
     data: object
+    lag: float = 0.0
 
 
 # --------------------------------------------------------------------------- host / IO die

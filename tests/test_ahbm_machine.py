@@ -15,8 +15,11 @@ def test_idle_whole_2sip_machine_builds_and_runs():
     build_idle(system, prof, {"launch": True})
     m = context(system)["machine"]
     prm = Params.of(prof)
-    # per PE: cpu, sched, dma, gemm, math, tcm, ipcq, hbm port + 8 pseudo-channels; per CUBE a router; one host
-    assert len(system.actors) == prm.pes * (8 + prm.pcs) + prm.sips * prm.cubes + 1
+    # per PE: cpu, sched, dma, gemm, math, tcm, ipcq, hbm port + 8 pseudo-channels; per CUBE a router; one host;
+    # per router output towards a neighbour CUBE (and the IO die's host output) an occupancy actor (noc.PortLoad)
+    W = prm.sips * prm.cx
+    mesh_outputs = 2 * ((W - 1) * prm.cy + W * (prm.cy - 1))
+    assert len(system.actors) == prm.pes * (8 + prm.pcs) + prm.sips * prm.cubes + 1 + mesh_outputs + 1
     assert len(m.routers) == 32 and len(m.pes) == 256
     res = system.run()
     assert res.status == "finished", res.error

@@ -5,16 +5,14 @@ inputs (rtol 1e-2, atol 1e-3); timing mode gives the same virtual times; the
 reduction / propagation takes n-1 steps.  Scenario files run through the
 scenario loader and the runner (the ``emu run`` path).
 """
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from actors import registry
-from actors.ahbm.tl.pe import hbm_fetch
 from actors.ahbm.tl.testing import profile
-from actors.ahbm.tl.workloads import WORKLOADS, reference_attention
+from actors.ahbm.tl.workloads import WORKLOADS, output_of, reference_attention
 from emulator.schema import Doc, validate
 from emulator.system import System
 from emulator.testing import run
@@ -38,9 +36,9 @@ def _assert_matches_reference(system, p):
     data, prm = info["data"], info["prm"]
     n, S, d, M = p["ranks"], p["s_per_rank"], p["d"], p["rows"]
     k_all, v_all = data["k"].reshape(n * S, d), data["v"].reshape(n * S, d)
-    for r, pe in enumerate(info["pes"]):
+    for r in range(n):
         q = data["q"] if info["kind"] == "decode" else data["q"][r]
-        got = hbm_fetch(pe, prm, info["addr"]["o"], (M, d), "<f4")
+        got = output_of(system, r)
         np.testing.assert_allclose(got, reference_attention(q, k_all, v_all), rtol=1e-2, atol=1e-3,
                                    err_msg=f"rank {r}")
 
@@ -96,29 +94,11 @@ async def test_ranks_beyond_the_cube_is_a_clear_build_error(vclock):
         await _run("attention_decode", {"ranks": 9, "cubes": 5})
 
 
-def _registry():
-    """The ahbm family with the tl workloads merged in (until actors/ahbm/machine.py lists them)."""
-    original = registry.family
-
-    class Reg:
-        FAMILIES = registry.FAMILIES
-
-        @staticmethod
-        def family(name):
-            mod = original(name)
-            if name == "ahbm" and "attention_decode" not in mod.WORKLOADS:
-                return types.SimpleNamespace(PROFILE_SCHEMA=mod.PROFILE_SCHEMA, WORKLOADS={**mod.WORKLOADS, **WORKLOADS})
-            return mod
-    return Reg
-
-
 @pytest.mark.parametrize("name", ["attention_decode.yaml", "attention_prefill.yaml"])
-def test_scenarios_run_and_report_errors_and_tables(name, monkeypatch, tmp_path):
+def test_scenarios_run_and_report_errors_and_tables(name, tmp_path):
     from emulator.scenario import load_scenario
     from tools import runner
-    reg = _registry()
-    monkeypatch.setattr(runner.registry, "family", reg.family)
-    sc = load_scenario(str(ROOT / "scenarios" / "ahbm" / name), reg, [f"output.dir={tmp_path}"])
+    sc = load_scenario(str(ROOT / "scenarios" / "ahbm" / name), registry, [f"output.dir={tmp_path}"])
     out, system, result = runner.run_scenario(sc)
     assert out["status"] == "finished", out.get("error")
     assert out["max_abs_err"] < 1e-3 and out["max_rel_err"] < 1e-2
@@ -130,7 +110,7 @@ def test_scenarios_run_and_report_errors_and_tables(name, monkeypatch, tmp_path)
 def test_every_attention_scenario_validates():
     from emulator.scenario import load_scenario
     for path in sorted((ROOT / "scenarios" / "ahbm").glob("attention_*.yaml")):
-        sc = load_scenario(str(path), _registry())
+        sc = load_scenario(str(path), registry)
         assert sc.workload in WORKLOADS
 
 
@@ -147,3 +127,18 @@ def test_same_scenario_same_digest_across_runs():
             r = system.run()
         digests.add((r.digest, r.end_time_ps))
     assert len(digests) == 1
+
+
+async def test_line_across_sips_over_ucie(vclock):
+    """A rank line that leaves SIP 0 (2 x 1 CUBEs per SIP, 2 SIPs): the hop into SIP 1 crosses inter-SIP UCIe."""
+    over = {"sips": 2}
+    params = {"ranks": 17, "cubes": 3, "rows": 8, "d": 64, "s_per_rank": 16}
+    system, result, check, p = await _run("attention_decode", params, "data", overrides=over)
+    _assert_matches_reference(system, p)
+    coords = system.tl_attention["coords"]
+    assert coords[15][:2] == (0, 1) and coords[16][:2] == (1, 0)
+    ucie = system.link("sip0/cube01/router.out_E->sip1/cube00/router.in_W")
+    assert ucie.messages > 0 and ucie.latency == system.tl_attention["prm"].sip_link_latency
+    tsys, tres, tcheck, _ = await _run("attention_decode", params, "timing", overrides=over)
+    assert tcheck["latency_ps"] == check["latency_ps"]
+    assert check["reduction_steps"] == 16

@@ -1,7 +1,8 @@
 """The tl runtime's operations in data mode against numpy, and its error messages.
 
-Each test builds one CUBE of tl PEs (actors/ahbm/tl/testing.py), places inputs in
-HBM, launches a small kernel and compares what it stored with numpy.
+Each test builds the small test machine with the standard builder
+(actors/ahbm/tl/testing.py), places inputs in HBM, has the host launch a small
+kernel on PEs of CUBE 0 and compares what it stored with numpy.
 """
 import sys
 
@@ -9,8 +10,7 @@ import numpy as np
 import pytest
 
 from actors.ahbm.tl.cpu import register_kernel
-from actors.ahbm.tl.pe import hbm_fetch, hbm_place
-from actors.ahbm.tl.testing import machine
+from actors.ahbm.tl.testing import hbm_fetch, hbm_place, machine
 from emulator.testing import run
 
 RNG = np.random.default_rng(7)

@@ -4,9 +4,8 @@ import pytest
 
 from actors.ahbm.costs import dma_ps, dispatch_ps, gemm_ps, math_ps, stripe
 from actors.ahbm.tl.cpu import register_kernel
-from actors.ahbm.tl.pe import hbm_fetch, hbm_place
 from actors.ahbm.tl.scratch import scheduler_reserve
-from actors.ahbm.tl.testing import machine, params
+from actors.ahbm.tl.testing import hbm_fetch, hbm_place, machine, params
 from emulator.testing import run
 
 ZERO_DISPATCH = {"cpu": {"dispatch_cycles": {k: 0 for k in ("dma", "gemm", "math", "composite", "ipcq", "noc")}}}
@@ -153,27 +152,81 @@ def k_noc(*, tl):
 
 
 async def test_noc_send_recv_between_cubes(vclock):
-    from actors.ahbm.tl.launcher import launch
-    from actors.ahbm.tl.pe import build_cubes
-    from actors.ahbm.tl.testing import params as mkparams
-    from emulator.system import System
-    from protocols.ahbm import payload
+    from protocols.ahbm import NocPacket, payload
     from protocols.codec import encode
-    prm = mkparams()
-    system = System("noc", mode="data")
-    cubes = build_cubes(system, prm, 2)
-    hbm_place(cubes[0][0], prm, 0, X)
-    pes = [cubes[0][0], cubes[1][0]]
-    launch(system, prm, pes, register_kernel(k_noc), lambda pe: {}, lambda pe: (pe.index, pe.cube), (prm.P, 2))
+    from actors.ahbm.cpu import PKT_ID0
+    from emulator.units import transfer_ps
+    system, prm, cube, m = machine(register_kernel(k_noc), lambda c: {}, coords=[(0, 0, 0), (0, 1, 0)])
+    hbm_place(cube[0], prm, 0, X)
     r = await run(system)
     assert r.status == "finished", r.error
-    np.testing.assert_array_equal(hbm_fetch(cubes[0][0], prm, 1 << 20, (64, 32), "<f4"), X * 2)
-    from protocols.ahbm import NocPacket
-    from emulator.units import transfer_ps
-    S = encode(NocPacket(prm.pes + 0, [0, 0, 0], [0, 1, 0], 0, payload(X)))[1]
+    np.testing.assert_array_equal(hbm_fetch(cube[0], prm, 1 << 20, (64, 32), "<f4"), X * 2)
+    S = encode(NocPacket(PKT_ID0 + prm.pes, [0, 0, 0], [0, 1, 0], 0, payload(X)))[1]
     h = 1
     closed = (2 * (transfer_ps(S, prm.attach_bw) + prm.link_ps) + (h + 1) * prm.router_ps
               + h * (transfer_ps(S, prm.cube_link_bw) + prm.cube_link_latency))   # actors/ahbm/noc.py docstring
     t_send = system.reports["sip0/cube00/pe0/cpu"]["t_send"]
     t_recv = system.reports["sip0/cube01/pe0/cpu"]["t_recv"]
     assert t_recv - t_send == dispatch_ps("noc", prm) + closed
+
+
+# ------------------------------------------------------------------ completion credits (no deep completion queue)
+N_CHAIN = 60
+CHAIN_SHAPE = (32, 64)   # 8 KiB fp32: MATH op of 8 + 32 cycles, 5x the 8-cycle dispatch
+
+
+def k_chain(*, tl):
+    x = tl.zeros(CHAIN_SHAPE)
+    tl.wait(x)
+    t0 = tl.now()
+    for _ in range(N_CHAIN):       # 60 lazy MATH commands, never waited for in between
+        x = x * 1.0
+    tl.wait(x)
+    tl.report("elapsed", tl.now() - t0)
+
+
+async def test_long_lazy_chain_runs_with_bounded_completion_queues(vclock):
+    """Far more commands in flight than the 16-deep command queue and the 17-entry completion queue: the
+    CPU's completion credits keep the engine fed, no deadlock, and no time lost against the engine bound."""
+    from actors.ahbm.builder import CMD_DEPTH, completion_depth
+    system, prm, cube, m = machine(register_kernel(k_chain), lambda c: {})
+    r = await run(system)
+    assert r.status == "finished", r.error
+    t_op, d = math_ps("scale", CHAIN_SHAPE[0] * CHAIN_SHAPE[1], prm), dispatch_ps("math", prm)
+    assert t_op > d                                   # engine-bound: the MATH engine never idles
+    assert system.reports["sip0/cube00/pe0/cpu"]["elapsed"] == d + N_CHAIN * t_op
+    cpu = m.pe(0, 0, 0).cpu
+    (math_done,) = [ln for ln in cpu.done.links if ln.src.owner.name.endswith("/math")]
+    assert math_done.capacity == completion_depth(prm, "math") == CMD_DEPTH + 1
+    assert math_done.blocked_count == 0                # the engine never waited on a full completion queue
+
+
+# ------------------------------------------------------------------ one machine, one CPU class: scripts and kernels
+def k_small(*, tl):
+    tl.store(0, tl.full((4, 4), 1.5) * 2.0)
+    tl.report("sip", tl.program_id(2))
+
+
+async def test_scripts_and_kernels_share_one_machine_and_cpu_class(vclock):
+    from actors.ahbm.builder import build_machine
+    from actors.ahbm.cpu import PeCpu
+    from actors.ahbm.tl.launcher import kernel_launches
+    from actors.ahbm.tl.testing import profile
+    from emulator.system import System
+    prof = profile({"sips": 2})
+    prm = params({"sips": 2})
+    system = System("mixed", mode="data")
+    kernels = kernel_launches(register_kernel(k_small), [(1, 1, 7)], lambda c: {}, lambda c: (c[2], c[1], c[0]),
+                              (prm.P, prm.cubes, prm.sips))
+    script = [{"op": "math", "fn": "exp", "srcs": ["x"], "out": "y", "label": "exp"}]
+    m = build_machine(system, prof, scripts={(0, 0, 3): script}, kernels=kernels)
+    m.pe(0, 0, 3).tcm.preload("x", np.zeros((2, 64), np.float32))
+    r = await run(system)
+    assert r.status == "finished", r.error
+    assert all(type(pe.cpu) is PeCpu for pe in m.pes.values())
+    host = system.reports["io/host"]
+    assert host["pes_done"] == 2 and list(host["pes"]) == ["sip1/cube01/pe7"]
+    assert m.host.logs["sip0/cube00/pe3/cpu"][0][0] == "exp"
+    assert system.reports["sip1/cube01/pe7/cpu"]["sip"] == 1
+    np.testing.assert_array_equal(hbm_fetch(m.pe(1, 1, 7), prm, 0, (4, 4), "<f4"), np.full((4, 4), 3.0))
+    np.testing.assert_array_equal(m.pe(0, 0, 3).tcm.bufs["y"], np.ones((2, 64), np.float32))

@@ -6,11 +6,15 @@ Per PE (``sipS/cubeCC/peP``): ``cpu``, ``sched``, ``dma``, ``gemm``, ``math``,
 on-PE wire; assumption: intra-PE control paths are not modelled as a cost):
 
 * engine command queues: capacity ``CMD_DEPTH`` (16 commands, assumption);
+* completion queues into the CPU (engines, scheduler, IPCQ -> CPU): :func:`completion_depth` entries, one
+  per command-queue slot plus one per command the engine holds off its queue; the CPU never has more
+  commands in flight per engine than entries (completion credits, cpu.py docstring), so no engine
+  blocks on a completion;
 * PE <-> router (CPU, DMA and HBM port each attach): ``noc.attach_bandwidth``, ``noc.link_cycles``
   (assumption: separate attach links per PE agent);
 * router <-> router: UCIe intra-SIP / inter-SIP (noc.py docstring);
 * IPCQ data / credit links (ipcq.py docstring);
-* host <-> CPU: ``io.launch_latency``;
+* host <-> CPU: ``io.launch_latency`` (launches and completions; capacity 1);
 * host interface <-> the ``io.attach`` CUBE router: ``io.bandwidth``, ``io.latency`` (timed tensor loads).
 """
 from __future__ import annotations
@@ -28,6 +32,8 @@ from actors.ahbm.memory import HbmChannel, Tcm
 from actors.ahbm.noc import Router
 from actors.ahbm.params import OPPOSITE, Params, cube_name, pe_name
 from actors.ahbm.scheduler import PeScheduler
+from protocols.ahbm import Launch
+from protocols.ahbm_tl import KernelLaunch
 
 CMD_DEPTH = 16
 TCM_CLIENTS = ["cpu", "dma", "gemm", "math", "ipcq"]
@@ -84,23 +90,56 @@ def _router_dirs(prm: Params, sip: int, cube: int) -> dict[str, tuple[int, int]]
     return out
 
 
-def build_machine(system, profile: dict, scripts: dict | None = None) -> Machine:
-    """Add every actor and link of the machine to ``system``; ``scripts``: {(sip, cube, pe): [commands]}."""
+def completion_depth(prm: Params, engine: str) -> int:
+    """Entries of ``engine``'s completion queue into the CPU: ``CMD_DEPTH`` + the commands the engine holds
+    off its command queue at most - 1 for GEMM, MATH, the scheduler and IPCQ (served one at a time; IPCQ
+    sends too), ``dma.outstanding + 1`` for the DMA (N in their data phase and one at its front end,
+    dma.py).  With that many completion credits (cpu.py) the CPU's credit can only run out when its
+    command queue is full anyway or the completions are already waiting, so bounding the completion
+    queue costs no time.  IPCQ receives the block holds without bound are limited to this many
+    outstanding per CPU (assumption: the kernel's posted receives live in the completion queue's slots)."""
+    held = prm.dma_outstanding + 1 if engine == "dma" else 1
+    return CMD_DEPTH + held
+
+
+def programs_of(scripts: dict | None, kernels: dict | None) -> dict:
+    """``{(sip, cube, pe): Launch | KernelLaunch}`` from scripts ``{coord: [commands]}`` and kernel launches
+    ``{coord: KernelLaunch}``; a PE gets one program."""
+    out: dict = {}
+    for coord, script in (scripts or {}).items():
+        out[tuple(coord)] = Launch(script)      # the same list: workloads may fill it in after building
+    for coord, launch in (kernels or {}).items():
+        if not isinstance(launch, KernelLaunch):
+            raise TypeError(f"kernels[{list(coord)}]: expected a KernelLaunch, found {type(launch).__name__}")
+        if tuple(coord) in out:
+            raise ValueError(f"PE {list(coord)} is given both a script and a kernel")
+        out[tuple(coord)] = launch
+    return out
+
+
+def build_machine(system, profile: dict, scripts: dict | None = None, kernels: dict | None = None) -> Machine:
+    """Add every actor and link of the machine to ``system``.
+
+    What the host launches, per PE ``(sip, cube, pe)``: ``scripts`` = {coord: [commands]} (cpu.py) and
+    ``kernels`` = {coord: KernelLaunch} (``tl`` kernels, actors/ahbm/tl/launcher.py).  The scripts' lists
+    are sent as they are when the run starts, so they may be filled in after building.
+    """
     prm = Params.of(profile)
     m = Machine(prm)
-    scripts = scripts or {}
     add, connect = system.add, system.connect
 
     for sip in range(prm.sips):
         for cube in range(prm.cubes):
             m.routers[(sip, cube)] = add(Router(f"{cube_name(sip, cube)}/router", sip=sip, cube=cube, prm=prm,
                                                 dirs=list(_router_dirs(prm, sip, cube))))
+            for load in m.routers[(sip, cube)].loads.values():   # its output-occupancy tracks
+                add(load)
             for p in range(prm.P):
                 base = pe_name(sip, cube, p)
                 nb = pe_neighbours(prm, p)
                 pe = Pe(
                     (sip, cube, p),
-                    cpu=add(PeCpu(f"{base}/cpu", prm=prm, coord=(sip, cube, p))),
+                    cpu=add(PeCpu(f"{base}/cpu", prm=prm, coord=(sip, cube, p), dirs=list(nb))),
                     sched=add(PeScheduler(f"{base}/sched", prm=prm)),
                     dma=add(DmaEngine(f"{base}/dma", prm=prm, clients=["cpu", "sched"], coord=(sip, cube, p))),
                     gemm=add(GemmEngine(f"{base}/gemm", prm=prm, clients=["cpu", "sched"])),
@@ -115,12 +154,12 @@ def build_machine(system, profile: dict, scripts: dict | None = None) -> Machine
                     key = {pe.dma: "dma", pe.gemm: "gemm", pe.math: "math"}[eng]
                     connect(pe.cpu.to[key], eng.cmd, capacity=CMD_DEPTH)
                     connect(getattr(pe.sched, key), eng.cmd, capacity=CMD_DEPTH)
-                    connect(eng.done["cpu"], pe.cpu.done, capacity=CMD_DEPTH)
+                    connect(eng.done["cpu"], pe.cpu.done, capacity=completion_depth(prm, key))
                     connect(eng.done["sched"], pe.sched.done, capacity=CMD_DEPTH)
                 connect(pe.cpu.to["sched"], pe.sched.cmd, capacity=CMD_DEPTH)
-                connect(pe.sched.done_cpu, pe.cpu.done, capacity=CMD_DEPTH)
+                connect(pe.sched.done_cpu, pe.cpu.done, capacity=completion_depth(prm, "sched"))
                 connect(pe.cpu.to["ipcq"], pe.ipcq.cmd, capacity=CMD_DEPTH)
-                connect(pe.ipcq.resp, pe.cpu.ipcq_resp, capacity=CMD_DEPTH)
+                connect(pe.ipcq.resp, pe.cpu.ipcq_resp, capacity=completion_depth(prm, "ipcq"))
                 for client, actor in zip(TCM_CLIENTS, (pe.cpu, pe.dma, pe.gemm, pe.math, pe.ipcq)):
                     connect(actor.tcm.req, pe.tcm.req, capacity=1)
                     connect(pe.tcm.out[client], actor.tcm.resp, capacity=1)
@@ -155,15 +194,15 @@ def build_machine(system, profile: dict, scripts: dict | None = None) -> Machine
             connect(r.outs[d], other.ins[OPPOSITE[d]], capacity=prm.link_capacity, latency=lat, bandwidth=bw)
 
     # host / IO die
-    named = {}
-    for coord, script in scripts.items():
-        named[pe_name(*m.pe(*coord).coord)] = (coord, script)
-    m.host = add(Host("io/host", scripts={k: v[1] for k, v in named.items()}, coord=prm.io_coord))
+    programs = programs_of(scripts, kernels)
+    for coord in programs:
+        m.pe(*coord)   # a clear error for a PE outside the machine
+    m.host = add(Host("io/host", programs={pe_name(*c): p for c, p in programs.items()}, coord=prm.io_coord))
     r = m.routers[prm.io_attach]
     connect(m.host.noc_out, r.ins["io"], capacity=prm.link_capacity, latency=prm.io_latency, bandwidth=prm.io_bw)
     connect(r.outs["io"], m.host.noc_in, capacity=prm.link_capacity, latency=prm.io_latency, bandwidth=prm.io_bw)
-    for k, (coord, _) in named.items():
-        pe = m.pes[tuple(coord)]
-        connect(m.host.outs[k], pe.cpu.launch, capacity=1, latency=prm.launch_latency)
+    for coord in programs:
+        pe = m.pe(*coord)
+        connect(m.host.outs[pe_name(*coord)], pe.cpu.launch, capacity=1, latency=prm.launch_latency)
         connect(pe.cpu.pe_done, m.host.done, capacity=1, latency=prm.launch_latency)
     return m

@@ -1,17 +1,43 @@
-"""The PE CPU: runs a command script, dispatching commands to the PE's engines by message.
+"""The PE CPU: one actor per PE that runs what the host launches - a command script or a ``tl`` kernel.
 
-For this issue the CPU runs a *script*: a list of commands (dicts) received in
-a :class:`~protocols.ahbm.Launch` from the host.  The later ``tl`` kernel
-runtime plugs in at :meth:`PeCpu.execute`: every ``tl`` call becomes one such
-command (``tl.load`` -> ``dma``, ``tl.composite`` -> ``composite``, ``tl.send``
--> ``send`` ...), awaited from the kernel's greenlet.
+The CPU is hardware; what it runs is software, chosen per launch by the message
+the host sends (host.py), so every PE of every machine can run either:
 
-Each command costs the CPU a dispatch time first (costs.dispatch_ps, seed §B:
-a composite descriptor push costs more than a primitive op), then is sent to
-its engine.  A command is blocking unless ``"async": true`` (dma, gemm, math,
-composite); ``{"op": "wait"}`` waits for every outstanding async command.
+* :class:`~protocols.ahbm.Launch`: a *script*, a list of commands (dicts), run
+  in order by :meth:`PeCpu.execute`; answered by a :class:`~protocols.ahbm.PeDone`
+  with per-command timings ``[label, t_start, t_issued, t_done]`` (t_start
+  before dispatch, t_issued after);
+* :class:`~protocols.ahbm_tl.KernelLaunch`: a synchronous ``tl`` kernel, run in a
+  greenback portal by actors/ahbm/tl/cpu.py (:func:`~actors.ahbm.tl.cpu.run_kernel`);
+  answered by a :class:`~protocols.ahbm_tl.KernelDone`.
 
-Commands (keys besides ``op``; ``label`` optional everywhere):
+Both go through the same issue primitives (:meth:`dma`, :meth:`gemm`,
+:meth:`math`, :meth:`composite`, :meth:`ipcq`, :meth:`noc_send`,
+:meth:`noc_recv`, :meth:`wait`: the ``tl`` backend interface of
+actors/ahbm/tl/backend.py), which send the engine messages of
+protocols/ahbm.py.  Each command costs the CPU a dispatch time first
+(costs.dispatch_ps, seed §B / §9 item 6: a composite descriptor push costs more
+than a primitive op); a script charges it in :meth:`execute`, the ``tl``
+runtime per call.
+
+Completion tracking (why no command or completion queue can deadlock): every
+engine answers on its own completion link into ``done`` / ``ipcq_resp``, of
+``capacity`` entries (builder.completion_depth: one per command-queue slot plus
+one per command the engine holds off its queue).  The CPU holds one
+*completion credit* per entry: before it issues a command to an engine with
+every credit of that engine taken by commands whose completion it has not yet
+consumed, it first consumes completions (zero time; they are waiting in its
+queue or arrive) until one frees.  So an engine never blocks on a full
+completion queue, it always drains its command queue, and a CPU blocked on a
+full command queue is always released.  (An unbounded completion queue would
+hide the problem; a CPU that only drained completions while blocked on a send
+would still let engines stall on a full queue while it dispatches.)  Because
+the completion queue has an entry for every command the engine can hold, the
+credit only binds when the completions are already there or when the command
+queue is full anyway: it costs no time against an unbounded completion queue.
+Assumption: consuming a completion takes no CPU time.
+
+Script commands (keys besides ``op``; ``label`` optional everywhere):
 
 * ``dma``: ``kind`` load|store, ``addr``, ``rows``, ``row_bytes``, ``pitch``, ``buf``, ``shape``, ``dtype``,
   optional ``target`` = [sip, cube, pe] for another PE's HBM (over the NOC)
@@ -19,36 +45,46 @@ Commands (keys besides ``op``; ``label`` optional everywhere):
 * ``math``: ``fn``, ``srcs``, ``out``, ``scalar``, ``out_dtype``
 * ``composite``: ``a_addr``, ``b_addr``, ``c_addr``, ``m``, ``k``, ``n``, ``dtype``, ``epilogue``
 * ``send`` / ``recv``: ``dir`` (N/S/E/W IPCQ), ``buf``
-* ``noc_send``: ``to`` = [sip, cube, pe], ``buf``; ``noc_recv``: ``buf``
+* ``noc_send``: ``to`` = [sip, cube, pe], ``buf``; ``noc_recv``: ``buf``, optional ``from`` = [sip, cube, pe]
 * ``free``: ``buf``; ``wait``; ``sleep``: ``ps``
 
-The CPU reports, per command, ``[label, t_start, t_issued, t_done]`` in its
-:class:`~protocols.ahbm.PeDone` (t_start before dispatch, t_issued after).
+A command is blocking unless ``"async": true`` (dma, gemm, math, composite);
+``{"op": "wait"}`` waits for every outstanding async command.
 """
 from __future__ import annotations
 
 from collections import deque
 
 from emulator.actor import Actor
-from protocols.ahbm import (CompositeCmd, DmaCmd, GemmCmd, IpcqCmd, Launch, MathCmd, NocPacket,
-                            PeDone, payload)
+from protocols.ahbm import (CompositeCmd, DmaCmd, GemmCmd, IpcqCmd, Launch, MathCmd, NocPacket, PeDone,
+                            payload)
+from protocols.ahbm_tl import KernelLaunch
 
 from actors.ahbm.costs import dispatch_ps
 from actors.ahbm.memory import TcmClient
+from actors.ahbm.params import pe_name
+from actors.ahbm.tl.backend import PeBackend
+from actors.ahbm.tl.cpu import run_kernel
 
 PKT_ID0 = 1 << 16  # packet ids start here so their msgpack size is constant (5 bytes)
 
 _KIND = {"dma": "dma", "gemm": "gemm", "math": "math", "composite": "composite", "send": "ipcq", "recv": "ipcq",
          "noc_send": "noc", "noc_recv": "noc"}
+#: engine (for completion credits) -> the out-port its commands leave on
+_PORT = {"dma": "dma", "gemm": "gemm", "math": "math", "sched": "sched", "ipcq": "ipcq"}
 
 
-class PeCpu(Actor):
+class PeCpu(Actor, PeBackend):
+    """A PE CPU (see the module docstring)."""
+
     daemon = True
 
-    def __init__(self, name: str, *, prm, coord: tuple[int, int, int]):
+    def __init__(self, name: str, *, prm, coord: tuple[int, int, int], dirs=()):
         super().__init__(name)
         self.prm = prm
-        self.coord = list(coord)
+        self.coord = [int(c) for c in coord]
+        self.pe = pe_name(*self.coord)
+        self.dirs = tuple(dirs)
         self.launch = self.in_port("launch")
         self.pe_done = self.out_port("pe_done")
         self.to = {k: self.out_port(k) for k in ("dma", "gemm", "math", "sched", "ipcq", "noc_out")}
@@ -57,66 +93,179 @@ class PeCpu(Actor):
         self.noc_in = self.in_port("noc_in")
         self.tcm = TcmClient(self, "cpu")
         self.seq = 0
-        self.finished: set[int] = set()
-        self.outstanding: list[int] = []
-        self.mailbox: deque = deque()
+        self.completed: dict[int, dict] = {}      # command id -> completion info (kept until the launch ends)
+        self.engine_of: dict[int, str] = {}       # command id -> engine, while its completion is not consumed
+        self.inflight = {e: 0 for e in _PORT}    # per engine: issued, completion not yet consumed
+        self.credits: dict[str, int] = {}         # per engine: completion-queue entries (from the wiring)
+        self.outstanding: list[int] = []          # async script commands
+        self.mailbox: deque = deque()             # NOC packets arrived before their receive was posted
+        self.noc_waiting: deque = deque()         # posted NOC receives (src or None, cid, buf)
         self.pkt_seq = 0
+        self.kernels_run = 0
+
+    # -- backend interface (actors/ahbm/tl/backend.py) ---------------------------------
+    @property
+    def mode(self) -> str:
+        return self.system.mode
+
+    @property
+    def has_noc(self) -> bool:
+        return self.to["noc_out"].link is not None
 
     def _id(self) -> int:
         self.seq += 1
         return self.seq
 
-    async def _pump(self) -> None:
-        """Take one completion or NOC message from whichever port has one."""
-        port, msg = await self.select(self.done, self.ipcq_resp, self.noc_in)
-        if port is self.noc_in:
-            self.mailbox.append(msg)
-        else:
-            self.finished.add(msg.id)
+    def _flat(self) -> int:
+        s, cu, p = self.coord
+        return (s * self.prm.cubes + cu) * self.prm.P + p
 
-    async def _await(self, cid: int) -> None:
-        while cid not in self.finished:
+    async def dispatch(self, kind: str) -> None:
+        ps = dispatch_ps(kind, self.prm)
+        if ps:
+            await self.busy(ps, f"dispatch {kind}")
+
+    async def cpu_busy(self, ps: int, label: str) -> None:
+        if ps:
+            await self.busy(ps, label)
+
+    def _capacity(self, engine: str) -> int:
+        """Completion-queue entries of ``engine``: the capacity of its completion link into this CPU."""
+        cap = self.credits.get(engine)
+        if cap is None:
+            port = self.ipcq_resp if engine == "ipcq" else self.done
+            src = self.to[_PORT[engine]].link
+            dst = src.dst.owner if src is not None else None
+            caps = [ln.capacity for ln in port.links if ln.src.owner is dst]
+            if not caps:
+                raise RuntimeError(f"{self.name}: no completion link from the {engine} engine")
+            cap = self.credits[engine] = caps[0]
+        return cap
+
+    async def _issue(self, engine: str, msg) -> int:
+        """Send command ``msg`` to ``engine`` once a completion credit is free (module docstring)."""
+        cap = self._capacity(engine)
+        while self.inflight[engine] >= cap:
             await self._pump()
-        self.finished.discard(cid)
+        self.inflight[engine] += 1
+        self.engine_of[msg.id] = engine
+        await self.to[_PORT[engine]].send(msg)
+        return msg.id
 
+    async def dma(self, op, addr, rows, row_bytes, pitch, buf, shape, dtype, target=None) -> int:
+        return await self._issue("dma", DmaCmd(id=self._id(), op=op, addr=int(addr), rows=int(rows),
+                                               row_bytes=int(row_bytes), pitch=int(pitch), buf=buf,
+                                               shape=list(shape), dtype=dtype, client="cpu",
+                                               target=[int(x) for x in (target or [])]))
+
+    async def gemm(self, a, b, acc, m, k, n, accumulate=False, out="", out_dtype="<f4") -> int:
+        return await self._issue("gemm", GemmCmd(id=self._id(), a=a, b=b, acc=acc, accumulate=bool(accumulate),
+                                                 out=out, out_dtype=out_dtype, m=int(m), k=int(k), n=int(n),
+                                                 client="cpu"))
+
+    async def math(self, op, srcs, out, scalar, out_dtype) -> int:
+        return await self._issue("math", MathCmd(id=self._id(), op=op, srcs=list(srcs), out=out, scalar=float(scalar),
+                                                 out_dtype=out_dtype, client="cpu"))
+
+    async def composite(self, a_addr, b_addr, c_addr, m, k, n, dtype, epilogue) -> int:
+        return await self._issue("sched", CompositeCmd(id=self._id(), a_addr=int(a_addr), b_addr=int(b_addr),
+                                                       c_addr=int(c_addr), m=int(m), k=int(k), n=int(n), dtype=dtype,
+                                                       epilogue=[list(e) for e in epilogue], client="cpu"))
+
+    async def ipcq(self, op, dir, buf) -> int:
+        return await self._issue("ipcq", IpcqCmd(id=self._id(), op=op, dir=dir, buf=buf))
+
+    async def noc_send(self, dst, buf) -> None:
+        """A NocPacket to PE ``dst = [sip, cube, pe]`` over the CUBE NOC / UCIe (noc.py): the CPU reads its
+        TCM buffer (zero time, memory.Tcm) and the packet enters the PE's router attach link."""
+        data = await self.tcm.read(buf)
+        self.pkt_seq += 1
+        pid = PKT_ID0 + self.prm.pes * self.pkt_seq + self._flat()  # fixed-width (uint32) ids
+        await self.to["noc_out"].send(NocPacket(pid, list(self.coord), [int(x) for x in dst], 0, payload(data)))
+
+    async def noc_recv(self, src, buf) -> int:
+        """Post a receive of the next NOC packet from ``src`` (``None``: from anyone) into TCM ``buf``;
+        returns a command id that completes when the packet is in the TCM."""
+        cid = self._id()
+        src = None if src is None else [int(x) for x in src]
+        for i, pkt in enumerate(self.mailbox):
+            if src is None or list(pkt.src) == src:
+                del self.mailbox[i]
+                await self._deliver_pkt(cid, buf, pkt)
+                return cid
+        self.noc_waiting.append((src, cid, buf))
+        return cid
+
+    async def _deliver_pkt(self, cid: int, buf: str, pkt: NocPacket) -> None:
+        await self.tcm.write(buf, pkt.payload.t)
+        self.completed[cid] = {"engine": "noc", "end": self.now, "hops": pkt.hops}
+
+    async def _arrived(self, pkt: NocPacket) -> None:
+        for i, (src, cid, buf) in enumerate(self.noc_waiting):
+            if src is None or list(pkt.src) == src:
+                del self.noc_waiting[i]
+                await self._deliver_pkt(cid, buf, pkt)
+                return
+        self.mailbox.append(pkt)
+
+    async def _pump(self) -> None:
+        """Consume one completion or NOC packet from whichever port delivers first."""
+        ports = (self.done, self.ipcq_resp, self.noc_in) if self.noc_in.links else (self.done, self.ipcq_resp)
+        port, msg = await self.select(*ports)
+        if port is self.noc_in:
+            await self._arrived(msg)
+            return
+        if port is self.done:
+            self.completed[msg.id] = {"engine": msg.engine, "start": msg.start, "end": msg.end, **msg.info}
+        else:
+            self.completed[msg.id] = {"engine": "ipcq", "end": self.now}
+        engine = self.engine_of.pop(msg.id, None)
+        if engine is None:
+            raise RuntimeError(f"{self.name}: completion of unknown command {msg.id}")
+        self.inflight[engine] -= 1
+
+    async def wait(self, cid: int) -> dict:
+        """Wait until command ``cid`` completed (idempotent within a launch); its completion info."""
+        while cid not in self.completed:
+            await self._pump()
+        return self.completed[cid]
+
+    async def tcm_read(self, buf):
+        return await self.tcm.read(buf)
+
+    async def tcm_write(self, buf, data) -> None:
+        await self.tcm.write(buf, data)
+
+    async def tcm_free(self, buf) -> None:
+        await self.tcm.free(buf)
+
+    # -- scripts --------------------------------------------------------------------------
     async def execute(self, c: dict) -> None:
-        """Dispatch one command and (unless async) wait for it."""
+        """Dispatch one script command and (unless async) wait for it."""
         op = c.get("op")
         if op not in _KIND and op not in ("wait", "free", "sleep"):
             raise RuntimeError(f"{self.name}: unknown script command {op!r}")
         if op in _KIND:
             await self.busy(dispatch_ps(_KIND[op], self.prm), f"dispatch {op}")
-        cid = self._id()
         if op == "dma":
-            await self.to["dma"].send(DmaCmd(cid, c["kind"], c["addr"], c.get("rows", 1), c["row_bytes"],
-                                             c.get("pitch", c["row_bytes"]), c["buf"], list(c["shape"]),
-                                             c["dtype"], "cpu", list(c.get("target") or [])))
+            cid = await self.dma(c["kind"], c["addr"], c.get("rows", 1), c["row_bytes"], c.get("pitch", c["row_bytes"]),
+                                 c["buf"], c["shape"], c["dtype"], target=c.get("target"))
         elif op == "gemm":
-            await self.to["gemm"].send(GemmCmd(cid, c["a"], c["b"], c["acc"], bool(c.get("accumulate", False)),
-                                               c.get("out", ""), c.get("out_dtype", "<f4"), c["m"], c["k"], c["n"],
-                                               "cpu"))
+            cid = await self.gemm(c["a"], c["b"], c["acc"], c["m"], c["k"], c["n"], c.get("accumulate", False),
+                                  c.get("out", ""), c.get("out_dtype", "<f4"))
         elif op == "math":
-            await self.to["math"].send(MathCmd(cid, c["fn"], list(c["srcs"]), c["out"], float(c.get("scalar", 0.0)),
-                                               c.get("out_dtype", "<f4"), "cpu"))
+            cid = await self.math(c["fn"], c["srcs"], c["out"], c.get("scalar", 0.0), c.get("out_dtype", "<f4"))
         elif op == "composite":
-            await self.to["sched"].send(CompositeCmd(cid, c["a_addr"], c["b_addr"], c["c_addr"], c["m"], c["k"],
-                                                     c["n"], c["dtype"], [list(e) for e in c.get("epilogue", [])],
-                                                     "cpu"))
+            cid = await self.composite(c["a_addr"], c["b_addr"], c["c_addr"], c["m"], c["k"], c["n"], c["dtype"],
+                                       c.get("epilogue", []))
         elif op in ("send", "recv"):
-            await self.to["ipcq"].send(IpcqCmd(cid, op, c["dir"], c["buf"]))
-            await self._await(cid)
+            await self.wait(await self.ipcq(op, c["dir"], c["buf"]))
             return
         elif op == "noc_send":
-            data = await self.tcm.read(c["buf"])
-            self.pkt_seq += 1
-            pid = PKT_ID0 + self.prm.pes * self.pkt_seq + self._flat()  # fixed-width (uint32) ids
-            await self.to["noc_out"].send(NocPacket(pid, self.coord, list(c["to"]), 0, payload(data)))
+            await self.noc_send(c["to"], c["buf"])
             return
         elif op == "noc_recv":
-            while not self.mailbox:
-                await self._pump()
-            pkt: NocPacket = self.mailbox.popleft()
-            await self.tcm.write(c["buf"], pkt.payload.t)
+            await self.wait(await self.noc_recv(c.get("from"), c["buf"]))
             return
         elif op == "free":
             await self.tcm.free(c["buf"])
@@ -124,32 +273,44 @@ class PeCpu(Actor):
         elif op == "sleep":
             await self.sleep(int(c["ps"]))
             return
-        elif op == "wait":
+        else:   # wait
             for i in self.outstanding:
-                await self._await(i)
+                await self.wait(i)
             self.outstanding.clear()
             return
         if c.get("async"):
             self.outstanding.append(cid)
         else:
-            await self._await(cid)
+            await self.wait(cid)
 
-    def _flat(self) -> int:
-        s, cu, p = self.coord
-        return (s * self.prm.cubes + cu) * self.prm.P + p
+    async def run_script(self, launch: Launch) -> PeDone:
+        log = []
+        for i, c in enumerate(launch.script):
+            t0 = self.now
+            await self.execute(c)
+            issued = t0 + (dispatch_ps(_KIND[c["op"]], self.prm) if c.get("op") in _KIND else 0)
+            log.append([c.get("label", f"{i}:{c.get('op')}"), t0, issued, self.now])
+        for i in self.outstanding:
+            await self.wait(i)
+        self.outstanding.clear()
+        return PeDone(self.name, self.now, log)
 
+    # -- the actor ------------------------------------------------------------------------
     async def run(self) -> None:
         if not self.launch.links:
-            return  # no script for this PE in this workload: the CPU stays idle
+            return  # nothing is ever launched on this PE in this workload: the CPU stays idle
         while True:
-            launch: Launch = await self.launch.recv()
-            log = []
-            for i, c in enumerate(launch.script):
-                t0 = self.now
-                await self.execute(c)
-                log.append([c.get("label", f"{i}:{c.get('op')}"), t0, t0 + (dispatch_ps(_KIND[c["op"]], self.prm)
-                                                                             if c.get("op") in _KIND else 0), self.now])
-            for i in self.outstanding:
-                await self._await(i)
-            self.outstanding.clear()
-            await self.pe_done.send(PeDone(self.name, self.now, log))
+            launch = await self.launch.recv()
+            self.completed.clear()
+            if isinstance(launch, KernelLaunch):
+                done = await run_kernel(self, launch)
+                self.kernels_run += 1
+            elif isinstance(launch, Launch):
+                done = await self.run_script(launch)
+            else:
+                raise RuntimeError(f"{self.name}: cannot run a {type(launch).__name__}")
+            await self.pe_done.send(done)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "dirs": list(self.dirs),
+                "dispatch_ps": {k: dispatch_ps(k, self.prm) for k in sorted(self.prm.dispatch)}}

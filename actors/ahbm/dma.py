@@ -15,14 +15,44 @@ sends one :class:`~protocols.ahbm.MemReq` over the NOC to the owner's HBM port
 zero-load time of noc.py (the data rides in the request for a store, in the
 response for a load).
 
-Commands are served one at a time in arrival order (one DMA queue per PE;
-assumption).  Data mode: a load gathers the bytes and writes the TCM buffer as
-an array of the command's shape/dtype; a store reads the TCM buffer and
-scatters its bytes.  Timing mode moves TensorDescs only.
+Outstanding commands (``dma.outstanding`` = N, profile).  Commands are taken
+in arrival order by one front end that does the TCM read of a store and the
+``setup`` span, one command at a time (the descriptor processor, serial).  The
+command then enters its *data phase* (the channel accesses, or the NOC round
+trip of a remote access, then the TCM write of a load and the completion) and
+the front end takes the next command; at most N commands are in their data
+phase at once (the front end waits for a slot).  So command k of a stream
+starts its setup at ``max(arrival_k, setup end of k-1, data-phase end of
+k-N)``.  N = 1 is the serial engine of the seed's single DMA queue: every
+closed form of the scheduler (scheduler.py) and the tests holds as before.
+Default 1 (assumption: no public figure for the engine's outstanding-request
+depth; 1 keeps the scheduler's FIFO-DMA recurrence exact); N > 1 models a DMA
+engine with N outstanding transactions (as AXI-style engines have), so a remote
+access no longer blocks local ones behind it.  Completions may then return out
+of order: each :class:`~protocols.ahbm.Done` carries the command ``id``, and
+every client (cpu.py, scheduler.py, tl/cpu.py) already matches completions by
+id (a set / dict of finished ids), so no client changes.
+
+Ordering kept with N > 1: a command whose TCM buffer ``buf`` is the target of
+an in-flight *load* waits at the front end until that load completes
+(read-after-write and write-after-write on a TCM buffer keep issue order; a
+store reads its buffer at admission, so a later load into it is safe).  HBM
+order is kept by the hardware paths: channel requests leave in admission order
+and each channel is FIFO; remote requests to one owner follow one XY path over
+FIFO links to a port that serves them in order.  Answers are matched to their
+command by request id (pseudo-channel ``PcResp.id``, remote ``MemResp.id``).
+
+Data mode: a load gathers the bytes and writes the TCM buffer as an array of
+the command's shape/dtype; a store reads the TCM buffer and scatters its bytes.
+Timing mode moves TensorDescs only.
 """
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
+import trio
+from trio.lowlevel import ParkingLot
 
 from emulator.actor import Actor
 from protocols.ahbm import DmaCmd, Done, MemReq, PcReq, payload
@@ -38,9 +68,69 @@ def block_offset(addr: int, base: int, rows: int, row_bytes: int, pitch: int) ->
     return r * row_bytes + col
 
 
+class Answers:
+    """Routes the answers arriving on one in-port to the access waiting for them, by request id.
+
+    :meth:`expect` registers an id for a :class:`Mailbox` before the request is
+    sent; :meth:`run` (a task of the owning actor) delivers each answer to its
+    mailbox.  An answer nobody expects is a clear error.
+    """
+
+    def __init__(self, actor: Actor, port):
+        self.actor = actor
+        self.port = port
+        self.owner: dict[int, "Mailbox"] = {}
+
+    def expect(self, rid: int, box: "Mailbox") -> None:
+        self.owner[rid] = box
+
+    async def run(self) -> None:
+        while True:
+            r = await self.port.recv()
+            box = self.owner.pop(r.id, None)
+            if box is None:
+                raise RuntimeError(f"{self.actor.name}: answer {type(r).__name__} {r.id} on {self.port.name}"
+                                   f" matches no request in flight")
+            box.items.append(r)
+            box.lot.unpark()
+
+
+class Mailbox:
+    """The answers of one access (filled by :class:`Answers`)."""
+
+    def __init__(self, answers: Answers | None = None):
+        self.answers = answers
+        self.items: deque = deque()
+        self.lot = ParkingLot()
+
+    def expect(self, rid: int) -> None:
+        self.answers.expect(rid, self)
+
+    async def recv(self):
+        while not self.items:
+            await self.lot.park()
+        return self.items.popleft()
+
+
+class Direct:
+    """A response source that is the in-port itself (one access at a time: hbmport.py)."""
+
+    def __init__(self, port):
+        self.port = port
+
+    def expect(self, rid: int) -> None:
+        pass
+
+    async def recv(self):
+        return await self.port.recv()
+
+
 async def channel_access(actor: Actor, pc_req, pc_resp, client: str, op: str, addr: int, rows: int,
                          row_bytes: int, pitch: int, blob: bytes | None, data_mode: bool, seq: list) -> bytes | None:
-    """Run one block access on the pseudo-channels (all in parallel); return the image read (data mode)."""
+    """Run one block access on the pseudo-channels (all in parallel); return the image read (data mode).
+
+    ``pc_resp`` is where this access's answers come from (:class:`Mailbox` or :class:`Direct`).
+    """
     prm = actor.prm
     pieces = stripe(addr, rows, row_bytes, pitch, prm.burst, prm.pcs)
     sent = 0
@@ -55,6 +145,7 @@ async def channel_access(actor: Actor, pc_req, pc_resp, client: str, op: str, ad
             else:
                 items = [[a, ln] for a, ln in plist]
         seq[0] += 1
+        pc_resp.expect(seq[0])
         await pc_req[pc].send(PcReq(seq[0], op, nbytes, items, client))
         sent += 1
     image = bytearray(rows * row_bytes) if (data_mode and op == "read") else None
@@ -91,16 +182,38 @@ class DmaEngine(Actor):
         self.seq = [0]
         self.req_seq = 0
         self.bytes_moved = 0
+        self.outstanding = prm.dma_outstanding
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.loading: dict[str, int] = {}       # TCM buffer -> in-flight loads into it
+        self._freed = ParkingLot()
+        self._pc_answers = Answers(self, self.pc_resp)
+        self._noc_answers = Answers(self, self.noc_in)
 
     async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as n:
+                n.start_soon(self._pc_answers.run)
+                if self.noc_in.links:
+                    n.start_soon(self._noc_answers.run)
+                await self._front(n)
+        except BaseExceptionGroup as eg:
+            while isinstance(eg, BaseExceptionGroup):
+                eg = eg.exceptions[0]
+            raise eg from None
+
+    async def _front(self, nursery) -> None:
+        """Take commands in order: admission (slot, TCM hazards), store's TCM read, setup; then the data phase."""
         data_mode = self.system.mode == "data"
         prm = self.prm
         while True:
             c: DmaCmd = await self.cmd.recv()
-            start = self.now
             if c.op not in ("load", "store"):
                 raise RuntimeError(f"DMA {c.id}: unknown op {c.op!r}")
             check_block(prm, f"DMA {c.id}", c.addr, c.rows, c.row_bytes, c.pitch)
+            while self.in_flight >= self.outstanding or c.buf in self.loading:
+                await self._freed.park()
+            start = self.now
             total = c.rows * c.row_bytes
             src = await self.tcm.read(c.buf) if c.op == "store" else None
             blob = None
@@ -109,35 +222,53 @@ class DmaEngine(Actor):
                 if len(blob) != total:
                     raise RuntimeError(f"DMA store {c.id}: TCM buffer {c.buf!r} has {len(blob)} B, block is {total} B")
             await self.busy(prm.dma_setup, f"setup {c.op}")
-            op = "write" if c.op == "store" else "read"
-            remote = bool(c.target) and list(c.target) != self.coord
-            if remote:
-                image = await self._remote(c, op, blob, total, data_mode)
-            else:
-                image = await channel_access(self, self.pc_req, self.pc_resp, "dma", op, c.addr, c.rows, c.row_bytes,
-                                             c.pitch, blob, data_mode, self.seq)
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
             if c.op == "load":
-                if data_mode:
-                    arr = np.frombuffer(image, dtype=np.dtype(c.dtype)).reshape(c.shape)
-                    await self.tcm.write(c.buf, arr)
-                else:
-                    await self.tcm.write(c.buf, TensorDesc.of(c.shape, c.dtype))
-            self.bytes_moved += total
-            await self.done[c.client].send(Done(c.id, "dma", start, self.now, {"bytes": total, "remote": remote}))
+                self.loading[c.buf] = self.loading.get(c.buf, 0) + 1
+            nursery.start_soon(self._data, c, start, blob, total, data_mode)
+
+    async def _data(self, c: DmaCmd, start: int, blob, total: int, data_mode: bool) -> None:
+        """The data phase of one command: channel accesses or the remote round trip, TCM write, completion."""
+        op = "write" if c.op == "store" else "read"
+        remote = bool(c.target) and list(c.target) != self.coord
+        if remote:
+            image = await self._remote(c, op, blob, total, data_mode)
+        else:
+            image = await channel_access(self, self.pc_req, Mailbox(self._pc_answers), "dma", op, c.addr, c.rows,
+                                         c.row_bytes, c.pitch, blob, data_mode, self.seq)
+        if c.op == "load":
+            if data_mode:
+                arr = np.frombuffer(image, dtype=np.dtype(c.dtype)).reshape(c.shape)
+                await self.tcm.write(c.buf, arr)
+            else:
+                await self.tcm.write(c.buf, TensorDesc.of(c.shape, c.dtype))
+        self.bytes_moved += total
+        await self.done[c.client].send(Done(c.id, "dma", start, self.now, {"bytes": total, "remote": remote}))
+        self.in_flight -= 1
+        if c.op == "load":
+            self.loading[c.buf] -= 1
+            if not self.loading[c.buf]:
+                del self.loading[c.buf]
+        self._freed.unpark_all()
 
     async def _remote(self, c: DmaCmd, op: str, blob, total: int, data_mode: bool):
         data = None
         if op == "write":
             data = payload(np.frombuffer(blob, np.uint8) if data_mode else TensorDesc.of((total,), "|u1"))
+        if not self.noc_out.link or not self.noc_in.links:
+            raise RuntimeError(f"{self.name}: DMA {c.id} to PE {list(c.target)} needs the NOC, which is not wired")
         self.req_seq += 1
-        await self.noc_out.send(MemReq(self.req_seq, op, self.coord, list(c.target), 0, c.addr, c.rows, c.row_bytes,
+        rid = self.req_seq
+        box = Mailbox(self._noc_answers)
+        box.expect(rid)
+        await self.noc_out.send(MemReq(rid, op, self.coord, list(c.target), 0, c.addr, c.rows, c.row_bytes,
                                        c.pitch, data))
-        resp = await self.noc_in.recv()
-        if resp.id != self.req_seq:
-            raise RuntimeError(f"{self.name}: remote answer {resp.id}, expected {self.req_seq}")
+        resp = await box.recv()
         if op == "read" and data_mode:
             return np.asarray(resp.data.t).tobytes()
         return None
 
     def describe(self) -> dict:
-        return {**super().describe(), "setup_ps": self.prm.dma_setup, "pcs": self.prm.pcs}
+        return {**super().describe(), "setup_ps": self.prm.dma_setup, "pcs": self.prm.pcs,
+                "outstanding": self.outstanding}

@@ -18,7 +18,7 @@ from emulator.actor import Actor
 from protocols.ahbm import MemReq, MemResp, payload
 from protocols.codec import TensorDesc
 
-from actors.ahbm.dma import channel_access, check_block
+from actors.ahbm.dma import Direct, channel_access, check_block
 
 
 class HbmPort(Actor):
@@ -33,6 +33,7 @@ class HbmPort(Actor):
         self.pc_req = [self.out_port(f"pc{i}") for i in range(prm.pcs)]
         self.pc_resp = self.in_port("pc_resp")
         self.seq = [0]
+        self._answers = Direct(self.pc_resp)
         self.served = 0
 
     async def run(self) -> None:
@@ -41,7 +42,7 @@ class HbmPort(Actor):
             r: MemReq = await self.req.recv()
             check_block(self.prm, f"{self.name} request {r.id} from {r.src}", r.addr, r.rows, r.row_bytes, r.pitch)
             blob = np.asarray(r.data.t).tobytes() if (r.op == "write" and data_mode) else None
-            image = await channel_access(self, self.pc_req, self.pc_resp, "port", r.op, r.addr, r.rows, r.row_bytes,
+            image = await channel_access(self, self.pc_req, self._answers, "port", r.op, r.addr, r.rows, r.row_bytes,
                                          r.pitch, blob, data_mode, self.seq)
             data = None
             if r.op == "read":

@@ -1,4 +1,4 @@
-"""The IO die / host: loads tensors into HBM over the NOC, then launches scripts and collects completions.
+"""The IO die / host: loads tensors into HBM over the NOC, then launches every PE's program and collects completions.
 
 Two ways to get tensors into HBM (placement.py):
 
@@ -13,11 +13,19 @@ Two ways to get tensors into HBM (placement.py):
   ``S/B_io + L_io + (h+1) alpha + h (S/B_cube + L_cube) + S/B_att + L_att + channels(N)``
   plus the acknowledgement's way back.
 
-When every load is acknowledged the host sends one :class:`~protocols.ahbm.Launch`
-per PE that has a script, over a link of latency ``io.launch_latency``
-(assumption: 100 ns IO die -> PE command path), then waits for every
-:class:`~protocols.ahbm.PeDone`.  Reports: ``loads_done_ps``, ``pes_done``,
-``last_done_ps``; ``logs`` holds each PE's per-command timings.
+When every load is acknowledged the host sends each PE that has a program its
+launch, over a link of latency ``io.launch_latency`` (assumption: 100 ns IO die
+-> PE command path): a :class:`~protocols.ahbm.Launch` (a command script) or a
+:class:`~protocols.ahbm_tl.KernelLaunch` (a ``tl`` kernel on a grid of PEs,
+actors/ahbm/tl/launcher.py); then it waits for every completion message over
+links of the same latency (:class:`~protocols.ahbm.PeDone` /
+:class:`~protocols.ahbm_tl.KernelDone`).
+
+Reports: ``loads_done_ps`` (with loads), ``launch_ps`` (when the launches were
+sent), ``pes_done``, ``last_done_ps``; with kernels also ``kernel_latency_ps``
+(last kernel completion received minus ``launch_ps``) and ``pes``: per PE its
+kernel start/end relative to ``launch_ps`` and the kernel's counters.
+``logs`` holds each script PE's per-command timings, ``kernels`` each kernel PE's KernelDone.
 """
 from __future__ import annotations
 
@@ -25,24 +33,27 @@ import numpy as np
 import trio
 
 from emulator.actor import Actor
-from protocols.ahbm import Launch, MemReq, PeDone, payload
+from protocols.ahbm import MemReq, PeDone, payload
+from protocols.ahbm_tl import KernelDone
 from protocols.codec import TensorDesc
 
 from actors.ahbm.noc import first_error
 
 
 class Host(Actor):
-    def __init__(self, name: str, *, scripts: dict[str, list], coord: list):
+    def __init__(self, name: str, *, programs: dict, coord: list):
+        """``programs``: {PE name: Launch | KernelLaunch}."""
         super().__init__(name)
-        self.scripts = scripts
+        self.programs = programs
         self.coord = list(coord)
-        self.outs = {pe: self.out_port(f"launch_{i}") for i, pe in enumerate(scripts)}
+        self.outs = {pe: self.out_port(f"launch_{i}") for i, pe in enumerate(programs)}
         self.done = self.in_port("done")
         self.noc_out = self.out_port("noc_out")
         self.noc_in = self.in_port("noc_in")
         #: timed loads ``(coord, addr, array or TensorDesc)``, filled by Placement.load before the run
         self.loads: list[tuple] = []
         self.logs: dict[str, list] = {}
+        self.kernels: dict[str, KernelDone] = {}
         self.load_done: list[int] = []
 
     async def _send_loads(self) -> None:
@@ -73,10 +84,19 @@ class Host(Actor):
         if self.loads:
             await self._load_all()
             self.report("loads_done_ps", self.now)
-        for pe, script in self.scripts.items():
-            await self.outs[pe].send(Launch(script))
-        for _ in range(len(self.scripts)):
-            d: PeDone = await self.done.recv()
-            self.logs[d.pe] = d.log
-        self.report("pes_done", len(self.logs))
+        t0 = self.now
+        self.report("launch_ps", t0)
+        for pe, launch in self.programs.items():
+            await self.outs[pe].send(launch)
+        for _ in range(len(self.programs)):
+            d = await self.done.recv()
+            if isinstance(d, PeDone):
+                self.logs[d.pe] = d.log
+            else:
+                self.kernels[d.pe] = d
+        self.report("pes_done", len(self.logs) + len(self.kernels))
         self.report("last_done_ps", self.now)
+        if self.kernels:
+            self.report("kernel_latency_ps", self.now - t0)
+            self.report("pes", {pe: {"start_ps": d.start - t0, "end_ps": d.end - t0, **d.stats}
+                                for pe, d in sorted(self.kernels.items())})

@@ -6,6 +6,10 @@ Profiles: scenarios/machines/ahbm-{1,2,4}sip.yaml.  Workloads:
 * ``idle``: builds the whole machine and runs empty scripts (scale check);
 * the ``tl`` kernel runtime's workloads (``attention_decode``, ``attention_prefill``,
   actors/ahbm/tl/workloads.py), merged in below.
+
+Every workload builds the whole machine of its profile with actors/ahbm/builder.py;
+its host launches command scripts (microbench, idle) or ``tl`` kernels (attention)
+on the same PE CPU actor (actors/ahbm/cpu.py).
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ pipeline figures).
 from __future__ import annotations
 
 import numpy as np
+from trio.lowlevel import ParkingLot
 
 from emulator.actor import Actor
 from protocols.ahbm import PcReq, PcResp, TcmReq, TcmResp
@@ -132,7 +133,13 @@ class Tcm(Actor):
 
 
 class TcmClient:
-    """Helper an engine uses to talk to its TCM over its two ports (zero-time links)."""
+    """Helper an engine uses to talk to its TCM over its two ports (zero-time links).
+
+    One request at a time: when several tasks of one actor use it (the DMA
+    engine's in-flight commands, dma.py) a caller waits for the previous
+    request's answer first (FIFO wake-up, no time; an uncontended call does not
+    yield), so answers always match their request.
+    """
 
     def __init__(self, actor: Actor, client: str):
         self.actor = actor
@@ -140,14 +147,23 @@ class TcmClient:
         self.req = actor.out_port("tcm_req")
         self.resp = actor.in_port("tcm_resp")
         self.seq = 0
+        self._busy = False
+        self._turn = ParkingLot()
 
     async def _call(self, op, buf, data=None):
-        self.seq += 1
-        await self.req.send(TcmReq(self.seq, op, buf, data, self.client))
-        r = await self.resp.recv()
-        if r.id != self.seq:
-            raise RuntimeError(f"{self.actor.name}: TCM answered request {r.id}, expected {self.seq}")
-        return r.data
+        while self._busy:
+            await self._turn.park()
+        self._busy = True
+        try:
+            self.seq += 1
+            await self.req.send(TcmReq(self.seq, op, buf, data, self.client))
+            r = await self.resp.recv()
+            if r.id != self.seq:
+                raise RuntimeError(f"{self.actor.name}: TCM answered request {r.id}, expected {self.seq}")
+            return r.data
+        finally:
+            self._busy = False
+            self._turn.unpark()
 
     async def read(self, buf: str):
         return await self._call("read", buf)

@@ -15,8 +15,14 @@ formulas written out (the same formulas the engines' docstrings cite):
 * ``host load`` N bytes into a PE's HBM over the host interface and NOC (host.py):
   request path + ``latency + ceil((N/pcs) / bw_eff)`` + acknowledgement path;
 * ``ipcq`` S bytes to a neighbour: ``S / B_ipcq + overhead``;
-* ``noc`` over h CUBE hops: ``2 (S/B_att + L_att) + (h+1) alpha + h (S/B_cube + L_cube)``;
+* ``noc`` over h CUBE hops: ``2 (S/B_att + L_att) + (h+1) alpha + h (S/B_cube + L_cube)``
+  (store-and-forward) or ``2 L_att + (h+1) alpha + h L_cube + S / B_bottleneck``
+  (``noc.switching: cut_through``; :func:`path_model`, noc.py docstring);
 * ``ucie`` one SIP crossing (when the profile has 2+ SIPs): same with the SIP link.
+
+With ``noc.switching: cut_through`` (scenarios/ahbm/microbench-cut-through.yaml)
+every routed row (remote DMA, host load, NOC, UCIe) is labelled ``[cut-through]``
+and uses the cut-through closed form.
 
 Measured = the host's acknowledgement time for the host load; otherwise the PE CPU log: ``t_done - t_issued`` of the command (messages: the
 receiver's ``t_done`` minus the sender's ``t_issued``).  NOC flows are spaced
@@ -146,22 +152,40 @@ def composite_model(M, K, N, esize, epilogue, prm, a_addr=0, b_addr=0, c_addr=0)
     return max(t, end)
 
 
+def path_model(S: int, links: list[tuple[int, int]], prm) -> int:
+    """Zero-load time of one routed message of S bytes over ``links`` = [(bandwidth, latency), ...]
+    (attach link, mesh links, attach link), with a router between consecutive links (noc.py docstring):
+
+    * store-and-forward: ``sum_i (ceil(S/B_i) + L_i) + (n - 1) alpha``;
+    * cut-through: ``sum_i L_i + (n - 1) alpha + max_i ceil(S/B_i)`` (R1: alpha h + S/B_bottleneck).
+    """
+    routers = (len(links) - 1) * prm.router_ps
+    if prm.cut_through:
+        return sum(lat for _, lat in links) + routers + max(transfer_ps(S, bw) for bw, _ in links)
+    return sum(transfer_ps(S, bw) + lat for bw, lat in links) + routers
+
+
+def mesh_links(hops: int, prm, *, sip_hops: int = 0) -> list[tuple[int, int]]:
+    """The CUBE links of an XY path of ``hops`` links, ``sip_hops`` of them UCIe SIP crossings."""
+    return ([(prm.cube_link_bw, prm.cube_link_latency)] * (hops - sip_hops)
+            + [(prm.sip_link_bw, prm.sip_link_latency)] * sip_hops)
+
+
 def noc_model(nbytes_payload: int, hops: int, prm, *, sip_hops: int = 0) -> int:
-    """Zero-load store-and-forward time of one NOC packet over ``hops`` CUBE links (``sip_hops`` of them UCIe SIP links)."""
+    """Zero-load time of one NOC packet PE -> PE over ``hops`` CUBE links (``sip_hops`` of them UCIe SIP links)."""
     S = encode(NocPacket(PKT_ID0, [0, 0, 0], [0, 0, 0], 0, payload(TensorDesc.of((nbytes_payload // 2,), BF16))))[1]
-    cube_hops = hops - sip_hops
-    return (2 * (transfer_ps(S, prm.attach_bw) + prm.link_ps) + (hops + 1) * prm.router_ps
-            + cube_hops * (transfer_ps(S, prm.cube_link_bw) + prm.cube_link_latency)
-            + sip_hops * (transfer_ps(S, prm.sip_link_bw) + prm.sip_link_latency))
+    att = (prm.attach_bw, prm.link_ps)
+    return path_model(S, [att] + mesh_links(hops, prm, sip_hops=sip_hops) + [att], prm)
 
 
 def remote_dma_model(nbytes: int, hops: int, addr: int, src, dst, prm) -> int:
     """Remote load: ``setup + Z(S_req, h) + latency + ceil((N/pcs) / bw_eff) + Z(S_resp, h)`` (dma.py docstring)."""
     from protocols.ahbm import MemReq, MemResp
 
+    att = (prm.attach_bw, prm.link_ps)
+
     def Z(S):
-        return 2 * (transfer_ps(S, prm.attach_bw) + prm.link_ps) + (hops + 1) * prm.router_ps + hops * (
-            transfer_ps(S, prm.cube_link_bw) + prm.cube_link_latency)
+        return path_model(S, [att] + mesh_links(hops, prm) + [att], prm)
 
     req = encode(MemReq(1, "read", list(src), list(dst), 0, addr, 1, nbytes, nbytes, None))[1]
     resp = encode(MemResp(1, list(dst), list(src), 0, payload(TensorDesc.of((nbytes,), "|u1"))))[1]
@@ -173,9 +197,8 @@ def host_load_model(nbytes: int, hops: int, addr: int, dst, prm) -> int:
     from protocols.ahbm import MemReq, MemResp
 
     def path(S):
-        return (transfer_ps(S, prm.io_bw) + prm.io_latency + (hops + 1) * prm.router_ps
-                + hops * (transfer_ps(S, prm.cube_link_bw) + prm.cube_link_latency)
-                + transfer_ps(S, prm.attach_bw) + prm.link_ps)
+        return path_model(S, [(prm.io_bw, prm.io_latency)] + mesh_links(hops, prm) + [(prm.attach_bw, prm.link_ps)],
+                          prm)
 
     io = prm.io_coord
     req = encode(MemReq(1, "write", io, list(dst), 0, addr, 1, nbytes, nbytes,
@@ -198,6 +221,7 @@ def build_microbench(system, profile: dict, p: dict) -> None:
         raise BuildError(f"microbench needs a CUBE mesh of at least 4x4 and >= 8 PEs per CUBE (PE grid x >= 2);"
                          f" found {prm.cx}x{prm.cy} CUBEs, {prm.P} PEs, PE grid {prm.gx}x{prm.gy}")
     rng = system.rng("microbench/data")
+    ct = " [cut-through]" if prm.cut_through else ""
     scripts: dict[tuple, list] = {}
     expect: list[dict] = []
     # (where, coord, name, array): tensors placed before the run; HBM addresses are patched in after building
@@ -274,7 +298,7 @@ def build_microbench(system, profile: dict, p: dict) -> None:
             s.append({"op": "sleep", "ps": p["noc_gap"]})
         s.append({"op": "noc_send", "to": [0, cube, 4], "buf": "q", "label": f"noc{cube}"})
         scripts[(0, cube, 4)] = [{"op": "noc_recv", "buf": "r", "label": "recv"}]
-        expect.append({"bench": f"noc {hops} hop{'s' * (hops > 1)} {nb} B", "kind": "msg", "src": src,
+        expect.append({"bench": f"noc {hops} hop{'s' * (hops > 1)} {nb} B{ct}", "kind": "msg", "src": src,
                        "dst": (0, cube, 4), "slabel": f"noc{cube}", "rlabel": "recv", "model": noc_model(nb, hops, prm)})
     if prm.sips > 1:
         edge = prm.cx - 1
@@ -282,7 +306,7 @@ def build_microbench(system, profile: dict, p: dict) -> None:
         s.append({"op": "noc_send", "to": [1, 0, 5], "buf": "q", "label": "ucie"})
         scripts[(1, 0, 5)] = [{"op": "noc_recv", "buf": "r", "label": "recv"}]
         hops = edge + 1
-        expect.append({"bench": f"ucie sip0->sip1 {hops} hops {nb} B", "kind": "msg", "src": src, "dst": (1, 0, 5),
+        expect.append({"bench": f"ucie sip0->sip1 {hops} hops {nb} B{ct}", "kind": "msg", "src": src, "dst": (1, 0, 5),
                        "slabel": "ucie", "rlabel": "recv", "model": noc_model(nb, hops, prm, sip_hops=1)})
     scripts[src] = s
 
@@ -295,7 +319,7 @@ def build_microbench(system, profile: dict, p: dict) -> None:
                    {"op": "dma", "kind": "load", "target": list(owner), "addr": None, "tensor": ("remote", owner),
                     "rows": 1, "row_bytes": rn, "buf": "rx", "shape": [rn // 2], "dtype": BF16,
                     "label": "remote"}]
-    expect.append({"bench": f"dma_load remote {rh} hops {rn} B", "kind": "cmd", "pe": me, "label": "remote",
+    expect.append({"bench": f"dma_load remote {rh} hops {rn} B{ct}", "kind": "cmd", "pe": me, "label": "remote",
                    "remote": (me, owner, rh, rn)})
 
     # timed host load (the host loads, then launches every script)
@@ -304,7 +328,7 @@ def build_microbench(system, profile: dict, p: dict) -> None:
     hdst = (0, hcube, 7)
     hh = abs(prm.global_x(0, hcube) - prm.global_x(*prm.io_attach)) + abs(hcube // prm.cx - prm.io_attach[1] // prm.cx)
     pre.append(("load", hdst, "hostload", _arr((hn // 2,), rng)))
-    expect.append({"bench": f"host load {hn} B -> cube {hcube} ({hh} hops)", "kind": "host", "hops": hh,
+    expect.append({"bench": f"host load {hn} B -> cube {hcube} ({hh} hops){ct}", "kind": "host", "hops": hh,
                    "dst": hdst, "nbytes": hn})
 
     machine = build_machine(system, profile, scripts=scripts)

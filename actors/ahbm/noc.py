@@ -7,25 +7,73 @@ inter-SIP UCIe link (assumption: SIP line topology; the seed ships 2 SIPs).
 Dimension-order routing, x first then y (ref §2.4 "XY routing", R7 of §4.6).
 N is towards y-1, S towards y+1, E towards x+1, W towards x-1.
 
-Per-hop cost, store-and-forward per message (ASTRA-sim congestion-aware model,
-ref §4.2, §4.4; R1 declares store-and-forward):
+Links on a path (builder.py): PE attach links (CPU, DMA, HBM port), B =
+``noc.attach_bandwidth`` (128 GB/s, ref §1.2 sram_to_router_bw), latency
+``noc.link_cycles``; CUBE<->CUBE in a SIP: UCIe, B = 128 GB/s, latency
+``2 x port_latency (8 ns, ref §1.2/§2.5) + link_cycles``; SIP<->SIP: UCIe x16
+64 GB/s, 20 ns (ref §2.5, assumption there); the host interface: ``io.*``.
+``alpha = noc.router_cycles`` at the NOC clock (3 cycles, ref §2.4, BookSim
+RC/VA/SA/ST pipeline) is the router pipeline latency; the router is a crossbar:
+packets to different outputs do not wait for each other, packets to one output
+leave in the order they became ready there (FIFO per directed link, R2).
 
-* router: ``alpha_router = noc.router_cycles`` at the NOC clock (3 cycles, ref §2.4,
-  BookSim RC/VA/SA/ST pipeline), charged as pipeline latency: the router is a
-  crossbar, packets to different outputs do not wait for each other, packets to
-  one output leave in arrival order;
-* link: ``S / B + latency`` with FIFO occupancy per directed link
-  (emulator/link.py), directions independent (R2).  PE attach links: B =
-  ``noc.attach_bandwidth`` (128 GB/s, ref §1.2 sram_to_router_bw), latency
-  ``noc.link_cycles``; CUBE<->CUBE in a SIP: UCIe, B = 128 GB/s, latency
-  ``2 x port_latency (8 ns, ref §1.2/§2.5) + link_cycles``; SIP<->SIP: UCIe
-  x16 64 GB/s, 20 ns (ref §2.5, assumption there).
+``noc.switching`` (ref §4.6 R1: "declare cut-through vs store-and-forward,
+configurable"):
 
-So a message of S bytes over h CUBE hops at zero load takes
-``2 (S/B_attach + L_attach) + (h + 1) alpha_router + h (S/B_cube + L_cube)``.
+* ``store_and_forward`` (default: the fidelity target of §4.6 is ASTRA-sim's
+  congestion-aware backend, which is store-and-forward per chunk, ref §4.2;
+  it is also what every existing closed form assumes).  A router forwards a
+  packet ``alpha`` after its tail arrived; the link serialises it (``S / B +
+  latency``, FIFO occupancy per directed link, emulator/link.py).  Zero load,
+  S bytes over h CUBE links (L_i, B_i):
+  ``T = 2 (S/B_att + L_att) + (h + 1) alpha + sum_i (S/B_i + L_i)``.
+* ``cut_through`` (virtual cut-through at message level, as BookSim's wormhole
+  routers at zero load, ref §2.4/§4.3, and kernbench2's chunk streaming, ref
+  §4.4).  The head is forwarded ``alpha`` after it arrives; the tail follows
+  at the pace of the slowest link so far.  Routers serialise themselves: at
+  run start a router takes the bandwidth of every link it sends on and of the
+  attach links it receives from and sets the link's to 0 (the link keeps its
+  latency, FIFO order and credits; the router adds the occupancy to the link's
+  ``busy_ps`` so link utilisation still reads right).  Per packet of S bytes (msgpack size, as
+  the link would charge):
+
+  - from an attach link (bandwidth B_in, latency L_in): ``start_in = max(now -
+    L_in, free_in)``, ``free_in = start_in + S/B_in``; head = ``start_in +
+    L_in``, tail = head + S/B_in (the injection link stays FIFO);
+  - from a router: head = delivery time, tail = head + ``lag`` (carried in
+    the message, protocols/ahbm.py ``LAG_DOC``);
+  - on output o (bandwidth B_o): ``start = max(head + alpha, free_o)``,
+    ``end = max(start + S/B_o, tail + alpha)``, ``free_o = end``.  Towards a
+    router the packet is sent at ``start`` with ``lag = end - start`` (the next
+    router sees the head at ``start + L_o``); towards an endpoint (PE agent,
+    host) it is sent at ``end``, so the endpoint receives it whole at ``end + L_o``.
+
+  Zero load: ``T = 2 L_att + (h + 1) alpha + sum_i L_i + S / min(B_att, B_i)``
+  = R1's ``alpha_hop h + S/B_bottleneck`` (with every ``S/B`` rounded up to a
+  ps, emulator/units.transfer_ps).  Back-to-back packets on one path leave
+  ``S/B_bottleneck`` apart.  Message-level approximations (no flits, ref §4.6
+  out-of-scope list): a router learns of a packet when its head arrives from a
+  router, or when it was sent + L_in on an attach link, and orders an output
+  by that time (not by head-ready time);
+  a credit is taken when the head leaves (``start``); a credit stall of d ps
+  shifts the whole packet by d.  Link fault ``bandwidth_factor`` does not
+  apply to the links a cut-through router serialises (delay and drop do).
+
 Each output holds at most ``noc.buffer`` packets; when it is full the input
 stops accepting and the upstream link's credits run out (back-pressure).
 Every routing decision is a trace mark ``hop`` = ``[packet id, router, output]``.
+
+Occupancy (utilisation): every mesh / UCIe output of a router (and the host
+interface output of the IO die's CUBE) has a passive actor ``<router>/out_<dir>``
+(:class:`PortLoad`) that records one busy span per packet: the link's
+serialisation ``[end - S/B, end]`` (store-and-forward) or ``[start, end]``
+(cut-through).  It only records, so timing is unchanged; ``emu trace summary``
+and the plots show NOC load per output port (plot group ``<router>``).  The
+router adds them to the system when the builder adds the router (see
+:attr:`Router.system`).  PE attach outputs are not recorded (3 P more actors
+per router); their links' metrics still count bytes (and, store-and-forward,
+busy time).
+
 Routed messages: :class:`NocPacket` (PE to PE, delivered to the CPU),
 :class:`MemReq` (to the owner PE's HBM port) and :class:`MemResp` (back to the DMA,
 or to the host interface ``io`` when the requester is the IO die: PE index P).
@@ -38,7 +86,10 @@ from trio.lowlevel import ParkingLot
 import trio
 
 from emulator.actor import Actor
+from emulator.trace import BUSY
+from emulator.units import transfer_ps
 from protocols.ahbm import MemReq, MemResp, NocPacket
+from protocols.codec import encode
 
 #: local output of a routed message at its destination CUBE: CPU mailbox, HBM port, DMA
 LOCAL = {NocPacket: "pe", MemReq: "mem", MemResp: "dma"}
@@ -74,6 +125,29 @@ class _Queue:
         return item
 
 
+class PortLoad(Actor):
+    """Occupancy record of one router output (``<router>/out_<port>``).
+
+    Part of its router, not an independent component: a named trace track that
+    the owning router writes (the builder adds it next to the router).  It
+    sends and receives nothing and adds no time; the router calls :meth:`span`
+    once per packet it puts on that output, so utilisation per actor (trace
+    summary, plots) shows the output's load.
+    """
+
+    daemon = True
+
+    def span(self, t0: int, t1: int, label: str) -> None:
+        """Record ``[t0, t1)`` as busy (t0 may be in the future, like ``Actor.busy(start=...)``)."""
+        if t1 > t0:
+            self.busy_ps += t1 - t0
+            self.busy_spans += 1
+            self._emit((BUSY, t0, self.id, t1, label))
+
+    async def run(self) -> None:
+        await trio.sleep_forever()
+
+
 class Router(Actor):
     """The NOC router of one CUBE."""
 
@@ -96,6 +170,12 @@ class Router(Actor):
         self.ins["io"] = self.in_port("in_io")
         self.outs["io"] = self.out_port("out_io")
         self.forwarded = 0
+        self._bw: dict = {}                  # cut-through: link -> its modelled bandwidth (_take_over)
+        # occupancy actors of the NOC outputs: the mesh / UCIe directions, and the host interface on
+        # the IO die's CUBE (PE attach outputs are not recorded: 3 P more actors per router)
+        self.loads = {k: PortLoad(f"{name}/out_{k}") for k in self.dirs}
+        if (sip, cube) == tuple(prm.io_attach):
+            self.loads["io"] = PortLoad(f"{name}/out_io")
 
     def route(self, pkt: NocPacket) -> str:
         sip, cube, pe = pkt.dst
@@ -111,36 +191,108 @@ class Router(Actor):
             return "io"       # the host interface of the IO die (params.Params.io_coord)
         return f"{LOCAL[type(pkt)]}{pe}"
 
+    # -- store-and-forward ------------------------------------------------------
     async def _input(self, port, queues) -> None:
         while True:
             pkt = await port.recv()
-            out = self.route(pkt)
-            if out not in queues:
-                raise RuntimeError(f"{self.name}: route {out} for packet {pkt.id} is not wired")
-            self.mark("hop", [pkt.id, self.name, out])
+            out = self._route_checked(pkt, queues)
             await queues[out].put((self.now + self.prm.router_ps, pkt))
 
-    async def _output(self, port, q: _Queue) -> None:
+    def _route_checked(self, pkt, queues) -> str:
+        out = self.route(pkt)
+        if out not in queues:
+            raise RuntimeError(f"{self.name}: route {out} for packet {pkt.id} is not wired")
+        self.mark("hop", [pkt.id, self.name, out])
+        return out
+
+    async def _output(self, port, q: _Queue, load: PortLoad | None) -> None:
+        link = port.link
         while True:
             ready, pkt = await q.get()
             if ready > self.now:
                 await self.sleep_until(ready)
             pkt.hops += 1
+            before = link.busy_ps
             await port.send(pkt)
             self.forwarded += 1
+            if load is not None:
+                load.span(link.free_at - (link.busy_ps - before), link.free_at, f"{type(pkt).__name__} {pkt.id}")
+
+    # -- cut-through (module docstring) -------------------------------------------
+    async def _input_ct(self, key: str, port, queues, inj: dict | None) -> None:
+        alpha = self.prm.router_ps
+        while True:
+            pkt = await port.recv()
+            out = self._route_checked(pkt, queues)
+            S = encode(pkt)[1]
+            if inj is None:                       # from a router: head now, tail after the carried lag
+                head = self.now
+                tail = head + int(pkt.lag)
+            else:                                 # from an attach link: this router serialises it
+                start = max(self.now - inj["latency"], inj["free"])
+                ser = transfer_ps(S, inj["bandwidth"])
+                inj["free"] = start + ser
+                inj["link"].busy_ps += ser            # the link's statistics keep its occupancy
+                head = start + inj["latency"]
+                tail = head + ser
+            await queues[out].put((head + alpha, tail + alpha, S, pkt))
+
+    async def _output_ct(self, key: str, port, q: _Queue, bandwidth: int, load: PortLoad | None) -> None:
+        to_router = key in self.dirs
+        free = 0
+        while True:
+            head_ready, tail_ready, S, pkt = await q.get()
+            start = max(head_ready, free, self.now)
+            end = max(start + transfer_ps(S, bandwidth), tail_ready)
+            pkt.hops += 1
+            pkt.lag = float(end - start)
+            t_send = start if to_router else end
+            if t_send > self.now:
+                await self.sleep_until(t_send)
+            await port.send(pkt)
+            stall = self.now - t_send             # credit stall: the whole packet moves later
+            free = end + stall
+            port.link.busy_ps += end - start      # the link's statistics keep its occupancy
+            self.forwarded += 1
+            if load is not None:
+                load.span(start + stall, end + stall, f"{type(pkt).__name__} {pkt.id}")
 
     async def run(self) -> None:
         wired_out = {k: p for k, p in self.outs.items() if p.link is not None}
         queues = {k: _Queue(self.prm.router_buffer) for k in wired_out}
+        ct = self.prm.cut_through
         try:
             async with trio.open_nursery() as n:
                 for k, p in wired_out.items():
-                    n.start_soon(self._output, p, queues[k])
+                    if ct:
+                        n.start_soon(self._output_ct, k, p, queues[k], self._take_over(p.link), self.loads.get(k))
+                    else:
+                        n.start_soon(self._output, p, queues[k], self.loads.get(k))
                 for k, p in self.ins.items():
-                    if p.links:
+                    if not p.links:
+                        continue
+                    if not ct:
                         n.start_soon(self._input, p, queues)
+                        continue
+                    inj = None
+                    if k not in self.dirs:
+                        if len(p.links) != 1:
+                            raise RuntimeError(f"{self.name}: cut-through needs one link into {p.path},"
+                                               f" found {len(p.links)}")
+                        link = p.links[0]
+                        inj = {"bandwidth": self._take_over(link), "latency": link.latency, "free": 0, "link": link}
+                    n.start_soon(self._input_ct, k, p, queues, inj)
         except BaseExceptionGroup as eg:
             raise first_error(eg) from None
 
+    def _take_over(self, link) -> int:
+        """Cut-through: the modelled bandwidth of ``link``, whose serialisation this router does
+        from now on (the link's own bandwidth is set to 0; kept if the system runs again)."""
+        if link not in self._bw:
+            self._bw[link] = link.bandwidth
+            link.bandwidth = 0
+        return self._bw[link]
+
     def describe(self) -> dict:
-        return {**super().describe(), "router_ps": self.prm.router_ps, "xy": [self.gx, self.gy]}
+        return {**super().describe(), "router_ps": self.prm.router_ps, "xy": [self.gx, self.gy],
+                "switching": "cut_through" if self.prm.cut_through else "store_and_forward"}

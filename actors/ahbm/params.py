@@ -31,7 +31,8 @@ PROFILE_SCHEMA = Map({
         "burst": Quantity("size", default="256B", doc="PC interleave granularity, a power of two"),
         "capacity": Quantity("size", default="4GiB", doc="HBM bytes per PE (address space of the allocator)"),
     }),
-    "dma": Map({"setup_cycles": Int(min=0, default=20)}),
+    "dma": Map({"setup_cycles": Int(min=0, default=20),
+                "outstanding": Int(min=1, default=1, doc="commands in their data phase at once (dma.py)")}),
     "gemm": Map({
         "array_rows": Int(min=1, default=32), "array_cols": Int(min=1, default=32),
         "fill_drain_cycles": Int(min=0, default=48),
@@ -51,6 +52,8 @@ PROFILE_SCHEMA = Map({
         "attach_bandwidth": Quantity("bandwidth", default="128GB/s"),
         "buffer": Int(min=1, default=8, doc="packets buffered per router output"),
         "link_capacity": Int(min=1, default=8, doc="credits per NOC / UCIe link"),
+        "switching": Enum(["store_and_forward", "cut_through"], default="store_and_forward",
+                          doc="per-hop switching of routed messages (noc.py; ref §4.6 R1)"),
     }),
     "ucie": Map({
         "intra_sip": Map({"bandwidth": Quantity("bandwidth", default="128GB/s"),
@@ -104,6 +107,7 @@ class Params:
     burst: int
     hbm_capacity: int
     dma_setup: int          # ps
+    dma_outstanding: int    # DMA commands in their data phase at once
     array_rows: int
     array_cols: int
     fill_drain: int         # cycles
@@ -121,6 +125,7 @@ class Params:
     attach_bw: int
     router_buffer: int
     link_capacity: int
+    cut_through: bool       # noc.switching == cut_through
     cube_link_latency: int  # ps, intra-SIP CUBE<->CUBE (UCIe TX port + wire + RX port)
     cube_link_bw: int
     sip_link_latency: int
@@ -142,14 +147,14 @@ class Params:
             gx=p["pe_grid"]["x"], gy=p["pe_grid"]["y"], pe_clk=pe, noc_clk=noc,
             pcs=h["pcs_per_pe"], pc_bw_eff=int(round(h["pc_bandwidth"] * h["efficiency"])),
             hbm_latency=h["access_latency"], burst=h["burst"], hbm_capacity=h["capacity"],
-            dma_setup=pe.ps(p["dma"]["setup_cycles"]),
+            dma_setup=pe.ps(p["dma"]["setup_cycles"]), dma_outstanding=p["dma"]["outstanding"],
             array_rows=g["array_rows"], array_cols=g["array_cols"], fill_drain=g["fill_drain_cycles"],
             charge_padded=g["charge_padded"], tile=(g["tile_m"], g["tile_k"], g["tile_n"]),
             lanes=p["math"]["lanes"], math_fixed=p["math"]["fixed_cycles"], tcm_bytes=p["tcm"]["size"],
             ipcq_depth=p["ipcq"]["depth"], ipcq_overhead=p["ipcq"]["fixed_overhead"],
             ipcq_bw=p["ipcq"]["bandwidth"], credit_latency=p["ipcq"]["credit_latency"],
             router_ps=noc.ps(n["router_cycles"]), link_ps=link_ps, attach_bw=n["attach_bandwidth"],
-            router_buffer=n["buffer"], link_capacity=n["link_capacity"],
+            router_buffer=n["buffer"], link_capacity=n["link_capacity"], cut_through=n["switching"] == "cut_through",
             cube_link_latency=2 * u["intra_sip"]["port_latency"] + link_ps,
             cube_link_bw=u["intra_sip"]["bandwidth"],
             sip_link_latency=u["inter_sip"]["latency"], sip_link_bw=u["inter_sip"]["bandwidth"],

@@ -9,9 +9,11 @@ to the PE's engines.  Modules (one concept each):
 * ``handles``   TensorHandle (lazy data, operators -> MATH commands);
 * ``scratch``   TCM arenas and ``tl.scratch_scope`` (per-tile recycling);
 * ``runtime``   the ``tl`` API (load/store/dot/composite/ref/trans/MATH/send/recv/...);
-* ``cpu``       TlCpu: the PE CPU actor, the backend over protocols/ahbm.py messages;
-* ``pe``        a CUBE (or a row of CUBEs with NOC routers) of tl PEs from the engine actors;
-* ``launcher``  the host side: KernelLaunch / KernelDone (protocols/ahbm_tl.py);
-* ``workloads`` the baseline attention workloads (``WORKLOADS``);
+* ``cpu``       the kernel registry and ``run_kernel``: how the machine's PE CPU
+                (actors/ahbm/cpu.py, the backend) runs a KernelLaunch;
+* ``launcher``  KernelLaunch messages for a grid of PEs, sent by the machine's host
+                (``io/host``, actors/ahbm/host.py; protocols/ahbm_tl.py);
+* ``workloads`` the baseline attention workloads (``WORKLOADS``), on the machine
+                built by actors/ahbm/builder.py;
 * ``testing``   profile + small-machine helpers for tests.
 """

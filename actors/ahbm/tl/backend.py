@@ -2,10 +2,10 @@
 
 The runtime (runtime.py) never builds a message: it asks a :class:`PeBackend`
 to charge a dispatch cost, to issue a command to an engine (returning a command
-id), to wait for a command, and to read/write/free TCM buffers.  One adapter
-implements it over the AHBM engine actors and their messages
-(``actors/ahbm/tl/cpu.py``: :class:`~actors.ahbm.tl.cpu.TlCpu`); tests may use the same
-adapter on a single PE.
+id), to wait for a command, and to read/write/free TCM buffers.  The machine's
+PE CPU implements it over the AHBM engine actors and their messages
+(actors/ahbm/cpu.py: :class:`~actors.ahbm.cpu.PeCpu`, the same actor that runs
+command scripts).
 
 All methods are coroutines, awaited from the kernel's greenlet through
 ``greenback.await_``.  Engines (``engine`` names used for ordering): ``dma``,

@@ -2,8 +2,9 @@
 
 A :class:`KernelError` says *where*: the PE whose kernel misbehaved and the
 ``file:line`` of the user's kernel code that made the call, found by walking the
-Python stack outwards past the runtime's own frames (this package, the engine,
-the protocols, greenback/greenlet/trio and the standard library).
+Python stack outwards past the runtime's own frames (this package, the machine's
+modules in actors/ahbm/*.py such as the PE CPU, the engine, the protocols,
+greenback/greenlet/trio and the standard library).
 """
 from __future__ import annotations
 
@@ -19,11 +20,14 @@ _SKIP = (
     os.path.join(_ROOT, "protocols") + os.sep,
 )
 _SKIP_PARTS = ("site-packages", f"{os.sep}lib{os.sep}python", "<frozen")
+#: the machine's own modules (actors/ahbm/*.py: the PE CPU the runtime awaits, costs, memory); its
+#: ``kernels/`` package is user code
+_MACHINE = os.path.join(_ROOT, "actors", "ahbm")
 
 
 def _skipped(filename: str) -> bool:
     fn = os.path.abspath(filename) if not filename.startswith("<") else filename
-    return fn.startswith(_SKIP) or any(p in fn for p in _SKIP_PARTS)
+    return fn.startswith(_SKIP) or os.path.dirname(fn) == _MACHINE or any(p in fn for p in _SKIP_PARTS)
 
 
 def user_site(depth: int = 1) -> str:

@@ -198,15 +198,16 @@ class Tl:
 
     # -- geometry, time, reports --------------------------------------------------
     def program_id(self, axis: int) -> int:
-        """``axis`` 0: this PE's index in the launch grid, 1: its CUBE index (seed TL;DR)."""
-        if axis not in (0, 1):
-            raise self.error(f"program_id axis must be 0 (PE) or 1 (CUBE), found {axis!r}")
-        return self._pid[axis]
+        """``axis`` 0: this PE's index in its CUBE, 1: its CUBE index in its SIP (seed TL;DR), 2: its SIP
+        (as the launch's ``program_id`` says; a grid of fewer axes reads 0 beyond them)."""
+        if axis not in (0, 1, 2):
+            raise self.error(f"program_id axis must be 0 (PE), 1 (CUBE) or 2 (SIP), found {axis!r}")
+        return self._pid[axis] if axis < len(self._pid) else 0
 
     def num_programs(self, axis: int) -> int:
-        if axis not in (0, 1):
-            raise self.error(f"num_programs axis must be 0 or 1, found {axis!r}")
-        return self._nprog[axis]
+        if axis not in (0, 1, 2):
+            raise self.error(f"num_programs axis must be 0, 1 or 2, found {axis!r}")
+        return self._nprog[axis] if axis < len(self._nprog) else 1
 
     def now(self) -> int:
         """Current virtual time in ps (for measurements inside kernels)."""
