@@ -58,3 +58,27 @@ def test_fifo_pinning_makes_batches_run_in_reschedule_order():
         trio.run(main, clock=VirtualClock())
     assert order == list(range(50))
     assert _run._r is before  # restored on exit
+
+
+def test_instruments_still_work_with_the_dict_backed_stand_in():
+    from emulator.clock import _FastInstruments
+
+    seen = []
+
+    class Counter(trio.abc.Instrument):
+        def before_task_step(self, task):
+            seen.append(task.name)
+
+    async def main():
+        assert isinstance(_run.GLOBAL_RUN_CONTEXT.runner.instruments, _FastInstruments)
+        inst = Counter()
+        trio.lowlevel.add_instrument(inst)
+        await sleep(5)
+        trio.lowlevel.remove_instrument(inst)
+        n = len(seen)
+        await sleep(5)
+        return n
+
+    with deterministic_scheduling():
+        n = trio.run(main, clock=VirtualClock())
+    assert n >= 1 and len(seen) == n
