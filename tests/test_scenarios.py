@@ -119,3 +119,25 @@ def test_missing_file_is_a_clear_error(emu, tmp_path):
                                         if "machines" not in p.parts))
 def test_every_shipped_scenario_validates(path):
     load_scenario(ROOT / path, registry)
+
+
+def test_schema_listing_documents_the_format(emu):
+    out = emu("validate", "--schema", ROOT / "scenarios/demo/reduce.yaml", check=0).stdout
+    assert "seed: an integer >= 0 [default 0]" in out
+    assert "kind: one of 'delay', 'drop', 'corrupt', 'stall', 'slow', 'kill' [required]" in out
+    assert "machine profile (family demo):" in out and "workload reduce:" in out
+    assert "merge: a time like '30ns' [default '8ns']" in out
+
+
+def test_progress_display_reports_virtual_time_and_events(tmp_path):
+    import io
+
+    from tools.progress import Progress
+    from tools.runner import run_scenario
+
+    buf = io.StringIO()
+    p = Progress(buf, every_s=0.0)
+    run_scenario(load_scenario(ROOT / "scenarios/demo/ring.yaml", registry, ["workload.params.hops=3000"]),
+                 progress=p)
+    text = buf.getvalue()
+    assert "virtual time" in text and "events/s" in text

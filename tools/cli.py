@@ -29,7 +29,35 @@ def _load(path: str, sets):
     return load_scenario(path, registry, sets)
 
 
+def cmd_schema(args) -> int:
+    """Print the scenario format, and with a scenario, its machine profile's and workload's schemas."""
+    from emulator.faults import FAULT_SCHEMA
+    from emulator.scenario import SCENARIO_SCHEMA
+    from emulator.schema import describe_schema
+
+    print("scenario file:")
+    print("\n".join("  " + line for line in describe_schema(SCENARIO_SCHEMA)))
+    print("each entry of faults:")
+    print("\n".join("  " + line for line in describe_schema(FAULT_SCHEMA)))
+    if args.scenario:
+        from actors import registry
+
+        sc = _load(args.scenario, args.set)
+        family = registry.family(sc.family)
+        print(f"machine profile (family {sc.family}):")
+        print("\n".join("  " + line for line in describe_schema(family.PROFILE_SCHEMA)))
+        for name, wl in family.WORKLOADS.items():
+            print(f"workload {name}: {wl.summary}")
+            print("\n".join("  " + line for line in describe_schema(wl.params)))
+    return 0
+
+
 def cmd_validate(args) -> int:
+    if args.schema:
+        return cmd_schema(args)
+    if not args.scenario:
+        print("emu validate: give a scenario file (or --schema)", file=sys.stderr)
+        return 2
     sc = _load(args.scenario, args.set)
     print(f"{args.scenario}: ok (machine {sc.profile_name} [{sc.family}], workload {sc.workload}, "
           f"mode {sc.mode}, seed {sc.seed}, {len(sc.faults)} fault(s))")
@@ -179,8 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no progress display")
     r.set_defaults(func=cmd_run)
 
-    v = sub.add_parser("validate", help="check a scenario without running it")
-    v.add_argument("scenario")
+    v = sub.add_parser("validate", help="check a scenario without running it (--schema: print the format)")
+    v.add_argument("scenario", nargs="?")
+    v.add_argument("--schema", action="store_true",
+                   help="print the scenario format (and, with a scenario, its profile's and workloads' parameters)")
     v.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
     v.set_defaults(func=cmd_validate)
 

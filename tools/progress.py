@@ -1,4 +1,4 @@
-"""A one-line progress display for long runs on a terminal (virtual time reached, wall rate).
+"""A one-line progress display for long runs on a terminal (virtual time reached, events/s).
 
 Called by the clock once per virtual time step; it looks at the wall clock only
 every 1024 steps so the hot path stays cheap.
@@ -18,6 +18,7 @@ class Progress:
         self.last = self.t0
         self.steps = 0
         self.shown = False
+        self.events = lambda: 0   # set by the runner: events recorded so far
 
     def __call__(self, t_ps: int) -> None:
         self.steps += 1
@@ -27,9 +28,10 @@ class Progress:
         if now - self.last < self.every_s:
             return
         self.last = now
-        rate = self.steps / (now - self.t0)
-        self.stream.write(f"\r  virtual time {format_time(t_ps):>12}  {self.steps:,} steps  "
-                          f"{rate:,.0f} steps/s  wall {now - self.t0:.1f} s ")
+        events = self.events()
+        rate = events / (now - self.t0)
+        self.stream.write(f"\r  virtual time {format_time(t_ps):>12}  {events:,} events  "
+                          f"{rate:,.0f} events/s  wall {now - self.t0:.1f} s ")
         self.stream.flush()
         self.shown = True
 

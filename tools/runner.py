@@ -76,6 +76,7 @@ def run_scenario(scenario: Scenario, *, trace_path: str | None = None, progress=
     build_s = time.perf_counter() - t0
     if progress is not None:
         system.on_step = progress
+        progress.events = lambda: system.recorder.count + len(system.recorder.events)
     stop = scenario.stop or {}
     wall = stop.get("wall_timeout")
     result = system.run(until=stop.get("max_time"), wall_timeout=(wall / 1e12) if wall else None)
