@@ -188,7 +188,7 @@ def k_chain(*, tl):
 async def test_long_lazy_chain_runs_with_bounded_completion_queues(vclock):
     """Far more commands in flight than the 16-deep command queue and the 17-entry completion queue: the
     CPU's completion credits keep the engine fed, no deadlock, and no time lost against the engine bound."""
-    from actors.ahbm.builder import CMD_DEPTH, completion_depth
+    from actors.ahbm.builder import completion_depth
     system, prm, cube, m = machine(register_kernel(k_chain), lambda c: {})
     r = await run(system)
     assert r.status == "finished", r.error
@@ -197,7 +197,7 @@ async def test_long_lazy_chain_runs_with_bounded_completion_queues(vclock):
     assert system.reports["sip0/cube00/pe0/cpu"]["elapsed"] == d + N_CHAIN * t_op
     cpu = m.pe(0, 0, 0).cpu
     (math_done,) = [ln for ln in cpu.done.links if ln.src.owner.name.endswith("/math")]
-    assert math_done.capacity == completion_depth(prm, "math") == CMD_DEPTH + 1
+    assert math_done.capacity == completion_depth(prm, "math") == prm.cmd_depth + 1 == 17
     assert math_done.blocked_count == 0                # the engine never waited on a full completion queue
 
 

@@ -5,7 +5,7 @@ Per PE (``sipS/cubeCC/peP``): ``cpu``, ``sched``, ``dma``, ``gemm``, ``math``,
 ``io/host``.  Link parameters (everything else is a zero-time, unbounded-rate
 on-PE wire; assumption: intra-PE control paths are not modelled as a cost):
 
-* engine command queues: capacity ``CMD_DEPTH`` (16 commands, assumption);
+* engine command queues: capacity ``cpu.command_queue_depth`` of the profile (16 commands, assumption);
 * completion queues into the CPU (engines, scheduler, IPCQ -> CPU): :func:`completion_depth` entries, one
   per command-queue slot plus one per command the engine holds off its queue; the CPU never has more
   commands in flight per engine than entries (completion credits, cpu.py docstring), so no engine
@@ -35,7 +35,6 @@ from actors.ahbm.scheduler import PeScheduler
 from protocols.ahbm import Launch
 from protocols.ahbm_tl import KernelLaunch
 
-CMD_DEPTH = 16
 TCM_CLIENTS = ["cpu", "dma", "gemm", "math", "ipcq"]
 
 
@@ -91,7 +90,7 @@ def _router_dirs(prm: Params, sip: int, cube: int) -> dict[str, tuple[int, int]]
 
 
 def completion_depth(prm: Params, engine: str) -> int:
-    """Entries of ``engine``'s completion queue into the CPU: ``CMD_DEPTH`` + the commands the engine holds
+    """Entries of ``engine``'s completion queue into the CPU: ``prm.cmd_depth`` + the commands the engine holds
     off its command queue at most - 1 for GEMM, MATH, the scheduler and IPCQ (served one at a time; IPCQ
     sends too), ``dma.outstanding + 1`` for the DMA (N in their data phase and one at its front end,
     dma.py).  With that many completion credits (cpu.py) the CPU's credit can only run out when its
@@ -99,7 +98,7 @@ def completion_depth(prm: Params, engine: str) -> int:
     queue costs no time.  IPCQ receives the block holds without bound are limited to this many
     outstanding per CPU (assumption: the kernel's posted receives live in the completion queue's slots)."""
     held = prm.dma_outstanding + 1 if engine == "dma" else 1
-    return CMD_DEPTH + held
+    return prm.cmd_depth + held
 
 
 def programs_of(scripts: dict | None, kernels: dict | None) -> dict:
@@ -152,22 +151,22 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
                 m.pes[(sip, cube, p)] = pe
                 for eng in (pe.dma, pe.gemm, pe.math):
                     key = {pe.dma: "dma", pe.gemm: "gemm", pe.math: "math"}[eng]
-                    connect(pe.cpu.to[key], eng.cmd, capacity=CMD_DEPTH)
-                    connect(getattr(pe.sched, key), eng.cmd, capacity=CMD_DEPTH)
+                    connect(pe.cpu.to[key], eng.cmd, capacity=prm.cmd_depth)
+                    connect(getattr(pe.sched, key), eng.cmd, capacity=prm.cmd_depth)
                     connect(eng.done["cpu"], pe.cpu.done, capacity=completion_depth(prm, key))
-                    connect(eng.done["sched"], pe.sched.done, capacity=CMD_DEPTH)
-                connect(pe.cpu.to["sched"], pe.sched.cmd, capacity=CMD_DEPTH)
+                    connect(eng.done["sched"], pe.sched.done, capacity=prm.cmd_depth)
+                connect(pe.cpu.to["sched"], pe.sched.cmd, capacity=prm.cmd_depth)
                 connect(pe.sched.done_cpu, pe.cpu.done, capacity=completion_depth(prm, "sched"))
-                connect(pe.cpu.to["ipcq"], pe.ipcq.cmd, capacity=CMD_DEPTH)
+                connect(pe.cpu.to["ipcq"], pe.ipcq.cmd, capacity=prm.cmd_depth)
                 connect(pe.ipcq.resp, pe.cpu.ipcq_resp, capacity=completion_depth(prm, "ipcq"))
                 for client, actor in zip(TCM_CLIENTS, (pe.cpu, pe.dma, pe.gemm, pe.math, pe.ipcq)):
                     connect(actor.tcm.req, pe.tcm.req, capacity=1)
                     connect(pe.tcm.out[client], actor.tcm.resp, capacity=1)
                 for i, pc in enumerate(pe.pcs):
-                    connect(pe.dma.pc_req[i], pc.req, capacity=CMD_DEPTH)
-                    connect(pc.resp["dma"], pe.dma.pc_resp, capacity=CMD_DEPTH)
-                    connect(pe.port.pc_req[i], pc.req, capacity=CMD_DEPTH)
-                    connect(pc.resp["port"], pe.port.pc_resp, capacity=CMD_DEPTH)
+                    connect(pe.dma.pc_req[i], pc.req, capacity=prm.cmd_depth)
+                    connect(pc.resp["dma"], pe.dma.pc_resp, capacity=prm.cmd_depth)
+                    connect(pe.port.pc_req[i], pc.req, capacity=prm.cmd_depth)
+                    connect(pc.resp["port"], pe.port.pc_resp, capacity=prm.cmd_depth)
                 r = m.routers[(sip, cube)]
                 for kind, out, inp in (("pe", pe.cpu.to["noc_out"], pe.cpu.noc_in), ("dma", pe.dma.noc_out, pe.dma.noc_in),
                                        ("mem", pe.port.out, pe.port.req)):

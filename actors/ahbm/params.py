@@ -64,7 +64,7 @@ PROFILE_SCHEMA = Map({
     "cpu": Map({"dispatch_cycles": Map({
         "dma": Int(min=0, default=8), "gemm": Int(min=0, default=8), "math": Int(min=0, default=8),
         "composite": Int(min=0, default=32), "ipcq": Int(min=0, default=8), "noc": Int(min=0, default=8),
-    })}),
+    }), "command_queue_depth": Int(min=1, default=16, doc="entries of each engine's command queue (builder.py)")}),
     "io": Map({
         "launch_latency": Quantity("time", default="100ns"),
         "attach": Map({"sip": Int(min=0, default=0), "cube": Int(min=0, default=0)},
@@ -131,6 +131,7 @@ class Params:
     sip_link_latency: int
     sip_link_bw: int
     dispatch: dict          # op kind -> ps
+    cmd_depth: int          # entries of each engine command queue
     launch_latency: int
     io_attach: tuple        # (sip, cube) of the router the host interface hangs on
     io_bw: int
@@ -159,6 +160,7 @@ class Params:
             cube_link_bw=u["intra_sip"]["bandwidth"],
             sip_link_latency=u["inter_sip"]["latency"], sip_link_bw=u["inter_sip"]["bandwidth"],
             dispatch={k: pe.ps(v) for k, v in p["cpu"]["dispatch_cycles"].items()},
+            cmd_depth=p["cpu"]["command_queue_depth"],
             launch_latency=p["io"]["launch_latency"],
             io_attach=(p["io"]["attach"]["sip"], p["io"]["attach"]["cube"]),
             io_bw=p["io"]["bandwidth"], io_latency=p["io"]["latency"],
