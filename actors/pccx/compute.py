@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from actors.pccx.memory import words_touched
-from actors.pccx.numerics import cvo_apply, from_bf16, to_bf16, unpack_int4
+from actors.pccx.numerics import WEIGHTS_PER_BEAT, payload_nbytes, cvo_apply, from_bf16, to_bf16, unpack_int4
 from emulator.actor import Actor
 from protocols import pccx_isa as isa
 from protocols.codec import TensorDesc
@@ -49,11 +49,6 @@ from protocols.pccx import EMax, L2Read, L2Write, Status
 
 __all__ = ["MatEngine", "Cvo", "mat_cycles", "cvo_cycles"]
 
-WEIGHTS_PER_BEAT = 32   # 128-bit beat / INT4
-
-
-def _nbytes(data) -> int:
-    return int(data.nbytes) if isinstance(data, (np.ndarray, TensorDesc)) else 0
 
 
 def mat_cycles(K: int, N: int, burst_beats: list[int], rate: int, fill: int, read_latency: int, accm: bool) -> int:
@@ -129,7 +124,7 @@ class MatEngine(Actor):
                 elif b.stream != stream:
                     raise RuntimeError(f"{self.name}: {self.op}#{u.seq} expected weight stream {stream}, the FIFO "
                                        f"holds stream {b.stream} (driver streamed the wrong byte count?)")
-                got += _nbytes(b.data)
+                got += payload_nbytes(b.data)
                 if self.data_mode:
                     chunks.append(np.asarray(b.data, np.uint8))
                 t = self.now

@@ -64,14 +64,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from actors.pccx.numerics import from_bf16, to_bf16, unpack_int4
+from actors.pccx.numerics import WEIGHTS_PER_BEAT, payload_nbytes, from_bf16, to_bf16, unpack_int4
 from emulator.actor import Actor
 from protocols.codec import TensorDesc
 from protocols.pccx import EMax, L2Read, L2Write, LaneJob, LaneResult, Status
 
 __all__ = ["GemvFront", "GemvLane", "WeightSwitch", "lanes_used", "lane_rows", "lane_bytes"]
 
-WEIGHTS_PER_BEAT = 32   # 128-bit beat / INT4
 
 
 def lanes_used(parallel_lane: int, lanes: int) -> int:
@@ -88,10 +87,6 @@ def lane_rows(N: int, used: int) -> list[tuple[int, int]]:
 def lane_bytes(rows: int, K: int, w_scale: bool) -> int:
     """Bytes of one lane's weight stream: packed INT4 rows, then the rows' BF16 scales."""
     return (rows * K + 1) // 2 + (2 * rows if w_scale else 0)
-
-
-def _nbytes(data) -> int:
-    return int(data.nbytes) if isinstance(data, (np.ndarray, TensorDesc)) else 0
 
 
 class GemvFront(Actor):
@@ -205,7 +200,7 @@ class GemvLane(Actor):
                     elif b.stream != stream:
                         raise RuntimeError(f"{self.name}: GEMV#{j.seq} expected weight stream {stream}, the FIFO "
                                            f"holds stream {b.stream} (driver streamed the wrong byte count?)")
-                    got += _nbytes(b.data)
+                    got += payload_nbytes(b.data)
                     if self.data_mode:
                         chunks.append(np.asarray(b.data, np.uint8))
                     t = self.now

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from protocols.codec import TensorDesc
+
 __all__ = ["to_bf16", "from_bf16", "round_bf16", "pack_int4", "unpack_int4", "cvo_apply", "weight_bytes",
            "CORDIC_LIMIT"]
 
@@ -99,3 +101,11 @@ def cvo_apply(func: str, x_bits: np.ndarray, *, emax_bits: int | None, recip_sca
         else:
             raise ValueError(f"CVO function {func!r} has no data model")
     return to_bf16(np.asarray(y, dtype=np.float32))
+
+
+WEIGHTS_PER_BEAT = 32   # INT4 weights in one 128-bit beat
+
+
+def payload_nbytes(data) -> int:
+    """Bytes a weight burst stands for: an array's size (data mode) or a descriptor's (timing mode)."""
+    return int(data.nbytes) if isinstance(data, (np.ndarray, TensorDesc)) else 0
