@@ -39,7 +39,7 @@ class Actor:
         self.outputs: dict[str, OutPort] = {}
         self.system = None
         self.id: int = -1
-        self.blocked_on: tuple | None = None
+        self.blocked: dict = {}   # task -> ("recv", ports) | ("send", port) while parked (deadlock reports)
         self.busy_ps = 0
         self.busy_spans = 0
         self.finished_at: int | None = None

@@ -6,14 +6,22 @@ class EmulatorError(Exception):
     """Base class for errors the ``emu`` command reports without a traceback."""
 
 
+def leaf_exceptions(exc: BaseException) -> list[BaseException]:
+    """The real errors inside (possibly nested) exception groups, e.g. from an actor's own nursery."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in leaf_exceptions(sub)]
+    return [exc]
+
+
 class ActorError(EmulatorError):
-    """An actor (or link) raised: names it, the virtual time and the cause."""
+    """An actor (or link) raised: names it, the virtual time and the cause(s)."""
 
     def __init__(self, where: str, time_ps: int, cause: BaseException):
         self.where = where
         self.time_ps = time_ps
         self.cause = cause
-        super().__init__(f"{where} failed at t={time_ps} ps: {type(cause).__name__}: {cause}")
+        text = "; ".join(f"{type(e).__name__}: {e}" for e in leaf_exceptions(cause))
+        super().__init__(f"{where} failed at t={time_ps} ps: {text}")
 
 
 class DeadlockError(EmulatorError):

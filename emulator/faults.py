@@ -88,7 +88,7 @@ FAULT_SCHEMA = Map({
     "at": Quantity("time", default=None, doc="kill time"),
     "probability": Float(min=0.0, max=1.0, default=1.0, doc="chance per message / per busy span"),
     "delay": Quantity("time", default=None, doc="extra delay (delay)"),
-    "bits": Int(min=1, default=None, doc="bits to flip (corrupt)"),
+    "bits": Int(min=1, max=4096, default=None, doc="bits to flip per message (corrupt)"),
     "factor": Float(min=0.0, default=None, doc="slow-down factor (slow), > 1 is slower"),
     "count": Int(min=1, default=None, doc="at most this many injections"),
     "name": Str(default=None, doc="label in the trace and result (default: kind@target)"),

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from outcome import Value
 from trio.lowlevel import Abort, current_task, enable_ki_protection, reschedule, wait_task_rescheduled
 
-from emulator.trace import BLOCK, DELIVER, SEND, TAKE, FAULT
+from emulator.trace import BLOCK, CHUNK, DELIVER, FAULT, SEND, TAKE
 from emulator.units import transfer_ps
 from protocols.codec import ProtocolError, decode, encode, peek_name, type_name
 
@@ -176,6 +176,10 @@ async def _park(ports, owner):
       hop (reference/engine-perf.md §1: a pass costs ~4 µs).
     """
     task = current_task()
+    for p in ports:
+        if p.waiter is not None:
+            raise RuntimeError(f"in-port {p.path}: two tasks of {owner.name} receive on it at once; "
+                               "give each task its own port")
     waiter = _Waiter(task, ports)
     for p in ports:
         p.waiter = waiter
@@ -186,7 +190,7 @@ async def _park(ports, owner):
                     if waiter.entry is not None:
                         waiter.entry[2] = None
                     waiter.entry = l.clock.schedule(wake[0], task)
-    owner.blocked_on = ("recv", ports)
+    owner.blocked[task] = ("recv", ports)
 
     def abort(_):
         if waiter.entry is not None:
@@ -204,7 +208,7 @@ async def _park(ports, owner):
                 return waiter.got
             waiter.entry = None  # nothing came: fall back to hand-over
     finally:
-        owner.blocked_on = None
+        owner.blocked.pop(task, None)
 
 
 async def select(*ports: InPort):
@@ -317,7 +321,7 @@ class Link:
         self.blocked.append(task)
         self.blocked_count += 1
         self.emit((BLOCK, self.clock.now, self.id, self.seq + 1))
-        owner.blocked_on = ("send", self.src)
+        owner.blocked[task] = ("send", self.src)
 
         def abort(_):
             try:
@@ -329,7 +333,7 @@ class Link:
         try:
             await wait_task_rescheduled(abort)
         finally:
-            owner.blocked_on = None
+            owner.blocked.pop(task, None)
 
     def _credit_return(self) -> None:
         if self.blocked:
@@ -402,9 +406,13 @@ class Link:
                 self.wake[2] = None
             return Abort.SUCCEEDED
 
+        events = self.system.recorder.events
+        flush = self.system.recorder.flush
         while True:
             if inflight and self.wake is None:
                 self.wake = clock.schedule_delivery(inflight[0][0], self.task)
+            if len(events) >= CHUNK:   # bounded memory even when virtual time stands still
+                flush()
             await wait_task_rescheduled(abort)
             self.wake = None
             now = clock.now

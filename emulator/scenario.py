@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 from emulator.schema import (AnyValue, Bool, Doc, Enum, Int, List, Map, Problem, Quantity, SchemaError, Str,
-                             load_yaml, validate)
+                             load_yaml, read_text, validate)
 from emulator.trace import KIND_CODES
 
 __all__ = ["Scenario", "load_scenario", "SCENARIO_SCHEMA", "find_profile", "apply_set"]
@@ -196,8 +196,7 @@ def load_scenario(path: str, registry, sets: list[str] | None = None) -> Scenari
     file = str(path)
     if not os.path.isfile(file):
         raise SchemaError([Problem(file, None, "", "an existing scenario file", "no such file")])
-    with open(file, encoding="utf-8") as f:
-        doc = load_yaml(f.read(), file)
+    doc = load_yaml(read_text(file), file)
     if doc.value is None:
         doc.value = {}
     if not isinstance(doc.value, dict):
@@ -215,8 +214,7 @@ def load_scenario(path: str, registry, sets: list[str] | None = None) -> Scenari
         raise SchemaError([Problem(*doc.where(("machine", "profile")), "machine.profile",
                                    "a machine profile name or path (known: " + ", ".join(known_profiles()) + ")",
                                    repr(prof_name), f"did you mean {close[0]!r}?" if close else "")])
-    with open(prof_path, encoding="utf-8") as f:
-        pdoc = load_yaml(f.read(), str(prof_path))
+    pdoc = load_yaml(read_text(str(prof_path)), str(prof_path))
     if not isinstance(pdoc.value, dict):
         raise SchemaError([Problem(str(prof_path), 1, "", "a map of machine parameters", type(pdoc.value).__name__)])
     family_name = pdoc.value.get("family")

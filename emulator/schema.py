@@ -11,6 +11,7 @@ the closest valid key.
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -77,35 +78,68 @@ class Doc:
             path = path[:-1]
 
 
+def read_text(path: str) -> str:
+    """A YAML file's text; unreadable or non-UTF-8 files become a :class:`SchemaError` naming the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        raise SchemaError([Problem(str(path), None, "", "a UTF-8 text file", f"byte {e.start} is not UTF-8")]) from None
+    except OSError as e:
+        raise SchemaError([Problem(str(path), None, "", "a readable file", e.strerror or str(e))]) from None
+
+
+class _YamlShape(Exception):
+    def __init__(self, line, path, expected, found):
+        self.line, self.path, self.expected, self.found = line, path, expected, found
+
+
 def load_yaml(text: str, file: str) -> Doc:
-    """Parse YAML keeping line numbers; a syntax error becomes a :class:`SchemaError`."""
+    """Parse YAML keeping line numbers; a syntax error becomes a :class:`SchemaError`.
+
+    Also rejected: duplicate keys in a map (YAML would silently keep the last)
+    and recursive aliases (``&a [*a]``).
+    """
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
         lines: dict[tuple, int] = {}
-        value = _construct(loader, node, (), lines) if node is not None else {}
+        value = _construct(loader, node, (), lines, set()) if node is not None else {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark else None
         raise SchemaError([Problem(file, line, "", "valid YAML", str(getattr(e, "problem", e)))]) from None
+    except _YamlShape as e:
+        raise SchemaError([Problem(file, e.line, _fmt_path(e.path), e.expected, e.found)]) from None
     finally:
         loader.dispose()
     return Doc(value, lines, file)
 
 
-def _construct(loader, node, path, lines):
-    lines[path] = node.start_mark.line + 1
+def _construct(loader, node, path, lines, active):
+    line = node.start_mark.line + 1
+    lines[path] = line
+    if id(node) in active:
+        raise _YamlShape(line, path, "no recursive alias", "an alias that contains itself")
     if isinstance(node, yaml.MappingNode):
+        active.add(id(node))
         out = {}
         for knode, vnode in node.value:
             key = loader.construct_object(knode, deep=True)
             if isinstance(key, (list, dict)):
                 key = str(key)
+            if key in out:
+                raise _YamlShape(knode.start_mark.line + 1, path + (key,), "each key once in a map",
+                                 f"{key!r} again (first at line {lines[path + (key,)]})")
             lines[path + (key,)] = knode.start_mark.line + 1
-            out[key] = _construct(loader, vnode, path + (key,), lines)
+            out[key] = _construct(loader, vnode, path + (key,), lines, active)
+        active.discard(id(node))
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_construct(loader, v, path + (i,), lines) for i, v in enumerate(node.value)]
+        active.add(id(node))
+        out = [_construct(loader, v, path + (i,), lines, active) for i, v in enumerate(node.value)]
+        active.discard(id(node))
+        return out
     return loader.construct_object(node, deep=True)
 
 
@@ -134,9 +168,10 @@ class _Ctx:
         self.doc = doc
         self.problems: list[Problem] = []
 
-    def fail(self, path, expected, value, hint=""):
+    def fail(self, path, expected, value, hint="", *, verbatim=False):
         file, line = self.doc.where(path)
-        self.problems.append(Problem(file, line, _fmt_path(path), expected, _found(value), hint))
+        found = value if verbatim else _found(value)
+        self.problems.append(Problem(file, line, _fmt_path(path), expected, found, hint))
 
 
 class Spec:
@@ -189,10 +224,10 @@ class Float(Spec):
             rng.append(f">= {min}")
         if max is not None:
             rng.append(f"<= {max}")
-        self.expected = "a number" + (f" {' and '.join(rng)}" if rng else "")
+        self.expected = "a finite number" + (f" {' and '.join(rng)}" if rng else "")
 
     def check(self, value, path, ctx):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             ctx.fail(path, self.expected, value)
             return None
         if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
@@ -336,7 +371,8 @@ class Map(Spec):
                 out[key] = None
         if self.extra_check is not None and len(ctx.problems) == before:
             for p_path, expected, found in self.extra_check(out) or []:
-                ctx.fail(path + tuple(p_path), expected, found)
+                # a cross-field check describes what it found in words
+                ctx.fail(path + tuple(p_path), expected, found, verbatim=isinstance(found, str))
         return out
 
 

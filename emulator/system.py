@@ -13,6 +13,8 @@ A run ends in exactly one of these ways (``RunResult.status``):
   direction it waits on, its peers and the queue occupancy;
 * ``time-limit``: the next event lies beyond ``until``;
 * ``wall-timeout``: the optional wall-clock guard fired;
+* ``killed``: nothing was left to run because workload actors were killed by a
+  fault (the workload did not complete);
 * ``error``: an actor or link raised (``RunResult.error`` names it).
 
 The supervisor task parks until one of these happens; the clock's idle hook
@@ -75,14 +77,18 @@ class DeadlockReport:
     time_ps: int
     blocked: list[BlockedActor]
     unfinished: int
+    idle_servers: int = 0      # daemon actors waiting for input, not listed
 
     def __str__(self) -> str:
         head = (f"deadlock at t={self.time_ps} ps ({format_time(self.time_ps)}): nothing can run, no event is pending,"
                 f" and {self.unfinished} workload actor(s) have not finished.\nBlocked actors ({len(self.blocked)}):")
-        return "\n".join([head] + [b.line() for b in self.blocked])
+        lines = [head] + [b.line() for b in self.blocked]
+        if self.idle_servers:
+            lines.append(f"  (and {self.idle_servers} idle server task(s) waiting for input, not listed)")
+        return "\n".join(lines)
 
     def as_dict(self) -> dict:
-        return {"time_ps": self.time_ps, "unfinished": self.unfinished,
+        return {"time_ps": self.time_ps, "unfinished": self.unfinished, "idle_servers": self.idle_servers,
                 "blocked": [b.__dict__ for b in self.blocked]}
 
 
@@ -254,6 +260,8 @@ class System:
             if guard is not None:
                 guard.cancel()
         status = reason
+        if status == "finished" and any(a.killed and not a.daemon for a in self.actors.values()):
+            status = "killed"   # it ended only because unfinished workload actors were killed
         error_text = None
         if reason == "error":
             error_text = str(self._error)
@@ -281,7 +289,7 @@ class System:
             self._fail(ActorError(f"actor {actor.name}", self.clock.now, e))
             return
         if actor.killed:
-            actor.blocked_on = None
+            actor.blocked.clear()
             if not actor.daemon:
                 self._remaining -= 1
                 if self._remaining == 0:
@@ -332,33 +340,43 @@ class System:
 
     # -- reports --------------------------------------------------------------
     def deadlock_report(self) -> DeadlockReport:
-        blocked = []
-        for actor in self.actors.values():
+        """Who waits on what when the system is stuck.
+
+        Listed: every unfinished workload (non-daemon) actor -- each of its
+        blocked tasks, or "blocked outside the engine's ports" -- and every
+        server (daemon) blocked on a *send*, which holds work it cannot pass
+        on.  Servers waiting to receive are idle by definition at a deadlock
+        (no message is in flight anywhere): they are only counted.
+        """
+        blocked, idle = [], 0
+        for actor in sorted(self.actors.values(), key=lambda a: a.daemon):
             if actor.finished_at is not None or actor.killed:
                 continue
-            state = actor.blocked_on
-            if state is None:
+            states = list(actor.blocked.values())
+            if not states:
                 if not actor.daemon:
                     blocked.append(BlockedActor(actor.name, "other", [], [], ""))
                 continue
-            direction, what = state
-            if direction == "recv":
-                ports = list(what)
-                links = [l for p in ports for l in p.links]
-                peers = sorted({l.src.owner.name for l in links})
-                queue = "; ".join(
-                    f"{l.name}: {len(l.inflight)} in flight, {l.outstanding}/{l.capacity} credits used" for l in links
-                ) or "no incoming links"
-                blocked.append(BlockedActor(actor.name, "recv", [p.path for p in ports], peers, queue))
-            else:
-                port = what
-                l = port.link
-                queue = (f"{l.name}: {l.outstanding}/{l.capacity} credits used, {len(l.inflight)} in flight,"
-                         f" {len(l.dst.buf)} waiting in {l.dst.path}")
-                blocked.append(BlockedActor(actor.name, "send", [port.path], [l.dst.owner.name], queue))
+            for direction, what in states:
+                if direction == "recv":
+                    if actor.daemon:
+                        idle += 1
+                        continue
+                    ports = list(what)
+                    links = [l for p in ports for l in p.links]
+                    peers = sorted({l.src.owner.name for l in links})
+                    queue = "; ".join(
+                        f"{l.name}: {len(l.inflight)} in flight, {l.outstanding}/{l.capacity} credits used"
+                        for l in links) or "no incoming links"
+                    blocked.append(BlockedActor(actor.name, "recv", [p.path for p in ports], peers, queue))
+                else:
+                    l = what.link
+                    queue = (f"{l.name}: {l.outstanding}/{l.capacity} credits used, {len(l.inflight)} in flight,"
+                             f" {len(l.dst.buf)} waiting in {l.dst.path}")
+                    blocked.append(BlockedActor(actor.name, "send", [what.path], [l.dst.owner.name], queue))
         unfinished = sum(1 for a in self.actors.values()
                          if not a.daemon and a.finished_at is None and not a.killed)
-        return DeadlockReport(self.clock.now, blocked, unfinished)
+        return DeadlockReport(self.clock.now, blocked, unfinished, idle)
 
     def actor_metrics(self, end_time: int) -> list[dict]:
         rows = []

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import os
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
@@ -213,24 +214,64 @@ def iter_trace(path: str) -> Iterator:
         yield from unpacker
 
 
-def read_trace(path: str) -> TraceFile:
-    """Load a trace file; raises ``ValueError`` with a clear message if it is not one."""
+def _check_header(path: str, header: dict) -> None:
+    actors, links = header.get("actors"), header.get("links")
+    if not isinstance(actors, (list, tuple)) or not all(isinstance(a, str) for a in actors):
+        raise ValueError(f"{path}: corrupt trace header (no actor name list)")
+    if not isinstance(links, (list, tuple)) or not all(isinstance(l, dict) and "name" in l for l in links):
+        raise ValueError(f"{path}: corrupt trace header (no link list)")
+
+
+def _check_event(path: str, index: int, ev, n_actors: int, n_links: int) -> None:
+    if not isinstance(ev, (list, tuple)) or not ev or ev[0] not in KINDS:
+        raise ValueError(f"{path}: corrupt trace: event {index} is not an event ({ev!r:.60})")
+    name, fields = KINDS[ev[0]]
+    if len(ev) != len(fields) + 1 or not isinstance(ev[1], int):
+        raise ValueError(f"{path}: corrupt trace: event {index} ({name}) has {len(ev) - 1} fields, "
+                         f"expected {len(fields)}")
+    if "link" in fields and not (isinstance(ev[2], int) and 0 <= ev[2] < n_links):
+        raise ValueError(f"{path}: corrupt trace: event {index} ({name}) names link {ev[2]!r} of {n_links}")
+    if "actor" in fields and not (isinstance(ev[2], int) and 0 <= ev[2] < n_actors):
+        raise ValueError(f"{path}: corrupt trace: event {index} ({name}) names actor {ev[2]!r} of {n_actors}")
+
+
+def read_trace(path: str, *, allow_truncated: bool = False) -> TraceFile:
+    """Load a trace file; raises ``ValueError`` with a clear message if it is not a whole, valid one.
+
+    A file without its footer (an interrupted run) is refused unless
+    ``allow_truncated``: tools must not report on half a run as if it were whole.
+    """
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: no such trace file")
     it = iter_trace(path)
     try:
         header = next(it)
     except StopIteration:
+        if os.path.getsize(path):
+            raise ValueError(f"{path}: truncated trace or not an emulator trace (no complete header)") from None
         raise ValueError(f"{path}: empty file, not an emulator trace") from None
     except Exception as e:
         raise ValueError(f"{path}: not an emulator trace ({e})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise ValueError(f"{path}: not an emulator trace (no '{FORMAT}' header)")
+    _check_header(path, header)
     trace = TraceFile(header=header)
+    n_actors, n_links = len(header["actors"]), len(header["links"])
     try:
         for obj in it:
             if isinstance(obj, dict):
                 trace.footer = obj
                 break
+            _check_event(path, len(trace.events), obj, n_actors, n_links)
             trace.events.append(obj)
+        extra = next(it, None)
+    except ValueError:
+        raise
     except Exception as e:
         raise ValueError(f"{path}: truncated or corrupt trace after {len(trace.events)} events ({e})") from None
+    if extra is not None:
+        raise ValueError(f"{path}: corrupt trace: data after the footer")
+    if not trace.footer and not allow_truncated:
+        raise ValueError(f"{path}: truncated trace: no footer after {len(trace.events)} events "
+                         "(was the run interrupted?)")
     return trace

@@ -88,3 +88,74 @@ def test_a_pending_kill_fault_does_not_delay_the_deadlock_report(emu):
     res = json.loads(proc.stdout)
     assert proc.returncode == 3 and res["status"] == "deadlock"
     assert res["end_time_ps"] == 20094          # when progress stopped, not at the kill time
+
+
+class TwoTasks(Actor):
+    """An actor with two sub-tasks, each waiting on its own port."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.a, self.b = self.in_port("a"), self.in_port("b")
+
+    async def run(self):
+        import trio
+
+        async with trio.open_nursery() as n:
+            n.start_soon(self.a.recv)
+            n.start_soon(self.b.recv)
+
+
+class Nothing(Actor):
+    daemon = True
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.out_a, self.out_b = self.out_port("a"), self.out_port("b")
+        self.inp = self.in_port("in")
+
+    async def run(self):
+        await self.inp.recv()
+
+
+async def test_every_blocked_task_of_an_actor_is_reported(vclock):
+    system = System("tasks")
+    t, n = system.add(TwoTasks("t")), system.add(Nothing("srv"))
+    system.connect(n.out_a, t.a)
+    system.connect(n.out_b, t.b)
+    other = system.add(Waiter("w"))
+    system.connect(other.out, n.inp)
+    system.connect(n.out_port("back"), other.inp)
+    res = await run(system)
+    text = str(res.deadlock)
+    assert "t: receiving on t.a from srv" in text and "t: receiving on t.b from srv" in text
+    # the server waiting for input is counted, not listed
+    assert "srv:" not in text and res.deadlock.idle_servers == 1
+
+
+class SharedPort(Actor):
+    def __init__(self, name):
+        super().__init__(name)
+        self.inp = self.in_port("in")
+
+    async def run(self):
+        import trio
+
+        async with trio.open_nursery() as n:
+            n.start_soon(self.inp.recv)
+            n.start_soon(self.inp.recv)
+
+
+async def test_two_tasks_receiving_on_one_port_is_a_clear_error(vclock):
+    system = System("shared")
+    s = system.add(SharedPort("s"))
+    src = system.add(Waiter("src"))
+    system.connect(src.out, s.inp)
+    system.connect(s.out_port("x"), src.inp)
+    res = await run(system)
+    assert res.status == "error" and "two tasks of s receive on it at once" in res.error
+
+
+def test_killing_every_workload_actor_is_not_a_finished_run(emu):
+    proc = emu("run", ROOT / "scenarios/faults/kill.yaml", "--json", "--no-bundle", "--quiet",
+               "--set", "faults=[{kind: kill, actor: 'ring/*', at: 5ns}]")
+    assert proc.returncode == 6 and json.loads(proc.stdout)["status"] == "killed"

@@ -204,7 +204,7 @@ def test_bad_fault_entry_from_the_command_line_and_unmatched_glob(tmp_path, emu)
                    "  - {kind: drop, actor: 'ring/n1'}\n")
     p = emu("validate", bad, check=2)
     assert "an actor fault kind" in p.stderr and "Traceback" not in p.stderr
-    p = emu("run", FAULTS / "kill.yaml", "--set", "faults.0.actor=ring/n9", "--no-bundle", "--quiet", check=1)
+    p = emu("run", FAULTS / "kill.yaml", "--set", "faults.0.actor=ring/n9", "--no-bundle", "--quiet", check=2)
     assert "faults[0].actor: no actor matches 'ring/n9'" in p.stderr and "Traceback" not in p.stderr
 
 

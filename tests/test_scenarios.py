@@ -141,3 +141,26 @@ def test_progress_display_reports_virtual_time_and_events(tmp_path):
                  progress=p)
     text = buf.getvalue()
     assert "virtual time" in text and "events/s" in text
+
+
+def test_yaml_shapes_that_are_refused(tmp_path):
+    out = problems(write(tmp_path, GOOD + "seed: 4\n"))
+    assert out == [f"{tmp_path / 's.yaml'}:14: seed: expected each key once in a map, found 'seed' again "
+                   "(first at line 2)"]
+    out = problems(write(tmp_path, "name: &a [*a]\n"))
+    assert "no recursive alias" in out[0]
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    assert "expected a UTF-8 text file" in problems(bad)[0]
+
+
+def test_non_finite_numbers_are_rejected(tmp_path):
+    p = write(tmp_path, GOOD)
+    out = problems(p, ["faults=[{kind: slow, link: 'ring/*', factor: .inf, probability: .nan}]"])
+    assert any("faults[0].factor: expected a finite number" in x for x in out), out
+    assert any("faults[0].probability: expected a finite number" in x for x in out), out
+
+
+def test_errors_found_while_building_exit_2(emu):
+    p = emu("run", ROOT / "scenarios/demo/reduce.yaml", "--no-bundle", "--set", "workload.params.root=[9,9]")
+    assert p.returncode == 2 and "inside the 4x4 mesh" in p.stderr

@@ -6,7 +6,8 @@ error, a deadlock) are printed as clear messages with a non-zero exit status,
 never as a traceback; ``--debug`` shows the traceback too.
 
 Exit status: 0 finished, 1 model or tool error, 2 bad input (scenario, usage),
-3 deadlock, 4 virtual time limit reached, 5 wall-clock guard fired.
+3 deadlock, 4 virtual time limit reached, 5 wall-clock guard fired, 6 workload
+actors killed by a fault (the workload did not complete).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import json
 import sys
 import traceback
 
-from emulator.errors import EmulatorError
+from emulator.errors import BuildError, EmulatorError
 from emulator.schema import SchemaError
 from emulator.units import format_time
 
@@ -152,8 +153,11 @@ def cmd_run(args) -> int:
     if not args.no_bundle:
         from tools.bundle import prepare_bundle
         bundle = prepare_bundle(sc, args.out)
-    trace_path = args.trace or (bundle.trace_path if bundle and sc.trace.get("enabled") and not sc.trace.get("path")
-                                else None)
+    trace_path = args.trace or sc.trace.get("path") or (bundle.trace_path if bundle and sc.trace.get("enabled")
+                                                         else None)
+    if sc.trace.get("enabled") and not trace_path and not args.quiet:
+        print("note: the scenario enables the trace but --no-bundle gives it no place: no trace file written "
+              "(use --trace FILE)", file=sys.stderr)
     if sys.stderr.isatty() and not args.json and not args.quiet:
         from tools.progress import Progress
         progress = Progress(sys.stderr)
@@ -244,7 +248,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except SchemaError as e:
+    except (SchemaError, BuildError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except EmulatorError as e:

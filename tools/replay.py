@@ -167,7 +167,7 @@ def _detach(actor: Actor) -> None:
     actor.system = None
     actor.id = -1
     actor.faults = []
-    actor.blocked_on = None
+    actor.blocked = {}
     actor.busy_ps = actor.busy_spans = 0
     actor.finished_at = None
     actor.killed = False
@@ -232,6 +232,11 @@ def replay_actor(trace: TraceFile, name: str, *, sets: list[str] | None = None) 
         if lost:
             raise ReplayError(f"the trace's link filter left out {lost[0]} (a link of {name}); "
                               "record the actor's links to replay it")
+    if topts.get("actors") is not None:
+        import fnmatch
+        if not any(fnmatch.fnmatchcase(name, g) for g in topts["actors"]):
+            raise ReplayError(f"the trace's actor filter ({', '.join(topts['actors'])}) left out {name}'s own events; "
+                              "record the actor to replay it")
     scenario = _load_scenario(trace, sets)
     scenario.trace = {}
     old, _ = build_system(scenario)

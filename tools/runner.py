@@ -21,7 +21,7 @@ from emulator.trace import TraceOptions
 
 __all__ = ["build_system", "run_scenario", "default_out_dir", "jsonable", "scenario_from_resolved", "EXIT_CODES"]
 
-EXIT_CODES = {"finished": 0, "error": 1, "deadlock": 3, "time-limit": 4, "wall-timeout": 5}
+EXIT_CODES = {"finished": 0, "error": 1, "deadlock": 3, "time-limit": 4, "wall-timeout": 5, "killed": 6}
 
 
 def default_out_dir(scenario: Scenario) -> Path:
@@ -33,9 +33,9 @@ def build_system(scenario: Scenario, *, trace_path: str | None = None) -> tuple[
     workload = family.WORKLOADS[scenario.workload]
     topts = None
     t = scenario.trace
-    if trace_path or t.get("enabled"):
-        if not trace_path:
-            trace_path = t.get("path") or default_out_dir(scenario) / "trace.emutrace"
+    if not trace_path and t.get("enabled"):
+        trace_path = t.get("path")   # None: enabled, but no bundle to put it in (emu run --no-bundle)
+    if trace_path:
         Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
         topts = TraceOptions(path=str(trace_path), payloads=t.get("payloads", True),
                              kinds=set(t["kinds"]) if t.get("kinds") else None, actors=t.get("actors"),
