@@ -52,10 +52,15 @@ class Actor:
         return f"<{type(self).__name__} {self.name}>"
 
     # -- ports ----------------------------------------------------------------
-    def in_port(self, name: str) -> InPort:
+    def in_port(self, name: str, *, idle: bool = False) -> InPort:
+        """The in-port ``name`` (created on first use).
+
+        ``idle=True`` marks a request queue: a task waiting on it has nothing
+        to do, so a deadlock report counts it instead of listing it.
+        """
         port = self.inputs.get(name)
         if port is None:
-            port = self.inputs[name] = InPort(self, name)
+            port = self.inputs[name] = InPort(self, name, idle)
         return port
 
     def out_port(self, name: str) -> OutPort:

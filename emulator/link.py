@@ -81,11 +81,14 @@ class _Waiter:
 class InPort:
     """A named input of an actor; fed by one or more links (fan-in)."""
 
-    __slots__ = ("owner", "name", "buf", "waiter", "links", "taken", "max_depth")
+    __slots__ = ("owner", "name", "buf", "waiter", "links", "taken", "max_depth", "idle")
 
-    def __init__(self, owner: "Actor", name: str):
+    def __init__(self, owner: "Actor", name: str, idle: bool = False):
         self.owner = owner
         self.name = name
+        #: waiting here means "nothing to do" (a server's request queue): a
+        #: deadlock report counts such waits instead of listing them
+        self.idle = idle
         self.buf: deque = deque()
         self.waiter: _Waiter | None = None
         self.links: list[Link] = []

@@ -344,9 +344,9 @@ class System:
 
         Listed: every unfinished workload (non-daemon) actor -- each of its
         blocked tasks, or "blocked outside the engine's ports" -- and every
-        server (daemon) blocked on a *send*, which holds work it cannot pass
-        on.  Servers waiting to receive are idle by definition at a deadlock
-        (no message is in flight anywhere): they are only counted.
+        blocked task of a server (daemon), except the ones waiting on request
+        queues (in-ports marked ``idle``): those have nothing to do and are
+        only counted.
         """
         blocked, idle = [], 0
         for actor in sorted(self.actors.values(), key=lambda a: a.daemon):
@@ -359,7 +359,7 @@ class System:
                 continue
             for direction, what in states:
                 if direction == "recv":
-                    if actor.daemon:
+                    if actor.daemon and all(p.idle for p in what):
                         idle += 1
                         continue
                     ports = list(what)

@@ -111,7 +111,7 @@ class Nothing(Actor):
     def __init__(self, name):
         super().__init__(name)
         self.out_a, self.out_b = self.out_port("a"), self.out_port("b")
-        self.inp = self.in_port("in")
+        self.inp = self.in_port("in", idle=True)   # its request queue
 
     async def run(self):
         await self.inp.recv()

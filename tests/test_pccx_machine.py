@@ -564,3 +564,10 @@ def test_gemv_weight_routing_errors_are_clear():
         load_profile("pccx-v002-rtl", {"gemv": {"lane_ports": [2, "x", None, None]}})
     with pytest.raises(ValueError, match="use stream_gemv"):
         ProgramBuilder(prof).stream_weights("gemv", blob)
+
+
+def test_a_halted_driver_makes_the_run_an_error(emu):
+    p = emu("run", ROOT / "scenarios" / "pccx" / "program.yaml", "--no-bundle", "--quiet",
+            "--set", "faults=[{kind: drop, link: '*hp2*', count: 1}]", "--set", "machine.overrides.driver.wait_timeout=50us")
+    assert p.returncode == 1 and "pccx-program: error" in p.stdout
+    assert "pccx/driver halted" in p.stderr and "timeout" in p.stderr

@@ -175,9 +175,9 @@ def cmd_run(args) -> int:
         print(_summary(res))
         if result.deadlock is not None:
             print(str(result.deadlock), file=sys.stderr)
-        if result.error:
-            print(f"error: {result.error}", file=sys.stderr)
-    return EXIT_CODES.get(result.status, 1)
+        if res.get("error"):
+            print(f"error: {res['error']}", file=sys.stderr)
+    return EXIT_CODES.get(res["status"], 1)
 
 
 def cmd_bench(args) -> int:

@@ -3,7 +3,9 @@
 ``build_system`` asks the machine family (``actors.registry``) to build the
 workload's actors and links, installs the scenario's faults, and configures the
 trace.  ``run_scenario`` runs it and assembles the result dictionary printed by
-``emu run --json`` and written to ``result.json``.
+``emu run --json`` and written to ``result.json``.  A workload's ``check()`` may
+return ``error`` (the machine ran to the end but the workload failed, e.g. a
+halted driver): the result's status is then ``error``.
 """
 from __future__ import annotations
 
@@ -83,10 +85,14 @@ def run_scenario(scenario: Scenario, *, trace_path: str | None = None, progress=
     checks = {}
     if workload.check is not None:
         checks = workload.check(system, scenario.profile, scenario.params, result) or {}
+    status, error = result.status, result.error
+    if status == "finished" and checks.get("error"):
+        # the machine ran to the end but the workload failed (e.g. a halted driver)
+        status, error = "error", checks.pop("error")
     out = {
         "scenario": scenario.name,
         "file": scenario.file,
-        "status": result.status,
+        "status": status,
         "digest": result.digest,
         "seed": result.seed,
         "mode": scenario.mode,
@@ -107,6 +113,6 @@ def run_scenario(scenario: Scenario, *, trace_path: str | None = None, progress=
     }
     if result.deadlock is not None:
         out["deadlock"] = result.deadlock.as_dict()
-    if result.error:
-        out["error"] = result.error
+    if error:
+        out["error"] = error
     return out, system, result

@@ -85,7 +85,7 @@ class PeCpu(Actor, PeBackend):
         self.coord = [int(c) for c in coord]
         self.pe = pe_name(*self.coord)
         self.dirs = tuple(dirs)
-        self.launch = self.in_port("launch")
+        self.launch = self.in_port("launch", idle=True)
         self.pe_done = self.out_port("pe_done")
         self.to = {k: self.out_port(k) for k in ("dma", "gemm", "math", "sched", "ipcq", "noc_out")}
         self.done = self.in_port("done")

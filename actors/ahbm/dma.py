@@ -86,6 +86,7 @@ class Answers:
 
     async def run(self) -> None:
         while True:
+            self.port.idle = not self.owner   # waiting with no request in flight = nothing to do
             r = await self.port.recv()
             box = self.owner.pop(r.id, None)
             if box is None:
@@ -172,7 +173,7 @@ class DmaEngine(Actor):
         super().__init__(name)
         self.prm = prm
         self.coord = list(coord)
-        self.cmd = self.in_port("cmd")
+        self.cmd = self.in_port("cmd", idle=True)
         self.done = {c: self.out_port(f"done_{c}") for c in clients}
         self.pc_req = [self.out_port(f"pc{i}") for i in range(prm.pcs)]
         self.pc_resp = self.in_port("pc_resp")

@@ -28,7 +28,7 @@ class HbmPort(Actor):
         super().__init__(name)
         self.prm = prm
         self.coord = list(coord)
-        self.req = self.in_port("req")
+        self.req = self.in_port("req", idle=True)
         self.out = self.out_port("out")
         self.pc_req = [self.out_port(f"pc{i}") for i in range(prm.pcs)]
         self.pc_resp = self.in_port("pc_resp")

@@ -40,12 +40,12 @@ class Ipcq(Actor):
         super().__init__(name)
         self.depth = depth
         self.dirs = list(dirs)
-        self.cmd = self.in_port("cmd")
+        self.cmd = self.in_port("cmd", idle=True)
         self.resp = self.out_port("resp")
         self.tx = {d: self.out_port(f"tx_{d}") for d in dirs}
-        self.rx = {d: self.in_port(f"rx_{d}") for d in dirs}
+        self.rx = {d: self.in_port(f"rx_{d}", idle=True) for d in dirs}
         self.cr_tx = {d: self.out_port(f"cr_tx_{d}") for d in dirs}
-        self.cr_rx = {d: self.in_port(f"cr_rx_{d}") for d in dirs}
+        self.cr_rx = {d: self.in_port(f"cr_rx_{d}", idle=True) for d in dirs}
         self.tcm = TcmClient(self, "ipcq")
         self.credits = {d: depth for d in dirs}
         self.sendq = {d: deque() for d in dirs}     # (cmd id, Payload) waiting for a credit

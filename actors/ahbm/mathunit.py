@@ -66,7 +66,7 @@ class MathEngine(Actor):
     def __init__(self, name: str, *, prm, clients: list[str]):
         super().__init__(name)
         self.prm = prm
-        self.cmd = self.in_port("cmd")
+        self.cmd = self.in_port("cmd", idle=True)
         self.done = {c: self.out_port(f"done_{c}") for c in clients}
         self.tcm = TcmClient(self, "math")
 

@@ -31,7 +31,7 @@ class HbmChannel(Actor):
 
     def __init__(self, name: str, *, index: int, prm):
         super().__init__(name)
-        self.req = self.in_port("req")
+        self.req = self.in_port("req", idle=True)
         self.resp = {c: self.out_port(f"resp_{c}") for c in ("dma", "port")}
         self.index = index
         self.prm = prm
@@ -85,7 +85,7 @@ class Tcm(Actor):
 
     def __init__(self, name: str, *, clients: list[str], capacity: int):
         super().__init__(name)
-        self.req = self.in_port("req")
+        self.req = self.in_port("req", idle=True)
         self.out = {c: self.out_port(f"to_{c}") for c in clients}
         self.capacity = capacity
         self.bufs: dict[str, object] = {}

@@ -161,13 +161,13 @@ class Router(Actor):
         self.gx = prm.global_x(sip, cube)
         self.gy = cube // prm.cx
         self.dirs = list(dirs)
-        self.ins = {d: self.in_port(f"in_{d}") for d in dirs}
+        self.ins = {d: self.in_port(f"in_{d}", idle=True) for d in dirs}
         self.outs = {d: self.out_port(f"out_{d}") for d in dirs}
         for p in range(prm.P):
             for kind in LOCAL.values():      # each PE attaches its CPU, its DMA and its HBM port
-                self.ins[f"{kind}{p}"] = self.in_port(f"in_{kind}{p}")
+                self.ins[f"{kind}{p}"] = self.in_port(f"in_{kind}{p}", idle=True)
                 self.outs[f"{kind}{p}"] = self.out_port(f"out_{kind}{p}")
-        self.ins["io"] = self.in_port("in_io")
+        self.ins["io"] = self.in_port("in_io", idle=True)
         self.outs["io"] = self.out_port("out_io")
         self.forwarded = 0
         self._bw: dict = {}                  # cut-through: link -> its modelled bandwidth (_take_over)

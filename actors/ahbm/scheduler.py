@@ -35,7 +35,7 @@ class PeScheduler(Actor):
     def __init__(self, name: str, *, prm):
         super().__init__(name)
         self.prm = prm
-        self.cmd = self.in_port("cmd")
+        self.cmd = self.in_port("cmd", idle=True)
         self.done_cpu = self.out_port("done_cpu")
         self.dma = self.out_port("dma")
         self.gemm = self.out_port("gemm")

@@ -160,6 +160,9 @@ def check(system, profile: dict, p: dict, result) -> dict:
     from actors.pccx.machine import latency_table
 
     out = {"tables": {"pccx per-opcode latency (engine arrival -> retire)": latency_table(system, profile)}}
+    halted = system.actors["pccx/driver"].halted
+    if halted:
+        out["error"] = f"pccx/driver halted at t={halted['at_ps']} ps: {halted['text']}"
     mem = system.actors["pccx/ddr"].mem
     if mem is not None:
         out["outputs"] = {name: [round(float(v), 6) for v in from_bf16(mem[a:a + n].view(np.uint16))[:16]]

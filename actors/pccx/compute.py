@@ -76,7 +76,7 @@ class MatEngine(Actor):
                  fill_cycles: int, read_latency_cycles: int, data_mode: bool):
         super().__init__(name)
         self.op = op
-        self.uop = self.in_port("uop")
+        self.uop = self.in_port("uop", idle=True)
         self.w = [self.in_port(f"w{i}") for i in range(weight_ports)]
         self.l2_req = self.out_port("l2_req")
         self.l2_resp = self.in_port("l2_resp")
@@ -165,7 +165,7 @@ class Cvo(Actor):
 
     def __init__(self, name: str, *, cycle_ps: int, cfg: dict, data_mode: bool):
         super().__init__(name)
-        self.uop = self.in_port("uop")
+        self.uop = self.in_port("uop", idle=True)
         self.emax_in = self.in_port("emax")
         self.l2_req = self.out_port("l2_req")
         self.l2_resp = self.in_port("l2_resp")

@@ -82,7 +82,7 @@ class AxilCmdIn(Actor):
 
     def __init__(self, name: str):
         super().__init__(name)
-        self.w = self.in_port("w")
+        self.w = self.in_port("w", idle=True)
         self.fifo = self.out_port("fifo")
         self.status = self.out_port("status")
         self.pushed = 0
@@ -109,8 +109,8 @@ class AxilStatOut(Actor):
 
     def __init__(self, name: str, *, done_on: list[str]):
         super().__init__(name)
-        self.rd = self.in_port("rd")
-        self.ev = self.in_port("ev")
+        self.rd = self.in_port("rd", idle=True)
+        self.ev = self.in_port("ev", idle=True)
         self.data = self.out_port("data")
         self.irq = self.out_port("irq")
         self.done_on = set(done_on)
@@ -159,7 +159,7 @@ class Decoder(Actor):
 
     def __init__(self, name: str, *, cycle_ps: int, strict: bool):
         super().__init__(name)
-        self.inp = self.in_port("in")
+        self.inp = self.in_port("in", idle=True)
         self.out = self.out_port("out")
         self.status = self.out_port("status")
         self.cycle_ps = cycle_ps
@@ -198,7 +198,7 @@ class GlobalScheduler(Actor):
 
     def __init__(self, name: str, *, cycle_ps: int, strict: bool, l2_words: int, cvo_max: int):
         super().__init__(name)
-        self.inp = self.in_port("in")
+        self.inp = self.in_port("in", idle=True)
         self.done = self.in_port("done")
         self.mem = self.out_port("mem")      # GEMV, GEMM, MEMCPY, MEMSET via the memory dispatcher
         self.cvo = self.out_port("cvo")

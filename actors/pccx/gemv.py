@@ -96,7 +96,7 @@ class GemvFront(Actor):
 
     def __init__(self, name: str, *, cycle_ps: int, lanes: int, read_latency_cycles: int, data_mode: bool):
         super().__init__(name)
-        self.uop = self.in_port("uop")
+        self.uop = self.in_port("uop", idle=True)
         self.l2_req = self.out_port("l2_req")
         self.l2_resp = self.in_port("l2_resp")
         self.status = self.out_port("status")
@@ -158,7 +158,7 @@ class GemvLane(Actor):
                  burst_bytes: int, beat_bytes: int, wired: bool, data_mode: bool):
         super().__init__(name)
         self.index = index
-        self.job = self.in_port("job")
+        self.job = self.in_port("job", idle=True)
         self.res = self.out_port("res")
         self.w = self.in_port("w") if wired else None
         self.cycle_ps = cycle_ps
@@ -232,7 +232,7 @@ class WeightSwitch(Actor):
     def __init__(self, name: str, *, port: int, lanes: list[int]):
         super().__init__(name)
         self.port = port
-        self.inp = self.in_port("in")
+        self.inp = self.in_port("in", idle=True)
         self.out = {i: self.out_port(f"lane{i}") for i in lanes}
 
     async def run(self) -> None:

@@ -68,7 +68,7 @@ class HostDDR(Actor):
     def __init__(self, name: str, *, requesters: list[str], bandwidth: int, size: int, data_mode: bool,
                  init: dict | None = None):
         super().__init__(name)
-        self.req = {r: self.in_port(f"req_{r}") for r in requesters}
+        self.req = {r: self.in_port(f"req_{r}", idle=True) for r in requesters}
         self.resp = {r: self.out_port(f"resp_{r}") for r in requesters}
         self.bandwidth = bandwidth
         self.size = size
@@ -115,7 +115,7 @@ class L2(Actor):
         self.cycle_ps = cycle_ps
         self.mem = np.zeros(words * 8, np.uint16) if data_mode else None
         self.clients = ("acp",) + self.PORT_B_PRIORITY
-        self.req = {c: self.in_port(f"req_{c}") for c in self.clients}
+        self.req = {c: self.in_port(f"req_{c}", idle=True) for c in self.clients}
         self.resp = {c: self.out_port(f"resp_{c}") for c in self.clients}
 
     async def _serve(self, port_name: str, clients: tuple[str, ...]) -> None:
@@ -155,7 +155,7 @@ class HpPort(Actor):
 
     def __init__(self, name: str, *, burst_bytes: int, beat_bytes: int, beat_ps: int, outstanding: int):
         super().__init__(name)
-        self.cmd = self.in_port("cmd")
+        self.cmd = self.in_port("cmd", idle=True)
         self.ddr_req = self.out_port("ddr_req")
         self.ddr_resp = self.in_port("ddr_resp")
         self.fifo = self.out_port("fifo")
@@ -201,7 +201,7 @@ class Acp(Actor):
 
     def __init__(self, name: str, *, burst_words: int, word_ps: int, read_latency_ps: int, outstanding: int):
         super().__init__(name)
-        self.job = self.in_port("job")
+        self.job = self.in_port("job", idle=True)
         self.ddr_req = self.out_port("ddr_req")
         self.ddr_resp = self.in_port("ddr_resp")
         self.l2_req = self.out_port("l2_req")
@@ -274,7 +274,7 @@ class MemDispatcher(Actor):
     def __init__(self, name: str, *, cycle_ps: int, len_lookup_cycles: int, memset_cycles: int, strict: bool,
                  l2_words: int, gemm_rows: int):
         super().__init__(name)
-        self.inp = self.in_port("in")
+        self.inp = self.in_port("in", idle=True)
         self.acp = self.out_port("acp")
         self.gemv = self.out_port("gemv")
         self.gemm = self.out_port("gemm")

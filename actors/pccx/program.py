@@ -261,6 +261,8 @@ def check(system, profile: dict, p: dict, result) -> dict:
     if ov:
         tables["weight prefetch overlap (HP transfer of GEMV n+1 during GEMV n compute)"] = ov
     out["tables"] = tables
+    if driver.halted:
+        out["error"] = f"pccx/driver halted at t={driver.halted['at_ps']} ps: {driver.halted['text']}"
     if result.status != "finished" or driver.halted or system.mode != "data":
         return out
     ref = reference(system.seed, p, profile)
