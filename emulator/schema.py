@@ -195,43 +195,40 @@ class AnyValue(Spec):
     expected = "any value"
 
 
-class Int(Spec):
-    def __init__(self, *, min: int | None = None, max: int | None = None, **kw):
+class _Number(Spec):
+    """A number in an optional closed range; subclasses say which kind."""
+
+    noun = "a number"
+    types: tuple = (int, float)
+
+    def __init__(self, *, min=None, max=None, **kw):
         super().__init__(**kw)
         self.min, self.max = min, max
-        rng = []
-        if min is not None:
-            rng.append(f">= {min}")
-        if max is not None:
-            rng.append(f"<= {max}")
-        self.expected = "an integer" + (f" {' and '.join(rng)}" if rng else "")
+        rng = [f">= {min}"] * (min is not None) + [f"<= {max}"] * (max is not None)
+        self.expected = self.noun + (f" {' and '.join(rng)}" if rng else "")
 
-    def check(self, value, path, ctx):
-        if isinstance(value, bool) or not isinstance(value, int):
-            ctx.fail(path, self.expected, value)
-            return None
-        if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
-            ctx.fail(path, self.expected, value)
+    def convert(self, value):
         return value
 
-
-class Float(Spec):
-    def __init__(self, *, min: float | None = None, max: float | None = None, **kw):
-        super().__init__(**kw)
-        self.min, self.max = min, max
-        rng = []
-        if min is not None:
-            rng.append(f">= {min}")
-        if max is not None:
-            rng.append(f"<= {max}")
-        self.expected = "a finite number" + (f" {' and '.join(rng)}" if rng else "")
-
     def check(self, value, path, ctx):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if (isinstance(value, bool) or not isinstance(value, self.types)
+                or (isinstance(value, float) and not math.isfinite(value))):
             ctx.fail(path, self.expected, value)
             return None
         if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
             ctx.fail(path, self.expected, value)
+        return self.convert(value)
+
+
+class Int(_Number):
+    noun = "an integer"
+    types = (int,)
+
+
+class Float(_Number):
+    noun = "a finite number"
+
+    def convert(self, value):
         return float(value)
 
 
