@@ -571,3 +571,11 @@ def test_a_halted_driver_makes_the_run_an_error(emu):
             "--set", "faults=[{kind: drop, link: '*hp2*', count: 1}]", "--set", "machine.overrides.driver.wait_timeout=50us")
     assert p.returncode == 1 and "pccx-program: error" in p.stdout
     assert "pccx/driver halted" in p.stderr and "timeout" in p.stderr
+
+
+def test_program_check_handles_results_that_do_not_fill_whole_words(emu):
+    # N = 37: each GEMV result takes 5 L2 words (40 elements); the reference must use that stride
+    p = emu("run", ROOT / "scenarios" / "pccx" / "program.yaml", "--json", "--no-bundle", "--quiet",
+            "--set", "workload.params.N=37", check=0)
+    import json as _json
+    assert _json.loads(p.stdout)["max_abs_err"] == 0
