@@ -228,19 +228,27 @@ def test_per_op_timing_matches_closed_forms(name, mode):
     m = lat("MEMCPY")
     assert m[1] == one_in and m[2] == one_out
     # GEMV, 16x256 INT4 + BF16 scales, rows split in equal blocks over the lanes, each lane on its own stream:
-    # x read (32 words + 3), lanes in parallel (per burst ceil(32 * beats / macs_per_lane), + drain), write 2 words.
+    # x read (32 words + 3), lanes in parallel (MACs rounded over the lane's job: burst k costs
+    # ceil(32 * beats_1..k / R) - ceil(32 * beats_1..k-1 / R) cycles, R = macs_per_lane; + drain), write 2 words.
     g = prof["gemv"]
     rate, drain = g["macs_per_lane"], g["pipeline_cycles"]
 
     def lane(bursts):
-        return [ceil_div(32 * bt, rate) for bt in bursts]
+        costs, done = [], 0
+        for bt in bursts:
+            costs.append(ceil_div(32 * (done + bt), rate) - ceil_div(32 * done, rate))
+            done += bt
+        return costs
 
     # parallel_lane=2: 8 rows per lane = 1024 B + 16 B scales = 65 beats = 4 bursts of 16 + 1; lane A on HP2,
     # lane B on HP3 in both profiles (own FIFO each, already full): no waiting
     two = lane([16, 16, 16, 16, 1])
+    # 32 MAC/clk (rtl): 16 cycles a full burst; 1024 (documented): 2080 weights in ceil(2080/1024) = 3 cycles
+    assert two == ([16, 16, 16, 16, 1] if rate == 32 else [1, 0, 1, 0, 1])
     gemv2 = (ceil_div(K, 8) + 3) + sum(two) + drain + ceil_div(N, 8)
     # parallel_lane=4: 4 rows per lane = 512 B + 8 B = 33 beats = 16 + 16 + 1
     four = lane([16, 16, 1])
+    assert four == ([16, 16, 1] if rate == 32 else [1, 0, 1])     # 1056 weights: ceil(1056/1024) = 2 cycles
     if name == "pccx-v002-rtl":
         # lanes C/D have no FIFO: zero weights, same per-burst rate, nothing to wait for
         mac4 = sum(four)
@@ -252,7 +260,9 @@ def test_per_op_timing_matches_closed_forms(name, mode):
     gemv4 = (ceil_div(K, 8) + 3) + mac4 + drain + ceil_div(N, 8)
     assert lat("GEMV") == [gemv2 * tc, gemv4 * tc]
     gm = prof["gemm"]
-    gemm = (ceil_div(K, 8) + 3) + 16 * ceil_div(32 * 16, gm["macs_per_cycle"]) + gm["fill_cycles"] + 4   # 4096 B = 16 bursts
+    # 32 x 256 INT4 = 4096 B = 256 beats (16 bursts), MACs rounded over the op: ceil(32 * 256 / R) cycles
+    # (rtl 1024 MAC/clk: 8, documented 2048: 4)
+    gemm = (ceil_div(K, 8) + 3) + ceil_div(32 * 256, gm["macs_per_cycle"]) + gm["fill_cycles"] + 4
     assert lat("GEMM") == [gemm * tc]
     # CVO, src element 5, 50 elements -> words 0..6 (7 words); dst element 4003 (word 500 + 3)
     want = []
@@ -263,6 +273,39 @@ def test_per_op_timing_matches_closed_forms(name, mode):
         t += out_n * c["write_cycles_per_element"] + ceil_div(3 + out_n, 8)
         want.append(t * tc)
     assert lat("CVO") == want
+
+
+@pytest.mark.parametrize("mode", ["timing", "data"])
+def test_prefetched_documented_gemm_runs_at_the_configured_mac_rate(mode):
+    """Weights already in the FIFOs: the GEMM's MAC time is ceil(32 * beats / 2048) cycles for the whole op,
+    not one cycle (or more) per 16-beat burst of 512 weights, which would cap the array at 512 MAC/clk."""
+    prof = load_profile("pccx-v002-documented")
+    tc, _ = cyc(prof)
+    gm = prof["gemm"]
+    assert gm["macs_per_cycle"] == 2048 and prof["hp"]["burst_beats"] == 16
+    K = 1000
+    rng = np.random.default_rng(7)
+    x, W, sc = bf(rng.normal(size=K)), rng.integers(-8, 8, (32, K)), bf(rng.uniform(0.01, 0.1, 32))
+    b = ProgramBuilder(prof)
+    load_vector(b, x, 0)
+    b.stream_weights("gemm", weight_blob(W, sc))
+    b.steps.append(("sleep", 200_000_000))                   # the weight FIFOs fill; the machine idles
+    b.push("GEMM", dest_reg=310, src_addr=0, w_scale=1, shape_ptr_addr=0)
+    b.wait("gemm")
+    s = run(b, prof, mode)
+    # 32 x 1000 INT4 = 16000 B + 32 BF16 scales = 16064 B = 1004 beats = 62 bursts of 16 + one of 12
+    beats = (32 * K) // 2 // 16 + 64 // 16
+    assert beats == 1004
+    mac = ceil_div(32 * beats, 2048)
+    assert mac == 16                                          # per-burst rounding would give 63
+    spans = s.actors["pccx/gemm"].spans
+    assert len(spans) == 63
+    assert sum(e - a for a, e, _, _ in spans) == mac * tc
+    assert spans[-1][1] - spans[0][0] == mac * tc              # back to back: no burst waited for
+    # read 125 words + 3, MACs, fill, 4-word write
+    assert [r["end"] - r["start"] for r in records(s, "GEMM")] == [((125 + 3) + mac + gm["fill_cycles"] + 4) * tc]
+    if mode == "data":
+        assert np.array_equal(l2(s, 310 * 8, 32), bf((W.astype(np.float32) @ f(x)) * f(sc)))
 
 
 def test_rtl_cvo_costs_about_three_cycles_per_element():

@@ -6,13 +6,21 @@ the µop's arrival (weights already in the FIFO, ports idle)::
 
     T = Tc * [ (ceil(K/8) + Lrd)                         activation read, L2 port B (Lrd = l2.read_latency_cycles)
              + accm * (ceil(N/8) + Lrd)                  old result read when accm=1
-             + sum_bursts ceil(32 * beats_i / R)         MACs: 32 INT4 weights per 128-bit beat
+             + ceil(32 * B / R)                          MACs: B = the op's weight beats, 32 INT4 weights per 128-bit beat
              + F                                          pipeline drain
              + ceil(N/8) ]                                result write, L2 port B
 
 * ``R = gemm.macs_per_cycle``, ``F = gemm.fill_cycles``
   (``SYSTOLIC_TOTAL_LATENCY 64``), N = 32 outputs = 4 L2 words ("one-row result
-  contract", reference §1.6).
+  contract", reference §1.6).  32 weights per beat: reference §3 (128-bit beat
+  = 32 INT4).
+* The MAC time is charged burst by burst, rounded over the op, not per burst:
+  burst k costs ``ceil(W_k / R) - ceil(W_{k-1} / R)`` cycles, ``W_k = 32 *
+  (beats of bursts 1..k)`` (``W_0 = 0``), so the costs add up to ``ceil(32 * B
+  / R)``.  ASSUMPTION: the array consumes the weight stream at R MAC/clk across
+  burst boundaries (a burst is the HP transfer unit, not a compute unit; a
+  16-beat burst is only 512 weights, less than one clock of a 1024/2048 MAC/clk
+  array).  A burst can thus cost 0 cycles.
 * A burst that is not yet in the weight FIFO is waited for: a weight-starved
   engine runs at the HP ports' rate.  Bursts are taken round-robin from the
   engine's HP ports (``gemm.hp_ports``: HP0, HP1 — reference §3), in the order
@@ -47,7 +55,7 @@ from protocols import pccx_isa as isa
 from protocols.codec import TensorDesc
 from protocols.pccx import EMax, L2Read, L2Write, Status
 
-__all__ = ["MatEngine", "Cvo", "mat_cycles", "cvo_cycles"]
+__all__ = ["MatEngine", "Cvo", "mat_cycles", "mac_cycles", "cvo_cycles"]
 
 
 
@@ -55,7 +63,15 @@ def mat_cycles(K: int, N: int, burst_beats: list[int], rate: int, fill: int, rea
     """The closed form of the MatEngine docstring, in core cycles (weights already buffered)."""
     wx, wy = -(-K // 8), -(-N // 8)
     return ((wx + read_latency) + (wy + read_latency if accm else 0)
-            + sum(-(-WEIGHTS_PER_BEAT * b // rate) for b in burst_beats) + fill + wy)
+            + mac_cycles(0, sum(burst_beats), rate) + fill + wy)
+
+
+def mac_cycles(done_beats: int, beats: int, rate: int) -> int:
+    """Cycles of a burst of ``beats`` beats after ``done_beats`` beats of the same op, at ``rate`` MAC/clk:
+    ``ceil(32 * (done + beats) / R) - ceil(32 * done / R)`` (rounded over the op; module docstring)."""
+    def upto(b: int) -> int:
+        return -(-WEIGHTS_PER_BEAT * b // rate)
+    return upto(done_beats + beats) - upto(done_beats)
 
 
 def cvo_cycles(func: str, src: int, dst: int, length: int, cfg: dict) -> int:
@@ -112,6 +128,7 @@ class MatEngine(Actor):
             total = (N * K + 1) // 2 + (2 * N if f["w_scale"] else 0)
             rate = self.rate(f["parallel_lane"])
             got = 0
+            beats_done = 0
             chunks = []
             stream = None
             label = None
@@ -128,7 +145,8 @@ class MatEngine(Actor):
                 if self.data_mode:
                     chunks.append(np.asarray(b.data, np.uint8))
                 t = self.now
-                await self.busy(-(-WEIGHTS_PER_BEAT * b.beats // rate) * self.cycle_ps, label)
+                await self.busy(mac_cycles(beats_done, b.beats, rate) * self.cycle_ps, label)
+                beats_done += b.beats
                 self.spans.append((t, self.now, u.seq, stream))
             if got != total:
                 raise RuntimeError(f"{self.name}: {self.op}#{u.seq} received {got} weight bytes, expected {total}")

@@ -30,21 +30,28 @@ weights already in the FIFOs and the L2 port idle::
 
     T = Tc * [ (ceil(K/8) + Lrd)                            front: activation read, L2 port B
              + accm * (ceil(N/8) + Lrd)                     front: old result read when accm=1
-             + max_i ( sum_{bursts b of lane i} ceil(32 * beats_b / R) + F )   lanes in parallel
+             + max_i ( ceil(32 * B_i / R) + F )             lanes in parallel (B_i = lane i's weight beats)
              + ceil(N/8) ]                                  front: result write, L2 port B
 
 ``R = gemv.macs_per_lane`` MAC/clk per lane (32 weights per 128-bit beat;
 reference §3: 32 per ``gemv_core.rst``/RTL, the seed's 1024 in the documented
 profile, seed §6), ``F = gemv.pipeline_cycles`` (the lane's adder tree drain),
-``Lrd = l2.read_latency_cycles``.  A burst not yet in the FIFO is waited for: a
+``Lrd = l2.read_latency_cycles``.  A lane charges its MAC time burst by burst,
+rounded over its job, not per burst: burst k of lane i costs ``c_k =
+ceil(W_k / R) - ceil(W_{k-1} / R)`` cycles, ``W_k = 32 * (beats of the lane's
+bursts 1..k)``, ``W_0 = 0`` (so the c_k add up to ``ceil(32 * B_i / R)``; a
+burst may cost 0 cycles).  ASSUMPTION, as for the GEMM (compute.py): a lane
+consumes its weight stream at R MAC/clk across burst boundaries; a 16-beat
+burst (512 weights) is less than one clock at 1024 MAC/clk, and a per-burst
+ceil would cap such a lane at 512 MAC/clk.  A burst not yet in the FIFO is waited for: a
 weight-starved lane runs at its HP port's rate, and lanes sharing a port share
 its rate.  A lane without a FIFO (RTL lanes C/D) computes its rows on zero
-weights at the same per-burst rate without waiting.  Lanes sharing a FIFO
+weights with the same burst costs c_k, without waiting.  Lanes sharing a FIFO
 (documented profile) get their bursts in FIFO order, each lane's stream behind
 the previous lane's: the switch passes the first burst of the next lane into
 that lane's one-burst output slice as soon as it has handed the previous lane
-its last burst, i.e. when the previous lane (k bursts, costs c_j) takes its
-second-to-last one, so the next lane's MACs begin ``sum_{j < k-2} c_j`` cycles
+its last burst, i.e. when the previous lane (k bursts j = 0..k-1, costs c_j as
+above) takes its second-to-last one, so the next lane's MACs begin ``sum_{j < k-2} c_j`` cycles
 after its job instead of at once (HOL blocking; the per-op test derives this
 for parallel_lane=4).  The x broadcast to the
 lanes and the partial-result return are free (ASSUMPTION: wires inside the
@@ -64,7 +71,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from actors.pccx.numerics import WEIGHTS_PER_BEAT, payload_nbytes, from_bf16, to_bf16, unpack_int4
+from actors.pccx.compute import mac_cycles
+from actors.pccx.numerics import payload_nbytes, from_bf16, to_bf16, unpack_int4
 from emulator.actor import Actor
 from protocols.codec import TensorDesc
 from protocols.pccx import EMax, L2Read, L2Write, LaneJob, LaneResult, Status
@@ -170,14 +178,16 @@ class GemvLane(Actor):
         self.spans: list[tuple[int, int, int, int]] = []   # (start, end, seq, stream) of every MAC span
         self.zero_rows = 0
 
-    def _burst_cycles(self, beats: int) -> int:
-        return -(-WEIGHTS_PER_BEAT * beats // self.rate)
+    def _burst_cycles(self, done_beats: int, beats: int) -> int:
+        """Cycles of a burst of ``beats`` after ``done_beats`` beats of the same job (module docstring)."""
+        return mac_cycles(done_beats, beats, self.rate)
 
     async def run(self) -> None:
         while True:
             j = await self.job.recv()
             total = lane_bytes(j.rows, j.K, j.w_scale)
             stream = -1
+            done = 0   # beats of this job already charged
             if self.w is None:
                 # RTL lanes C/D: zero weights, computed at the lane's rate, nothing to wait for
                 self.zero_rows += j.rows
@@ -185,7 +195,8 @@ class GemvLane(Actor):
                 for off in range(0, total, self.burst_bytes):
                     t = self.now
                     beats = -(-min(self.burst_bytes, total - off) // self.beat_bytes)
-                    await self.busy(self._burst_cycles(beats) * self.cycle_ps, label)
+                    await self.busy(self._burst_cycles(done, beats) * self.cycle_ps, label)
+                    done += beats
                     self.spans.append((t, self.now, j.seq, stream))
                 blob = np.zeros(total, np.uint8) if self.data_mode else None
             else:
@@ -204,7 +215,8 @@ class GemvLane(Actor):
                     if self.data_mode:
                         chunks.append(np.asarray(b.data, np.uint8))
                     t = self.now
-                    await self.busy(self._burst_cycles(b.beats) * self.cycle_ps, f"GEMV#{j.seq} w{stream}")
+                    await self.busy(self._burst_cycles(done, b.beats) * self.cycle_ps, f"GEMV#{j.seq} w{stream}")
+                    done += b.beats
                     self.spans.append((t, self.now, j.seq, stream))
                 if got != total:
                     raise RuntimeError(f"{self.name}: GEMV#{j.seq} received {got} weight bytes for "
