@@ -117,8 +117,8 @@ async def test_host_loads_tensors_over_the_noc_then_launches(vclock, mode):
     req = encode(MemReq(1, "write", io, list(owner), 0, addr, 1, n, n, payload(TensorDesc.of((n,), "|u1"))))[1]
     ack = encode(MemResp(1, list(owner), io, 0, None))[1]
 
-    def path(S):   # host interface (64 GB/s, 500 ns) + h+1 routers + h CUBE links + PE attach
-        return ser(S, 64) + 500 * NS + (h + 1) * 3 * NS + h * (ser(S, 128) + 17 * NS) + ser(S, 128) + 1 * NS
+    def path(S):   # host interface (64 GB/s, 500 ns) + h+1 routers + h CUBE links + HBM port attach (256 GB/s, ref §1.2)
+        return ser(S, 64) + 500 * NS + (h + 1) * 3 * NS + h * (ser(S, 128) + 17 * NS) + ser(S, 256) + 1 * NS
 
     channels = 30 * NS + -(-(n // 8) * 10**12 // 25_600_000_000)
     assert m.host.load_done == [path(req) + channels + path(ack)]

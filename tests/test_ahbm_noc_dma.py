@@ -2,7 +2,8 @@
 
 Closed forms are written out here from the profile numbers (ahbm-1sip / ahbm-2sip,
 ref §2.6), independently of actors/ahbm/noc.py and microbench.py:
-PE<->router attach 128 GB/s + 1 ns; router alpha 3 ns; CUBE<->CUBE 128 GB/s + 17 ns;
+PE CPU / DMA<->router attach 128 GB/s + 1 ns; HBM port<->router attach 256 GB/s + 1 ns
+(ref §1.2 hbm_to_router_bw_gbs); router alpha 3 ns; CUBE<->CUBE 128 GB/s + 17 ns;
 SIP<->SIP 64 GB/s + 20 ns; CPU dispatch 8 ns; DMA setup 20 ns; HBM channel
 30 ns + bytes / 25.6 GB/s.
 
@@ -20,7 +21,7 @@ from protocols.codec import TensorDesc, encode
 from tools.trace_summary import summarise
 
 NS = 1000
-ATT, CUBE, SIP = (128, 1 * NS), (128, 17 * NS), (64, 20 * NS)
+ATT, HBM, CUBE, SIP = (128, 1 * NS), (256, 1 * NS), (128, 17 * NS), (64, 20 * NS)
 ALPHA = 3 * NS
 CT = {"noc": {"switching": "cut_through"}}
 
@@ -204,12 +205,13 @@ async def test_cut_through_remote_dma_data_mode(vclock):
                 "shape": [n], "dtype": "|u1", "label": "rstore"}]
     res = await system.run_async()
     assert res.status == "finished", res.error
-    path = [ATT, CUBE, CUBE, ATT]
+    path = [ATT, CUBE, CUBE, HBM]                     # DMA attach -> 2 CUBE links -> owner's HBM port
     chan = 30 * NS + ceil_div(n // 8 * 10**12, 25_600_000_000)
     req = encode(MemReq(1, "read", list(me), list(owner), 0, addr, 1, n, n, None))[1]
     resp = encode(MemResp(1, list(owner), list(me), 0, payload(TensorDesc.of((n,), "|u1"))))[1]
     _, _, issued, done = log(m, me, "rload")
-    assert done - issued == 20 * NS + closed(req, path, "cut_through") + chan + closed(resp, path, "cut_through")
+    assert done - issued == 20 * NS + closed(req, path, "cut_through") + chan + closed(resp, path[::-1],
+                                                                                        "cut_through")
     assert place.read(owner, dst, n) == data.tobytes()
 
 
@@ -277,13 +279,13 @@ async def test_local_dma_overtakes_a_remote_one(vclock, outstanding):
     system, m, _, (me, owner, a_far, n, _, _, _) = _remote_then_local(outstanding)
     res = await system.run_async()
     assert res.status == "finished", res.error
-    path = [ATT] + [CUBE] * 6 + [ATT]
+    path = [ATT] + [CUBE] * 6 + [HBM]                 # DMA attach -> 6 CUBE links -> owner's HBM port
     req = encode(MemReq(1, "read", list(me), list(owner), 0, a_far, 1, n, n, None))[1]
     resp = encode(MemResp(1, list(owner), list(me), 0, payload(TensorDesc.of((n,), "|u1"))))[1]
     chan = 30 * NS + ceil_div(n // 8 * 10**12, 25_600_000_000)     # 4 KiB striped over 8 channels: 512 B each
     t_remote_issued = log(m, me, "remote")[2]          # launch + 8 ns dispatch; the DMA starts its setup
     remote_done = t_remote_issued + 20 * NS + closed(req, path, "store_and_forward") + chan + closed(
-        resp, path, "store_and_forward")
+        resp, path[::-1], "store_and_forward")
     _, _, local_issued, local_done = log(m, me, "local")
     assert local_issued == t_remote_issued + 8 * NS
     assert log(m, me, "wait")[3] == max(remote_done, local_done)

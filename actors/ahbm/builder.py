@@ -10,8 +10,10 @@ on-PE wire; assumption: intra-PE control paths are not modelled as a cost):
   per command-queue slot plus one per command the engine holds off its queue; the CPU never has more
   commands in flight per engine than entries (completion credits, cpu.py docstring), so no engine
   blocks on a completion;
-* PE <-> router (CPU, DMA and HBM port each attach): ``noc.attach_bandwidth``, ``noc.link_cycles``
-  (assumption: separate attach links per PE agent);
+* PE <-> router (CPU, DMA and HBM port each attach; assumption: separate attach links per PE agent),
+  latency ``noc.link_cycles``: CPU and DMA ``noc.attach_bandwidth`` (128 GB/s, ref §1.2
+  sram_to_router_bw_gbs), HBM port ``noc.hbm_attach_bandwidth`` (256 GB/s, ref §1.2
+  hbm_to_router_bw_gbs);
 * router <-> router: UCIe intra-SIP / inter-SIP (noc.py docstring);
 * IPCQ data / credit links (ipcq.py docstring);
 * host <-> CPU: ``io.launch_latency`` (launches and completions; capacity 1);
@@ -168,12 +170,13 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
                     connect(pe.port.pc_req[i], pc.req, capacity=prm.cmd_depth)
                     connect(pc.resp["port"], pe.port.pc_resp, capacity=prm.cmd_depth)
                 r = m.routers[(sip, cube)]
-                for kind, out, inp in (("pe", pe.cpu.to["noc_out"], pe.cpu.noc_in), ("dma", pe.dma.noc_out, pe.dma.noc_in),
-                                       ("mem", pe.port.out, pe.port.req)):
+                for kind, out, inp, bw in (("pe", pe.cpu.to["noc_out"], pe.cpu.noc_in, prm.attach_bw),
+                                           ("dma", pe.dma.noc_out, pe.dma.noc_in, prm.attach_bw),
+                                           ("mem", pe.port.out, pe.port.req, prm.hbm_attach_bw)):
                     connect(out, r.ins[f"{kind}{p}"], capacity=prm.link_capacity, latency=prm.link_ps,
-                            bandwidth=prm.attach_bw)
+                            bandwidth=bw)
                     connect(r.outs[f"{kind}{p}"], inp, capacity=prm.link_capacity, latency=prm.link_ps,
-                            bandwidth=prm.attach_bw)
+                            bandwidth=bw)
 
     # IPCQ pairs inside each CUBE
     for (sip, cube, p), pe in m.pes.items():

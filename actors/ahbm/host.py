@@ -10,8 +10,9 @@ Two ways to get tensors into HBM (placement.py):
   HBM port (hbmport.py); the port answers with an acknowledgement.  Requests
   are pipelined (as many in flight as the interface link has credits).  At
   zero load one load of S bytes over h CUBE hops takes
-  ``S/B_io + L_io + (h+1) alpha + h (S/B_cube + L_cube) + S/B_att + L_att + channels(N)``
-  plus the acknowledgement's way back.
+  ``S/B_io + L_io + (h+1) alpha + h (S/B_cube + L_cube) + S/B_hbm + L_att + channels(N)``
+  plus the acknowledgement's way back, where ``B_hbm`` is the HBM port's router
+  link (``noc.hbm_attach_bandwidth``, 256 GB/s, reference §1.2).
 
 When every load is acknowledged the host sends each PE that has a program its
 launch, over a link of latency ``io.launch_latency`` (assumption: 100 ns IO die

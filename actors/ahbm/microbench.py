@@ -11,10 +11,15 @@ formulas written out (the same formulas the engines' docstrings cite):
 * ``math`` op on E elements: ``fixed + ceil(E / lanes) (+ log2 lanes)`` cycles;
 * ``composite`` GEMM: the double-buffered tile recurrence (:func:`composite_model`);
 * ``dma_load remote`` N bytes from another CUBE's PE over h hops:
-  ``setup + Z(S_req, h) + latency + ceil((N/pcs) / bw_eff) + Z(S_resp, h)``, Z = NOC zero-load below;
+  ``setup + Z(S_req, h) + latency + ceil((N/pcs) / bw_eff) + Z(S_resp, h)``, Z = NOC zero-load below
+  with the DMA attach link (``noc.attach_bandwidth``) at the requester's end and the HBM port's
+  attach link (``noc.hbm_attach_bandwidth``, ref §1.2 hbm_to_router_bw_gbs 256) at the owner's end;
 * ``host load`` N bytes into a PE's HBM over the host interface and NOC (host.py):
-  request path + ``latency + ceil((N/pcs) / bw_eff)`` + acknowledgement path;
-* ``ipcq`` S bytes to a neighbour: ``S / B_ipcq + overhead``;
+  request path + ``latency + ceil((N/pcs) / bw_eff)`` + acknowledgement path, the PE end of
+  both paths being the HBM port's attach link;
+* ``ipcq`` S bytes to a neighbour: ``S / B_ipcq + overhead`` (ipcq.py; profile ``ipcq.bandwidth``
+  85.33 GB/s and ``ipcq.fixed_overhead`` 29.6 ns, fitted to kernbench2's 31.1 ns at 128 B,
+  +1.5 ns per 128 B, ref §1.2);
 * ``noc`` over h CUBE hops: ``2 (S/B_att + L_att) + (h+1) alpha + h (S/B_cube + L_cube)``
   (store-and-forward) or ``2 L_att + (h+1) alpha + h L_cube + S / B_bottleneck``
   (``noc.switching: cut_through``; :func:`path_model`, noc.py docstring);
@@ -179,35 +184,40 @@ def noc_model(nbytes_payload: int, hops: int, prm, *, sip_hops: int = 0) -> int:
 
 
 def remote_dma_model(nbytes: int, hops: int, addr: int, src, dst, prm) -> int:
-    """Remote load: ``setup + Z(S_req, h) + latency + ceil((N/pcs) / bw_eff) + Z(S_resp, h)`` (dma.py docstring)."""
+    """Remote load: ``setup + Z(S_req, h) + latency + ceil((N/pcs) / bw_eff) + Z(S_resp, h)`` (dma.py docstring).
+
+    The request runs DMA attach link -> mesh -> the owner's HBM port link; the response the
+    reverse (builder.py: DMA links ``noc.attach_bandwidth``, HBM port links ``noc.hbm_attach_bandwidth``).
+    """
     from protocols.ahbm import MemReq, MemResp
 
-    att = (prm.attach_bw, prm.link_ps)
-
-    def Z(S):
-        return path_model(S, [att] + mesh_links(hops, prm) + [att], prm)
-
+    dma_att, hbm_att = (prm.attach_bw, prm.link_ps), (prm.hbm_attach_bw, prm.link_ps)
+    mesh = mesh_links(hops, prm)
     req = encode(MemReq(1, "read", list(src), list(dst), 0, addr, 1, nbytes, nbytes, None))[1]
     resp = encode(MemResp(1, list(dst), list(src), 0, payload(TensorDesc.of((nbytes,), "|u1"))))[1]
-    return dma_model(nbytes, prm) + Z(req) + Z(resp)
+    return (dma_model(nbytes, prm) + path_model(req, [dma_att] + mesh + [hbm_att], prm)
+            + path_model(resp, [hbm_att] + mesh[::-1] + [dma_att], prm))
 
 
 def host_load_model(nbytes: int, hops: int, addr: int, dst, prm) -> int:
-    """Timed host load: request over the host interface + NOC, channels, acknowledgement back (host.py docstring)."""
+    """Timed host load: request over the host interface + NOC, channels, acknowledgement back (host.py docstring).
+
+    The request's last link and the acknowledgement's first are the owner's HBM port link
+    (``noc.hbm_attach_bandwidth``, ref §1.2 hbm_to_router_bw_gbs 256; builder.py).
+    """
     from protocols.ahbm import MemReq, MemResp
 
-    def path(S):
-        return path_model(S, [(prm.io_bw, prm.io_latency)] + mesh_links(hops, prm) + [(prm.attach_bw, prm.link_ps)],
-                          prm)
-
+    links = [(prm.io_bw, prm.io_latency)] + mesh_links(hops, prm) + [(prm.hbm_attach_bw, prm.link_ps)]
     io = prm.io_coord
     req = encode(MemReq(1, "write", io, list(dst), 0, addr, 1, nbytes, nbytes,
                         payload(TensorDesc.of((nbytes,), "|u1"))))[1]
     ack = encode(MemResp(1, list(dst), io, 0, None))[1]
-    return path(req) + prm.hbm_latency + transfer_ps(-(-nbytes // prm.pcs), prm.pc_bw_eff) + path(ack)
+    return (path_model(req, links, prm) + prm.hbm_latency + transfer_ps(-(-nbytes // prm.pcs), prm.pc_bw_eff)
+            + path_model(ack, links[::-1], prm))
 
 
 def ipcq_model(nbytes_payload: int, prm) -> int:
+    """IPCQ message: ``S / ipcq.bandwidth + ipcq.fixed_overhead`` (ipcq.py docstring; ref §1.2 kernbench2 figures)."""
     S = encode(IpcqData(1, payload(TensorDesc.of((nbytes_payload // 2,), BF16))))[1]
     return transfer_ps(S, prm.ipcq_bw) + prm.ipcq_overhead
 

@@ -7,9 +7,12 @@ inter-SIP UCIe link (assumption: SIP line topology; the seed ships 2 SIPs).
 Dimension-order routing, x first then y (ref §2.4 "XY routing", R7 of §4.6).
 N is towards y-1, S towards y+1, E towards x+1, W towards x-1.
 
-Links on a path (builder.py): PE attach links (CPU, DMA, HBM port), B =
-``noc.attach_bandwidth`` (128 GB/s, ref §1.2 sram_to_router_bw), latency
-``noc.link_cycles``; CUBE<->CUBE in a SIP: UCIe, B = 128 GB/s, latency
+Links on a path (builder.py): PE attach links (CPU, DMA, HBM port), latency
+``noc.link_cycles``, B = ``noc.attach_bandwidth`` (128 GB/s, ref §1.2
+sram_to_router_bw_gbs) for the CPU and DMA links and ``noc.hbm_attach_bandwidth``
+(256 GB/s, ref §1.2 hbm_to_router_bw_gbs) for the HBM port's links, so a path
+that starts or ends at an HBM port (remote DMA, host load) has that attach
+bandwidth on that end; CUBE<->CUBE in a SIP: UCIe, B = 128 GB/s, latency
 ``2 x port_latency (8 ns, ref §1.2/§2.5) + link_cycles``; SIP<->SIP: UCIe x16
 64 GB/s, 20 ns (ref §2.5, assumption there); the host interface: ``io.*``.
 ``alpha = noc.router_cycles`` at the NOC clock (3 cycles, ref §2.4, BookSim
@@ -26,7 +29,8 @@ configurable"):
   packet ``alpha`` after its tail arrived; the link serialises it (``S / B +
   latency``, FIFO occupancy per directed link, emulator/link.py).  Zero load,
   S bytes over h CUBE links (L_i, B_i):
-  ``T = 2 (S/B_att + L_att) + (h + 1) alpha + sum_i (S/B_i + L_i)``.
+  ``T = (S/B_att,src + L_att) + (S/B_att,dst + L_att) + (h + 1) alpha + sum_i (S/B_i + L_i)``
+  (``B_att,src = B_att,dst = B_att`` between PE CPUs: ``2 (S/B_att + L_att)``).
 * ``cut_through`` (virtual cut-through at message level, as BookSim's wormhole
   routers at zero load, ref §2.4/§4.3, and kernbench2's chunk streaming, ref
   §4.4).  The head is forwarded ``alpha`` after it arrives; the tail follows
@@ -48,7 +52,7 @@ configurable"):
     router sees the head at ``start + L_o``); towards an endpoint (PE agent,
     host) it is sent at ``end``, so the endpoint receives it whole at ``end + L_o``.
 
-  Zero load: ``T = 2 L_att + (h + 1) alpha + sum_i L_i + S / min(B_att, B_i)``
+  Zero load: ``T = 2 L_att + (h + 1) alpha + sum_i L_i + S / min(B_att,src, B_i, B_att,dst)``
   = R1's ``alpha_hop h + S/B_bottleneck`` (with every ``S/B`` rounded up to a
   ps, emulator/units.transfer_ps).  Back-to-back packets on one path leave
   ``S/B_bottleneck`` apart.  Message-level approximations (no flits, ref §4.6

@@ -43,13 +43,18 @@ PROFILE_SCHEMA = Map({
     "tcm": Map({"size": Quantity("size", default="1MiB")}),
     "ipcq": Map({
         "depth": Int(min=1, default=4, doc="slots per direction (credits)"),
-        "fixed_overhead": Quantity("time", default="20ns"),
-        "bandwidth": Quantity("bandwidth", default="128GB/s"),
+        "fixed_overhead": Quantity("time", default="29.6ns",
+                                   doc="per-message fixed time (ref §1.2: kernbench2 IPCQ 31.1 ns at 128 B - 1.5 ns)"),
+        "bandwidth": Quantity("bandwidth", default="85.333GB/s",
+                              doc="message serialisation (ref §1.2: +1.5 ns per 128 B -> 85.33 GB/s)"),
         "credit_latency": Quantity("time", default="1ns"),
     }),
     "noc": Map({
         "router_cycles": Int(min=0, default=3), "link_cycles": Int(min=0, default=1),
-        "attach_bandwidth": Quantity("bandwidth", default="128GB/s"),
+        "attach_bandwidth": Quantity("bandwidth", default="128GB/s",
+                                     doc="PE CPU / DMA <-> router links (ref §1.2 sram_to_router_bw_gbs 128)"),
+        "hbm_attach_bandwidth": Quantity("bandwidth", default="256GB/s",
+                                         doc="HBM port <-> router links (ref §1.2 hbm_to_router_bw_gbs 256)"),
         "buffer": Int(min=1, default=8, doc="packets buffered per router output"),
         "link_capacity": Int(min=1, default=8, doc="credits per NOC / UCIe link"),
         "switching": Enum(["store_and_forward", "cut_through"], default="store_and_forward",
@@ -122,7 +127,8 @@ class Params:
     credit_latency: int     # ps
     router_ps: int          # per-hop router latency (alpha_router)
     link_ps: int            # NOC wire latency per link
-    attach_bw: int
+    attach_bw: int          # PE CPU / DMA <-> router links
+    hbm_attach_bw: int      # HBM port <-> router links
     router_buffer: int
     link_capacity: int
     cut_through: bool       # noc.switching == cut_through
@@ -155,6 +161,7 @@ class Params:
             ipcq_depth=p["ipcq"]["depth"], ipcq_overhead=p["ipcq"]["fixed_overhead"],
             ipcq_bw=p["ipcq"]["bandwidth"], credit_latency=p["ipcq"]["credit_latency"],
             router_ps=noc.ps(n["router_cycles"]), link_ps=link_ps, attach_bw=n["attach_bandwidth"],
+            hbm_attach_bw=n["hbm_attach_bandwidth"],
             router_buffer=n["buffer"], link_capacity=n["link_capacity"], cut_through=n["switching"] == "cut_through",
             cube_link_latency=2 * u["intra_sip"]["port_latency"] + link_ps,
             cube_link_bw=u["intra_sip"]["bandwidth"],
