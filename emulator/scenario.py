@@ -44,7 +44,7 @@ from emulator.schema import (AnyValue, Bool, Doc, Enum, Int, List, Map, Problem,
                              load_yaml, read_text, validate)
 from emulator.trace import KIND_CODES
 
-__all__ = ["Scenario", "load_scenario", "SCENARIO_SCHEMA", "find_profile", "apply_set"]
+__all__ = ["Scenario", "load_scenario", "SCENARIO_SCHEMA", "find_profile", "apply_set", "deep_merge", "load_profile"]
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINES_DIR = ROOT / "scenarios" / "machines"
@@ -178,6 +178,22 @@ def apply_set(doc: Doc, item: str) -> None:
             raise SchemaError([Problem("--set", None, item, f"an index below {len(node)}", repr(last))])
     node[last] = value
     doc.origins[tuple(path)] = (f"--set {item}", None)
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    """``base`` with ``over`` merged in, map by map (``over`` wins); neither input is modified."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def load_profile(name: str, schema, overrides: dict | None = None) -> dict:
+    """A validated machine profile ``scenarios/machines/<name>.yaml`` with ``overrides`` merged (tests, tools)."""
+    path = MACHINES_DIR / f"{name}.yaml"
+    doc = load_yaml(read_text(str(path)), str(path))
+    doc.value = deep_merge(doc.value, overrides or {})
+    return validate(schema, doc)
 
 
 def _merge(base: dict, over: dict, path: tuple, origins: dict, over_doc: Doc, over_root: tuple) -> dict:

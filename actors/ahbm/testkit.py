@@ -8,36 +8,16 @@
 """
 from __future__ import annotations
 
-import copy
-from pathlib import Path
-
-import yaml
-
-from emulator.schema import Doc, validate
-from emulator.system import System
-
 from actors.ahbm.builder import build_machine
 from actors.ahbm.params import PROFILE_SCHEMA, pe_name
 from actors.ahbm.placement import Placement
-
-MACHINES = Path(__file__).resolve().parents[2] / "scenarios" / "machines"
-
-
-def _merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = v
-    return out
+from emulator.scenario import load_profile as emulator_load_profile
+from emulator.system import System
 
 
 def load_profile(name: str = "ahbm-1sip", overrides: dict | None = None) -> dict:
-    path = MACHINES / f"{name}.yaml"
-    raw = yaml.safe_load(path.read_text())
-    raw = _merge(raw, overrides or {})
-    return validate(PROFILE_SCHEMA, Doc(raw, {}, str(path)))
+    """The validated AHBM profile ``name`` with ``overrides`` merged in."""
+    return emulator_load_profile(name, PROFILE_SCHEMA, overrides)
 
 
 def build(scripts: dict, profile: dict | None = None, *, mode: str = "timing", seed: int = 0, trace=None):

@@ -83,6 +83,24 @@ def cvo_cycles(func: str, src: int, dst: int, length: int, cfg: dict) -> int:
     return c + cfg["output_register_cycles"] + out * cfg["write_cycles_per_element"] + words_touched(dst, out)
 
 
+async def read_operands(engine: Actor, f: dict, K: int, N: int):
+    """The activation (K elements at ``src_addr``) and, with ``accm``, the old result (N at ``dest_reg``).
+
+    Each is one L2 port-B read plus the L2 read latency (the ``ceil(K/8) + Lrd``
+    and ``accm * (ceil(N/8) + Lrd)`` terms of the module formula).  ``engine``
+    has ports ``l2_req``/``l2_resp`` and ``read_latency_ps`` (MatEngine, GemvFront).
+    """
+    async def read(elem: int, n: int):
+        await engine.l2_req.send(L2Read(0, elem, n, 1))
+        d = await engine.l2_resp.recv()
+        await engine.sleep(engine.read_latency_ps)
+        return d.data
+
+    x = await read(f["src_addr"] * 8, K)
+    old = await read(f["dest_reg"] * 8, N) if f["accm"] else None
+    return x, old
+
+
 class MatEngine(Actor):
     """The GEMM systolic array (``lanes`` x ``macs_per_lane`` MAC/clk); see the module docstring."""
 
@@ -111,20 +129,13 @@ class MatEngine(Actor):
         """MAC/clk (the GEMM ignores ``parallel_lane``)."""
         return self.macs_per_lane * self.lanes
 
-    async def _read(self, elem: int, n: int):
-        await self.l2_req.send(L2Read(0, elem, n, 1))
-        d = await self.l2_resp.recv()
-        await self.sleep(self.read_latency_ps)
-        return d.data
-
     async def run(self) -> None:
         while True:
             u = await self.uop.recv()
             f = u.fields
             start = self.now
             K, N = f["K"], f["N"]
-            x = await self._read(f["src_addr"] * 8, K)
-            old = await self._read(f["dest_reg"] * 8, N) if f["accm"] else None
+            x, old = await read_operands(self, f, K, N)
             total = (N * K + 1) // 2 + (2 * N if f["w_scale"] else 0)
             rate = self.rate(f["parallel_lane"])
             got = 0

@@ -71,11 +71,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from actors.pccx.compute import mac_cycles
+from actors.pccx.compute import mac_cycles, read_operands
 from actors.pccx.numerics import payload_nbytes, from_bf16, to_bf16, unpack_int4
 from emulator.actor import Actor
 from protocols.codec import TensorDesc
-from protocols.pccx import EMax, L2Read, L2Write, LaneJob, LaneResult, Status
+from protocols.pccx import EMax, L2Write, LaneJob, LaneResult, Status
 
 __all__ = ["GemvFront", "GemvLane", "WeightSwitch", "lanes_used", "lane_rows", "lane_bytes"]
 
@@ -116,20 +116,13 @@ class GemvFront(Actor):
         self.read_latency_ps = read_latency_cycles * cycle_ps
         self.data_mode = data_mode
 
-    async def _read(self, elem: int, n: int):
-        await self.l2_req.send(L2Read(0, elem, n, 1))
-        d = await self.l2_resp.recv()
-        await self.sleep(self.read_latency_ps)
-        return d.data
-
     async def run(self) -> None:
         while True:
             u = await self.uop.recv()
             f = u.fields
             start = self.now
             K, N = f["K"], f["N"]
-            x = await self._read(f["src_addr"] * 8, K)
-            old = await self._read(f["dest_reg"] * 8, N) if f["accm"] else None
+            x, old = await read_operands(self, f, K, N)
             used = lanes_used(f["parallel_lane"], self.lanes)
             plan = [(i, r0, n) for i, (r0, n) in enumerate(lane_rows(N, used)) if n]
             for i, r0, n in plan:

@@ -81,22 +81,9 @@ PROFILE_SCHEMA = Map({
 
 def load_profile(name: str = "pccx-v002-rtl", overrides: dict | None = None) -> dict:
     """A validated profile from scenarios/machines/<name>.yaml with ``overrides`` merged (for tests and tools)."""
-    import yaml
+    from emulator.scenario import load_profile as load
 
-    from emulator.scenario import MACHINES_DIR
-    from emulator.schema import load_yaml, validate
-
-    path = MACHINES_DIR / f"{name}.yaml"
-    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-
-    def merge(a: dict, b: dict) -> dict:
-        out = dict(a)
-        for k, v in b.items():
-            out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-        return out
-
-    text = yaml.safe_dump(merge(raw, overrides or {}), allow_unicode=True)
-    return validate(PROFILE_SCHEMA, load_yaml(text, str(path)))
+    return load(name, PROFILE_SCHEMA, overrides)
 
 
 def clocks(profile: dict) -> tuple[int, int]:

@@ -10,10 +10,9 @@ outside the run (the initial memory image; results after the run).
 """
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 
+from emulator.scenario import deep_merge
 from emulator.schema import Doc, Map, validate
 from emulator.system import System
 
@@ -22,20 +21,10 @@ from actors.ahbm.costs import stripe
 from actors.ahbm.params import PROFILE_SCHEMA, Params
 from actors.ahbm.tl.launcher import kernel_launches
 
-__all__ = ["SMALL", "profile", "params", "machine", "merge", "hbm_place", "hbm_fetch"]
+__all__ = ["SMALL", "profile", "params", "machine", "hbm_place", "hbm_fetch"]
 
 #: the test machine's mesh: one SIP of 2 x 1 CUBEs (the IO die attaches to CUBE 0)
 SMALL = {"sips": 1, "cubes": {"x": 2, "y": 1}}
-
-
-def merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
 
 
 def skeleton(spec=None) -> dict:
@@ -50,7 +39,7 @@ def skeleton(spec=None) -> dict:
 
 def profile(overrides: dict | None = None) -> dict:
     """The validated AHBM profile: schema defaults on the :data:`SMALL` mesh + ``overrides``."""
-    doc = Doc(merge(merge({**skeleton(), "family": "ahbm"}, SMALL), overrides or {}), {}, "<tl profile>")
+    doc = Doc(deep_merge(deep_merge({**skeleton(), "family": "ahbm"}, SMALL), overrides or {}), {}, "<tl profile>")
     return validate(PROFILE_SCHEMA, doc)
 
 
