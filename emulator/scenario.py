@@ -188,10 +188,46 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
+def read_profile(path: Path, _chain: tuple = ()) -> Doc:
+    """A machine profile document with its ``extends:`` chain resolved.
+
+    A profile may name a parent (``extends: ahbm``, found like
+    ``machine.profile``); the parent is read first and this file's keys are
+    merged over it, map by map, so a concrete profile states only what differs
+    (gem5's parameter inheritance, SST's parameter-set layering). Every key
+    keeps the file and line that set it, so an error in an inherited value names
+    the parent file.
+    """
+    doc = load_yaml(read_text(str(path)), str(path))
+    if not isinstance(doc.value, dict):
+        raise SchemaError([Problem(str(path), 1, "", "a map of machine parameters", type(doc.value).__name__)])
+    parent = doc.value.pop("extends", None)
+    if parent is None:
+        return doc
+    where = doc.where(("extends",))
+    if not isinstance(parent, str):
+        raise SchemaError([Problem(*where, "extends", "a machine profile name or path", repr(parent))])
+    parent_path = find_profile(parent, str(path))
+    if parent_path is None:
+        close = difflib.get_close_matches(parent, known_profiles(), n=1)
+        raise SchemaError([Problem(*where, "extends", "a machine profile name or path (known: "
+                                   + ", ".join(known_profiles()) + ")", repr(parent),
+                                   f"did you mean {close[0]!r}?" if close else "")])
+    chain = _chain + (Path(path).resolve(),)
+    if parent_path.resolve() in chain:
+        raise SchemaError([Problem(*where, "extends", "a profile that does not extend itself",
+                                   " -> ".join(p.stem for p in chain + (parent_path.resolve(),)))])
+    base = read_profile(parent_path, chain)
+    for key, line in base.lines.items():
+        base.origins.setdefault(key, (base.file, line))
+    base.value = _merge(base.value, doc.value, (), base.origins, doc, ())
+    base.file, base.lines = doc.file, doc.lines      # unplaced problems name the concrete profile
+    return base
+
+
 def load_profile(name: str, schema, overrides: dict | None = None) -> dict:
     """A validated machine profile ``scenarios/machines/<name>.yaml`` with ``overrides`` merged (tests, tools)."""
-    path = MACHINES_DIR / f"{name}.yaml"
-    doc = load_yaml(read_text(str(path)), str(path))
+    doc = read_profile(MACHINES_DIR / f"{name}.yaml")
     doc.value = deep_merge(doc.value, overrides or {})
     return validate(schema, doc)
 
@@ -230,9 +266,7 @@ def load_scenario(path: str, registry, sets: list[str] | None = None) -> Scenari
         raise SchemaError([Problem(*doc.where(("machine", "profile")), "machine.profile",
                                    "a machine profile name or path (known: " + ", ".join(known_profiles()) + ")",
                                    repr(prof_name), f"did you mean {close[0]!r}?" if close else "")])
-    pdoc = load_yaml(read_text(str(prof_path)), str(prof_path))
-    if not isinstance(pdoc.value, dict):
-        raise SchemaError([Problem(str(prof_path), 1, "", "a map of machine parameters", type(pdoc.value).__name__)])
+    pdoc = read_profile(prof_path)
     family_name = pdoc.value.get("family")
     try:
         family = registry.family(family_name)

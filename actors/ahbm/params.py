@@ -1,8 +1,10 @@
 """The AHBM machine profile: schema and derived integer-picosecond parameters.
 
-The profile YAML (scenarios/machines/ahbm-*.yaml) cites a source for every
-default; this module only validates it and converts it into the exact integer
-quantities the engines use (:class:`Params`).
+The base profile ``scenarios/machines/ahbm.yaml`` defines every parameter once,
+with its source; ``ahbm-1sip/2sip/4sip`` extend it and state only what differs.
+This schema therefore has no defaults (a value lives in exactly one place): it
+validates a resolved profile and :class:`Params` converts it into the exact
+integer quantities the engines use.
 """
 from __future__ import annotations
 
@@ -16,66 +18,66 @@ OPPOSITE = {"N": "S", "S": "N", "E": "W", "W": "E"}
 
 PROFILE_SCHEMA = Map({
     "family": Enum(["ahbm"]),
-    "description": Str(default=""),
-    "sips": Int(min=1, default=2, doc="SIPs, joined in a line over UCIe (seed §0: shipped topology.yaml has 2)"),
-    "cubes": Map({"x": Int(min=1, default=4), "y": Int(min=1, default=4)}, doc="CUBE mesh per SIP (seed §0: 4x4)"),
-    "pes_per_cube": Int(min=1, default=8, doc="P (seed §0: 64 PCs / 8 per PE)"),
-    "pe_grid": Map({"x": Int(min=1, default=4), "y": Int(min=1, default=2)},
+    "description": Str(),
+    "sips": Int(min=1, doc="SIPs, joined in a line over UCIe (seed §0: shipped topology.yaml has 2)"),
+    "cubes": Map({"x": Int(min=1), "y": Int(min=1)}, doc="CUBE mesh per SIP (seed §0: 4x4)"),
+    "pes_per_cube": Int(min=1, doc="P (seed §0: 64 PCs / 8 per PE)"),
+    "pe_grid": Map({"x": Int(min=1), "y": Int(min=1)},
                    doc="PE placement inside a CUBE for IPCQ N/S/E/W neighbours (x*y = pes_per_cube)"),
-    "clock": Map({"pe": Quantity("frequency", default="1GHz"), "noc": Quantity("frequency", default="1GHz")}),
+    "clock": Map({"pe": Quantity("frequency"), "noc": Quantity("frequency")}),
     "hbm": Map({
-        "pcs_per_pe": Int(min=1, default=8, doc="pseudo-channels per PE, a power of two"),
-        "pc_bandwidth": Quantity("bandwidth", default="32GB/s"),
-        "efficiency": Float(min=0.01, max=1.0, default=0.8),
-        "access_latency": Quantity("time", default="30ns"),
-        "burst": Quantity("size", default="256B", doc="PC interleave granularity, a power of two"),
-        "capacity": Quantity("size", default="4GiB", doc="HBM bytes per PE (address space of the allocator)"),
+        "pcs_per_pe": Int(min=1, doc="pseudo-channels per PE, a power of two"),
+        "pc_bandwidth": Quantity("bandwidth"),
+        "efficiency": Float(min=0.01, max=1.0),
+        "access_latency": Quantity("time"),
+        "burst": Quantity("size", doc="PC interleave granularity, a power of two"),
+        "capacity": Quantity("size", doc="HBM bytes per PE (address space of the allocator)"),
     }),
-    "dma": Map({"setup_cycles": Int(min=0, default=20),
-                "outstanding": Int(min=1, default=1, doc="commands in their data phase at once (dma.py)")}),
+    "dma": Map({"setup_cycles": Int(min=0),
+                "outstanding": Int(min=1, doc="commands in their data phase at once (dma.py)")}),
     "gemm": Map({
-        "array_rows": Int(min=1, default=32), "array_cols": Int(min=1, default=32),
-        "fill_drain_cycles": Int(min=0, default=48),
-        "charge_padded": Bool(default=True, doc="charge whole array passes for partial tiles"),
-        "tile_m": Int(min=1, default=32), "tile_k": Int(min=1, default=64), "tile_n": Int(min=1, default=32),
+        "array_rows": Int(min=1), "array_cols": Int(min=1),
+        "fill_drain_cycles": Int(min=0),
+        "charge_padded": Bool(doc="charge whole array passes for partial tiles"),
+        "tile_m": Int(min=1), "tile_k": Int(min=1), "tile_n": Int(min=1),
     }),
-    "math": Map({"lanes": Int(min=1, default=64), "fixed_cycles": Int(min=0, default=8)}),
-    "tcm": Map({"size": Quantity("size", default="1MiB")}),
+    "math": Map({"lanes": Int(min=1), "fixed_cycles": Int(min=0)}),
+    "tcm": Map({"size": Quantity("size")}),
     "ipcq": Map({
-        "depth": Int(min=1, default=4, doc="slots per direction (credits)"),
-        "fixed_overhead": Quantity("time", default="29.6ns",
+        "depth": Int(min=1, doc="slots per direction (credits)"),
+        "fixed_overhead": Quantity("time",
                                    doc="per-message fixed time (ref §1.2: kernbench2 IPCQ 31.1 ns at 128 B - 1.5 ns)"),
-        "bandwidth": Quantity("bandwidth", default="85.333GB/s",
+        "bandwidth": Quantity("bandwidth",
                               doc="message serialisation (ref §1.2: +1.5 ns per 128 B -> 85.33 GB/s)"),
-        "credit_latency": Quantity("time", default="1ns"),
+        "credit_latency": Quantity("time"),
     }),
     "noc": Map({
-        "router_cycles": Int(min=0, default=3), "link_cycles": Int(min=0, default=1),
-        "attach_bandwidth": Quantity("bandwidth", default="128GB/s",
+        "router_cycles": Int(min=0), "link_cycles": Int(min=0),
+        "attach_bandwidth": Quantity("bandwidth",
                                      doc="PE CPU / DMA <-> router links (ref §1.2 sram_to_router_bw_gbs 128)"),
-        "hbm_attach_bandwidth": Quantity("bandwidth", default="256GB/s",
+        "hbm_attach_bandwidth": Quantity("bandwidth",
                                          doc="HBM port <-> router links (ref §1.2 hbm_to_router_bw_gbs 256)"),
-        "buffer": Int(min=1, default=8, doc="packets buffered per router output"),
-        "link_capacity": Int(min=1, default=8, doc="credits per NOC / UCIe link"),
-        "switching": Enum(["store_and_forward", "cut_through"], default="store_and_forward",
+        "buffer": Int(min=1, doc="packets buffered per router output"),
+        "link_capacity": Int(min=1, doc="credits per NOC / UCIe link"),
+        "switching": Enum(["store_and_forward", "cut_through"],
                           doc="per-hop switching of routed messages (noc.py; ref §4.6 R1)"),
     }),
     "ucie": Map({
-        "intra_sip": Map({"bandwidth": Quantity("bandwidth", default="128GB/s"),
-                          "port_latency": Quantity("time", default="8ns")}),
-        "inter_sip": Map({"bandwidth": Quantity("bandwidth", default="64GB/s"),
-                          "latency": Quantity("time", default="20ns")}),
+        "intra_sip": Map({"bandwidth": Quantity("bandwidth"),
+                          "port_latency": Quantity("time")}),
+        "inter_sip": Map({"bandwidth": Quantity("bandwidth"),
+                          "latency": Quantity("time")}),
     }),
     "cpu": Map({"dispatch_cycles": Map({
-        "dma": Int(min=0, default=8), "gemm": Int(min=0, default=8), "math": Int(min=0, default=8),
-        "composite": Int(min=0, default=32), "ipcq": Int(min=0, default=8), "noc": Int(min=0, default=8),
-    }), "command_queue_depth": Int(min=1, default=16, doc="entries of each engine's command queue (builder.py)")}),
+        "dma": Int(min=0), "gemm": Int(min=0), "math": Int(min=0),
+        "composite": Int(min=0), "ipcq": Int(min=0), "noc": Int(min=0),
+    }), "command_queue_depth": Int(min=1, doc="entries of each engine's command queue (builder.py)")}),
     "io": Map({
-        "launch_latency": Quantity("time", default="100ns"),
-        "attach": Map({"sip": Int(min=0, default=0), "cube": Int(min=0, default=0)},
+        "launch_latency": Quantity("time"),
+        "attach": Map({"sip": Int(min=0), "cube": Int(min=0)},
                       doc="the CUBE router the IO die's host interface attaches to"),
-        "bandwidth": Quantity("bandwidth", default="64GB/s", doc="host interface, per direction"),
-        "latency": Quantity("time", default="500ns", doc="host interface one-way latency"),
+        "bandwidth": Quantity("bandwidth", doc="host interface, per direction"),
+        "latency": Quantity("time", doc="host interface one-way latency"),
     }),
 }, check=lambda p: _check(p))
 
