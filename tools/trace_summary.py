@@ -144,8 +144,11 @@ def missing_parts(trace: TraceFile) -> dict[str, str]:
     return out
 
 
-def summarise(trace: TraceFile, *, top: int = 10) -> dict:
-    """The summary as a JSON-friendly dict; parts the trace cannot give are ``None`` and named in ``missing``."""
+def summarise(trace: TraceFile, *, top: int = 10, critical: bool = True) -> dict:
+    """The summary as a JSON-friendly dict; parts the trace cannot give are ``None`` and named in ``missing``.
+
+    ``critical=False`` skips the critical path (``None``), for callers that only need the counters.
+    """
     end = end_time(trace)
     missing = missing_parts(trace)
     busy = defaultdict(int)
@@ -193,7 +196,7 @@ def summarise(trace: TraceFile, *, top: int = 10) -> dict:
     longest = [{"wait_ps": w, "link": trace.links[li]["name"], "seq": seq, "delivered_ps": d, "taken_ps": t}
                for w, li, seq, d, t in waits[:top]]
     errors = [{"t_ps": ev[1], "where": ev[2], "text": ev[3]} for ev in trace.events if ev[0] == ERROR]
-    cp = None if "critical_path" in missing else critical_path(trace)
+    cp = None if "critical_path" in missing or not critical else critical_path(trace)
     return {
         "scenario": trace.header.get("scenario"), "seed": trace.header.get("seed"),
         "status": trace.footer.get("status"), "end_time_ps": end, "events": len(trace.events),
