@@ -31,6 +31,8 @@ def test_a_test_runs_a_baseline_and_a_faulted_variant_and_compares_them(emu_sim)
     # the same messages and bytes everywhere; only timing moved
     assert d.link("*")["messages"][2] == 0 and d.link("*")["bytes"][2] == 0
     assert d.link("cube02/pe6.up->*")["messages"] == (1, 1, 0)
+    assert d.link("cube02/pe6.up->*")["flight_ps"][2] == 1_000_000      # where the time went
+    assert d.links[0]["link"] == "cube02/pe6.up->cube02/pe2.in"        # the most changed link first
     assert d.actor("*")["busy_ps"][2] == 0                       # the same work, later
     assert "fault" in d.divergence and d.a.label == "baseline" and d.b.label == "delayed"
     with pytest.raises(KeyError, match="no link matches 'nowhere'"):
@@ -59,6 +61,8 @@ def test_cli_compare_of_two_bundles_and_two_traces(tmp_path, emu):
     assert 500_000 < delta <= 1_000_000
     assert f"+{format_time(delta)} (+" in p.stdout
     assert "actors whose busy time changed: 0 of 32" in p.stdout
+    assert "links whose traffic or flight time changed: 1 of" in p.stdout
+    assert "cube02/pe6.up->cube02/pe2.in" in p.stdout and "flight time +1us" in p.stdout
     assert "first diverging trace event:" in p.stdout and "fault" in p.stdout
     js = json.loads(emu("compare", a, b, "--json", check=0).stdout)
     assert js["end_time_delta_ps"] == delta and js["identical"] is False

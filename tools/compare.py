@@ -7,7 +7,9 @@ differ" (``emu trace diff``).  A run is reduced to a :class:`RunRecord`:
 * ``result``: status, end time, messages, events, digest, seed;
 * ``actors``: per actor ``busy_ps`` and ``spans`` (busy spans);
 * ``links``: per link ``messages``, ``bytes``, ``sender_blocked``,
-  ``max_depth`` (the definitions of docs/outputs-links.md).
+  ``max_depth`` (the definitions of docs/outputs-links.md) and ``flight_ps``,
+  the summed send -> delivery time of its messages (from a trace; 0 without
+  one) -- where a delay or contention shows when the traffic is unchanged.
 
 A record comes from a result bundle directory (``result.json``, ``actors.csv``,
 ``links.csv``), a trace file (``.emutrace``, counted from its events), or an
@@ -30,7 +32,7 @@ __all__ = ["RunRecord", "Comparison", "record_from_run", "load_record", "compare
            "ACTOR_METRICS", "LINK_METRICS"]
 
 ACTOR_METRICS = ("busy_ps", "spans")
-LINK_METRICS = ("messages", "bytes", "sender_blocked", "max_depth")
+LINK_METRICS = ("messages", "bytes", "sender_blocked", "max_depth", "flight_ps")
 RESULT_KEYS = ("status", "end_time_ps", "messages", "events", "digest", "seed")
 
 
@@ -45,13 +47,37 @@ class RunRecord:
     trace_path: str | None = None
 
 
-def record_from_run(label: str, system, result, trace_path: str | None = None) -> RunRecord:
+def _flights(trace) -> dict[str, int]:
+    """Per link name, the summed send -> delivery time of its delivered messages."""
+    from emulator.trace import DELIVER, SEND
+
+    sent: dict[tuple[int, int], int] = {}
+    total = [0] * len(trace.links)
+    for ev in trace.events:
+        if ev[0] == SEND:
+            sent[(ev[2], ev[3])] = ev[1]
+        elif ev[0] == DELIVER:
+            t = sent.pop((ev[2], ev[3]), None)
+            if t is not None:
+                total[ev[2]] += ev[1] - t
+    return {l["name"]: total[i] for i, l in enumerate(trace.links)}
+
+
+def _add_flights(links: dict[str, dict], trace) -> None:
+    for name, f in _flights(trace).items():
+        if name in links:
+            links[name]["flight_ps"] = f
+
+
+def record_from_run(label: str, system, result, trace_path: str | None = None, trace=None) -> RunRecord:
     """A record of an in-process run (a built :class:`System` and its :class:`RunResult`)."""
     end = result.end_time_ps
     res = {"status": result.status, "end_time_ps": end, "messages": result.messages, "events": result.events,
            "digest": result.digest, "seed": result.seed}
     actors = {r["actor"]: {"busy_ps": r["busy_ps"], "spans": r["spans"]} for r in system.actor_metrics(end)}
-    links = {r["link"]: {k: r[k] for k in LINK_METRICS} for r in system.link_metrics(end)}
+    links = {r["link"]: {k: r.get(k, 0) for k in LINK_METRICS} for r in system.link_metrics(end)}
+    if trace is not None:
+        _add_flights(links, trace)
     return RunRecord(label, res, actors, links, trace_path)
 
 
@@ -75,6 +101,10 @@ def _from_bundle(d: Path) -> RunRecord:
         for r in csv.DictReader(open(d / "links.csv", newline="")):
             links[r["link"]] = {k: _int(r.get(k)) for k in LINK_METRICS}
     trace = d / "trace.emutrace"
+    if trace.is_file():
+        from emulator.trace import read_trace
+
+        _add_flights(links, read_trace(str(trace)))
     return RunRecord(str(d), {k: res.get(k) for k in RESULT_KEYS}, actors, links,
                      str(trace) if trace.is_file() else None)
 
@@ -92,7 +122,8 @@ def _from_trace(path: Path) -> RunRecord:
            "events": tr.footer.get("events"), "digest": tr.footer.get("digest"), "seed": s["seed"]}
     actors = {r["actor"]: {"busy_ps": r["busy_ps"], "spans": r["spans"]} for r in s["actors"]}
     links = {r["link"]: {"messages": r["messages"], "bytes": r["bytes"], "sender_blocked": r["sender_blocked"],
-                         "max_depth": r["max_depth"]} for r in s["links"]}
+                         "max_depth": r["max_depth"], "flight_ps": 0} for r in s["links"]}
+    _add_flights(links, tr)
     return RunRecord(str(path), res, actors, links, str(path))
 
 
@@ -224,11 +255,13 @@ def format_comparison(c: Comparison, *, rows: int = 10) -> str:
                    f"({_signed(d, format_time)}), spans {_signed(r['spans'][2])}{only}")
     changed = [r for r in c.links if any(r[m][2] for m in LINK_METRICS) or "only_in" in r]
     out.append("")
-    out.append(f"links whose traffic changed: {len(changed)} of {len(c.links)}"
+    out.append(f"links whose traffic or flight time changed: {len(changed)} of {len(c.links)}"
                + (f", the {min(rows, len(changed))} largest:" if changed else ""))
     for r in changed[:rows]:
         only = f"  (only in {r['only_in'].upper()})" if "only_in" in r else ""
-        parts = ", ".join(f"{m} {r[m][0]}->{r[m][1]}" for m in LINK_METRICS if r[m][2])
+        parts = ", ".join(f"{m} {r[m][0]}->{r[m][1]}" for m in LINK_METRICS if r[m][2] and m != "flight_ps")
+        if r["flight_ps"][2]:
+            parts += (", " if parts else "") + f"flight time {_signed(r['flight_ps'][2], format_time)}"
         out.append(f"  {r['link']:<52} {parts or 'same'}{only}")
     for n in c.notes:
         out.append(f"note: {n}")

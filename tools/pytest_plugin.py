@@ -138,7 +138,7 @@ class SimRun:
         """This run as a :class:`tools.compare.RunRecord` (for :func:`tools.compare.compare_runs`)."""
         from tools.compare import record_from_run
 
-        return record_from_run(self.label, self.system, self.result, self.trace_path)
+        return record_from_run(self.label, self.system, self.result, self.trace_path, self.trace)
 
     # -- the result -------------------------------------------------------------
     @property
