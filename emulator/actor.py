@@ -118,6 +118,36 @@ class Actor:
         """Put an annotation in the trace (msgpack-able ``value``)."""
         self._emit((MARK, self.system.clock.now, self.id, name, value))
 
+    def detach(self) -> None:
+        """Take this actor out of the system it was built in, with its state, to add it to another.
+
+        Its ports forget their links and queued messages, its engine counters and fault hooks are
+        reset; its model state (what the constructor and the builder set up) is kept.  Used by
+        ``emu trace replay`` to run one actor of a machine alone against recorded inputs.
+        """
+        self.system = None
+        self.id = -1
+        self.faults = []
+        self.blocked = {}
+        self.busy_ps = self.busy_spans = 0
+        self.finished_at = None
+        self.killed = False
+        self.cancel_scope = None
+        self._emit = None
+        for p in self.inputs.values():
+            p.detach()
+        for p in self.outputs.values():
+            p.detach()
+
+    def replay_blocker(self) -> str | None:
+        """Why this actor cannot be replayed alone against recorded messages, or ``None`` (it can).
+
+        An actor whose behaviour depends on more than its messages and parameters (it models its
+        links' serialisation itself, say) overrides this; ``emu trace replay`` refuses it up front
+        with this reason.
+        """
+        return None
+
     def describe(self) -> dict:
         """Parameters shown by ``emu explain`` (override to add model parameters)."""
         return {"type": type(self).__name__, "daemon": self.daemon,

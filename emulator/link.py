@@ -142,6 +142,14 @@ class InPort:
         link._credit_return()
         return msg
 
+    def detach(self) -> None:
+        """Forget the links and queued messages (the owner leaves its system, e.g. to be replayed alone)."""
+        self.links = []
+        self.buf.clear()
+        self.waiter = None
+        self.taken = 0
+        self.max_depth = 0
+
     def poll(self):
         """Take a message if one is waiting, else return ``None`` (never blocks)."""
         if self.buf:
@@ -242,6 +250,10 @@ class OutPort:
 
     def __repr__(self) -> str:
         return f"<OutPort {self.path}>"
+
+    def detach(self) -> None:
+        """Forget the link (the owner leaves its system, e.g. to be replayed alone)."""
+        self.link = None
 
     @enable_ki_protection
     async def send(self, msg) -> None:

@@ -387,12 +387,19 @@ class System:
         return rows
 
     def link_metrics(self, end_time: int) -> list[dict]:
+        """Per-link counters (``links.csv``; columns in docs/outputs-links.md).
+
+        ``max_depth`` is the peak number of messages waiting in the receiving in-port (all the links
+        into that port), a message handed straight to a waiting receiver counting as 1 -- the same
+        number ``emu trace summary`` reads from the DELIVER events' depth.
+        """
         rows = []
         for l in self.links:
             rows.append({"link": l.name, "messages": l.messages, "bytes": l.bytes, "delivered": l.delivered,
                          "dropped": l.dropped, "busy_ps": l.busy_ps,
                          "utilisation": (l.busy_ps / end_time) if end_time else 0.0,
-                         "sender_blocked": l.blocked_count, "max_depth": l.dst.max_depth})
+                         "sender_blocked": l.blocked_count,
+                         "max_depth": max(l.dst.max_depth, 1 if l.dst.taken else 0)})
         return rows
 
 

@@ -98,6 +98,20 @@ class Recorder:
         self._strip_payload = not self.options.payloads
         self.emit = self.events.append  # the hot path
 
+    def tap(self, fn) -> None:
+        """Also pass every event to ``fn(event)`` as it is emitted (e.g. replay watching one actor).
+
+        Call it before actors and links are added to the system: they bind ``emit`` then.  Without a
+        tap the hot path stays a bare ``list.append``.
+        """
+        append = self.events.append
+
+        def emit(ev):
+            fn(ev)
+            append(ev)
+
+        self.emit = emit
+
     # -- lifecycle ------------------------------------------------------------
     def open(self, header: dict) -> None:
         """Start the trace file (if a path is set) with ``header``."""

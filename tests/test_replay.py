@@ -130,3 +130,82 @@ def test_replay_refuses_a_filtered_trace(tmp_path):
     record(path, REDUCE, SMALL + ["trace.links=['cube00/*']"])
     with pytest.raises(ReplayError, match="link filter left out cube03/pe"):
         replay_actor(read_trace(str(path)), "cube03/pe1")
+
+
+# -- the shipped machines (issue 14 item 8) -------------------------------------------
+AHBM_PREFILL = ROOT / "scenarios" / "ahbm" / "attention_prefill.yaml"
+PCCX_PROGRAM = ROOT / "scenarios" / "pccx" / "program.yaml"
+
+
+@pytest.fixture(scope="module")
+def machine_traces(tmp_path_factory):
+    d = tmp_path_factory.mktemp("machines")
+    out = {}
+    for key, scen in (("ahbm", AHBM_PREFILL), ("pccx", PCCX_PROGRAM)):
+        res, tr = record(d / f"{key}.emutrace", scen)
+        assert res["status"] == "finished"
+        out[key] = (d / f"{key}.emutrace", tr)
+    return out
+
+
+def test_cli_replays_an_ahbm_pe_cpu(machine_traces, emu):
+    path, tr = machine_traces["ahbm"]
+    p = emu("trace", "replay", path, "--actor", "sip0/cube00/pe3/cpu", check=0)
+    sent = sum(1 for ev in tr.events if ev[0] == 0 and tr.links[ev[2]]["src"] == "sip0/cube00/pe3/cpu")
+    assert p.stdout.startswith(f"replay of sip0/cube00/pe3/cpu: {sent} messages match") and sent > 100
+
+
+def _one_of_each_kind(tr) -> list[str]:
+    from tools.trace_summary import component_kind, kind_stems
+
+    stems, seen = kind_stems(tr.actors), {}
+    for a in tr.actors:
+        seen.setdefault(component_kind(a, stems), a)
+    return list(seen.values())
+
+
+def test_every_kind_of_ahbm_actor_replays_exactly(machine_traces):
+    _, tr = machine_traces["ahbm"]
+    actors = _one_of_each_kind(tr)
+    assert {"cpu", "sched", "dma", "gemm", "math", "tcm", "ipcq", "pc", "port", "router", "host"} <= {
+        a.rsplit("/", 1)[-1].rstrip("0123456789") for a in actors}
+    for a in actors:
+        res = replay_actor(tr, a)
+        assert res.ok, res.text()
+
+
+def test_every_pccx_actor_replays_exactly(machine_traces):
+    _, tr = machine_traces["pccx"]
+    for a in tr.actors:
+        res = replay_actor(tr, a)
+        assert res.ok and res.matched == res.expected, res.text()
+
+
+def test_a_cut_through_router_is_refused_up_front(tmp_path, emu):
+    path = tmp_path / "ct.emutrace"
+    _, tr = record(path, AHBM_PREFILL, ["machine.overrides.noc.switching=cut_through"])
+    p = emu("trace", "replay", path, "--actor", "sip0/cube00/router", check=1)
+    assert "sip0/cube00/router cannot be replayed alone: a cut-through router serialises its links" in p.stderr
+    assert "Traceback" not in p.stderr and "diverges" not in p.stdout
+    assert replay_actor(tr, "sip0/cube00/pe0/hbm/port").ok      # the actors around it replay fine
+
+
+def test_detach_moves_a_built_actor_into_another_system():
+    """The engine API replay rests on: Actor.detach() and Recorder.tap()."""
+    from emulator.system import System
+
+    sc = load_scenario(str(REDUCE), registry, SMALL)
+    from tools.runner import build_system
+    old, _ = build_system(sc)
+    actor = old.actors["cube00/pe1"]
+    assert actor.inputs and all(p.links for p in actor.inputs.values())
+    actor.detach()
+    assert actor.system is None and all(not p.links for p in actor.inputs.values())
+    assert all(p.link is None for p in actor.outputs.values())
+    new = System("again", seed=1)
+    seen = []
+    new.recorder.tap(seen.append)
+    new.add(actor)
+    assert new.actors["cube00/pe1"] is actor and actor.id == 0
+    new.recorder.emit((6, 0, 0, "hello", 1))
+    assert seen == [(6, 0, 0, "hello", 1)] and new.recorder.events == seen

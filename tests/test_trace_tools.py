@@ -137,9 +137,11 @@ def test_critical_path_is_a_connected_chain_to_the_end(reduce_trace):
             assert a["actor"] == b["from"]
         if a["kind"] == "message":
             assert b["actor"] == a["to"]
-    # the last round starts at 5us (period) with a leaf's produce
-    assert cp[0]["start_ps"] == 5_000_000 and cp[1]["label"] == "produce"
-    assert {s["kind"] for s in cp} == {"start", "busy", "message"}
+    # the whole run: a leaf produces at 0, waits for its period, and the last round starts at 5us
+    assert cp[0]["start_ps"] == 0 and cp[1]["label"] == "produce"
+    idle = next(s for s in cp if s["kind"] == "idle")
+    assert idle["end_ps"] == 5_000_000 and idle["actor"] == cp[0]["actor"]
+    assert {s["kind"] for s in cp} == {"start", "busy", "idle", "message"}
 
 
 def test_critical_path_follows_a_delayed_message(tmp_path):
@@ -174,7 +176,7 @@ def test_critical_path_of_a_killed_ring_ends_at_the_dead_node(tmp_path):
     assert cp[0]["kind"] == "start" and cp[0]["start_ps"] == 0        # initial tokens leave at 0
     for a, b in zip(cp, cp[1:]):
         assert a["end_ps"] == b["start_ps"]
-        assert {a["kind"], b["kind"]} <= {"start", "busy", "message"} and a["kind"] != b["kind"]
+        assert {a["kind"], b["kind"]} <= {"start", "busy", "idle", "message"} and a["kind"] != b["kind"]
 
 
 # -- diff -------------------------------------------------------------------------

@@ -231,8 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--scale", type=float, default=1.0, help="multiply workload sizes")
     b.set_defaults(func=cmd_bench)
 
-    from tools import trace_tools
+    from tools import compare, trace_tools
     trace_tools.add_parser(sub)
+    compare.add_parser(sub)
     import importlib
     for extra in ("tools.pccx_cli", "tools.ahbm_cli"):  # machine-specific subcommands, when present
         try:

@@ -1,11 +1,13 @@
-"""pytest helpers for async integration tests against emulated machines.
+"""pytest plugin for async integration tests against emulated machines.
 
 Why: a kernel or hardware architect wants to state properties of a run --
 "every partial reaches the root within 300 ns", "the DMA finishes before the
 GEMM starts", "a dropped message deadlocks the root" -- as ordinary tests that
-run in-process, on virtual time, in milliseconds.  Load it in a test module::
+run in-process, on virtual time, in milliseconds.
 
-    pytest_plugins = ["tools.pytest_plugin"]
+Installing the package registers this plugin with pytest (entry point
+``pytest11``, name ``tools.pytest_plugin``), so a test file anywhere needs no
+configuration::
 
     async def test_reduce_latency(vclock, emu_sim):
         run = await emu_sim.run("scenarios/demo/reduce.yaml",
@@ -15,32 +17,74 @@ run in-process, on virtual time, in milliseconds.  Load it in a test module::
         run.assert_latency(link="cube00/pe1*", max="200ns")
         assert run.count("deliver", link="cube05/*") == 8
 
-``vclock`` (from :mod:`emulator.testing`, re-exported here) must be in the
-test's signature: pytest-trio then runs the test on the virtual clock, and the
-scenario runs on that clock inside the test's own Trio run.  A system's times
-are absolute from 0, so one test runs one scenario (a second ``run`` in the
-same test is refused with a clear message).
+What the plugin provides:
+
+* ``vclock``: a fresh :class:`~emulator.clock.VirtualClock` with Trio's
+  scheduling order pinned (deterministic runs).  pytest-trio runs a test on
+  any clock fixture it requests, so the test runs on virtual picoseconds;
+* ``async def`` tests that use ``vclock`` or ``emu_sim`` are marked for
+  pytest-trio even without ``trio_mode = true`` in the project's pytest
+  configuration (other async tests are left alone);
+* ``emu_sim``: ``await emu_sim.run(...)`` runs one scenario inside the test's
+  own Trio run, on its clock (a system's times are absolute from 0, so one such
+  run per test); ``emu_sim.run_sync(...)`` (plain ``def`` tests) runs any number
+  of scenarios, each in its own Trio run, and ``emu_sim.compare(a, b)`` gives
+  their end-time, per-link and per-actor deltas (:mod:`tools.compare`).
 
 ``emu_sim.run`` validates exactly like ``emu run`` (``set`` items are
 ``--set key.path=value`` strings; ``faults`` are extra fault entries appended
 to the scenario's, validated against the fault schema), records a full trace
 to the test's temporary directory and returns a :class:`SimRun` with event
 queries (:meth:`SimRun.events`) and assertions whose failure messages name
-the events involved.
+the events involved.  A relative scenario path that does not exist from the
+current directory is looked up in the emulator's own ``scenarios/`` (so
+``"scenarios/demo/reduce.yaml"`` works from any project with a source install).
+
+Needs pytest-trio (``pip install 'accel-emulator[test]'``).
 """
 from __future__ import annotations
 
 import fnmatch
+import inspect
 from pathlib import Path
 
 import pytest
 
-from emulator.clock import VirtualClock, current_clock
-from emulator.testing import deterministic, vclock  # noqa: F401  (fixtures re-exported)
+from emulator.clock import VirtualClock, current_clock, deterministic_scheduling
 from emulator.trace import BLOCK, FAULT, KIND_CODES, KINDS, SEND, TraceFile, read_trace
 from emulator.units import format_time, parse_time
 
-__all__ = ["emu_sim", "SimHarness", "SimRun", "Event", "vclock", "deterministic"]
+__all__ = ["emu_sim", "SimHarness", "SimRun", "Event", "vclock"]
+
+#: the repository root of a source install (where ``scenarios/`` lives)
+_SOURCE_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def vclock():
+    """A virtual clock for the test (pytest-trio runs the test on it), with deterministic scheduling."""
+    with deterministic_scheduling():
+        yield VirtualClock()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``async def`` tests that use the emulator's fixtures for pytest-trio (no ``trio_mode`` needed)."""
+    try:
+        trio_mode = config.getini("trio_mode")
+    except ValueError:
+        trio_mode = None          # pytest-trio is not installed
+    if trio_mode:
+        return
+    for item in items:
+        fn = getattr(item, "obj", None)
+        names = getattr(item, "fixturenames", ())
+        if not (inspect.iscoroutinefunction(fn) and ("vclock" in names or "emu_sim" in names)):
+            continue
+        if trio_mode is None:
+            raise pytest.UsageError(f"{item.nodeid}: async emulator tests need pytest-trio "
+                                    "(pip install 'accel-emulator[test]')")
+        if item.get_closest_marker("trio") is None:
+            item.add_marker(pytest.mark.trio)
 
 
 class Event:
@@ -87,6 +131,14 @@ class SimRun:
         self.system = system
         self.trace = trace
         self._events: list[Event] | None = None
+        self.label = "run"
+        self.trace_path: str | None = None
+
+    def record(self):
+        """This run as a :class:`tools.compare.RunRecord` (for :func:`tools.compare.compare_runs`)."""
+        from tools.compare import record_from_run
+
+        return record_from_run(self.label, self.system, self.result, self.trace_path, self.trace)
 
     # -- the result -------------------------------------------------------------
     @property
@@ -259,7 +311,7 @@ class SimHarness:
             sets.append(f"seed={int(seed)}")
         if mode is not None:
             sets.append(f"mode={mode}")
-        sc = load_scenario(str(path), registry, sets)
+        sc = load_scenario(str(_scenario_path(path)), registry, sets)
         if faults:
             doc = Doc(list(faults), {}, "<faults passed to emu_sim>")
             try:
@@ -298,7 +350,47 @@ class SimHarness:
         if workload.check is not None:
             checks = workload.check(system, scenario.profile, scenario.params, result) or {}
             result.reports = {**result.reports, "checks": checks}
-        return SimRun(result, system, read_trace(str(path)))
+        run = SimRun(result, system, read_trace(str(path)))
+        run.trace_path = str(path)
+        return run
+
+    def run_sync(self, scenario, *, set=(), faults=(), seed: int | None = None, mode: str | None = None,
+                 label: str | None = None) -> SimRun:
+        """Run a scenario in its own Trio run (from a plain ``def`` test): call it as often as needed.
+
+        Each run is exactly ``emu run`` (its workload check decides the final status) with a full
+        trace in the test's temporary directory; ``label`` names it in comparisons.
+        """
+        from tools.runner import run_scenario
+
+        if not hasattr(scenario, "resolved"):
+            scenario = self.load(scenario, set=set, faults=faults, seed=seed, mode=mode)
+        elif set or faults or seed is not None or mode is not None:
+            raise ValueError("emu_sim.run_sync: pass set/faults/seed/mode to load() when giving a loaded scenario")
+        self.runs += 1
+        path = self.tmp_path / f"{scenario.name}-{self.runs}.emutrace"
+        scenario.trace = {"enabled": True, "payloads": True}
+        res, system, result = run_scenario(scenario, trace_path=str(path))
+        result.status, result.error = res["status"], res.get("error")
+        run = SimRun(result, system, read_trace(str(path)))
+        run.label = label or f"run {self.runs} ({scenario.name})"
+        run.trace_path = str(path)
+        return run
+
+    @staticmethod
+    def compare(a: "SimRun", b: "SimRun"):
+        """``b`` against ``a``: a :class:`tools.compare.Comparison` (end time, per-link and per-actor deltas)."""
+        from tools.compare import compare_runs
+
+        return compare_runs(a.record(), b.record())
+
+
+def _scenario_path(path) -> Path:
+    """``path`` as given, or -- relative and missing here -- the same path in the emulator's source tree."""
+    p = Path(path)
+    if not p.is_absolute() and not p.exists() and (_SOURCE_ROOT / p).exists():
+        return _SOURCE_ROOT / p
+    return p
 
 
 @pytest.fixture

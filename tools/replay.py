@@ -5,7 +5,8 @@ what it was fed?".  Replaying one actor against its recorded inputs answers
 it, and a changed parameter (``--set workload.params.merge=16ns``) shows
 exactly where that actor's behaviour departs from the recording.
 
-How (only public engine API; the actor object itself is the real one):
+How (public engine API only: :meth:`Actor.detach`, :meth:`Recorder.tap`; the
+actor object itself is the real one):
 
 1. the scenario is rebuilt from the trace header (``scenario_resolved``); with
    ``--set``, the resolved scenario is written back as a scenario document
@@ -13,18 +14,18 @@ How (only public engine API; the actor object itself is the real one):
    like any scenario -- so the recorded run's own ``--set`` edits are kept and
    a bad edit is reported like ``emu run`` would; the whole machine is then
    built with :func:`tools.runner.build_system`;
-2. the actor named NAME is taken out of that system (its ports are detached
-   from the machine's links) and put alone in a fresh :class:`System` with the
-   same seed and mode;
-3. each of its in-ports is fed by a *feeder* actor that sends the messages the
-   trace shows it received (the SEND payloads of its in-links, decoded), each
-   at its recorded DELIVER time, over a link with the original name and
-   capacity, latency 0 and infinite bandwidth -- so every message arrives
-   exactly when it did, in the recorded order;
-4. each out-port is wired, with the original link parameters (and the
-   scenario's faults on that link), to a *sink* that takes the k-th message
-   at the recorded TAKE time of the k-th message -- so back-pressure
-   (credits) is reproduced;
+2. the actor named NAME is taken out of that system (``Actor.detach``) and put
+   alone in a fresh :class:`System` with the same seed and mode;
+3. each of its peers (an actor at the other end of one of its links) is
+   replaced by a *stand-in* of the same name, so the wiring keeps its shape;
+   on each link from the peer, the stand-in sends the messages the trace shows
+   (the SEND payloads, decoded), each at its recorded DELIVER time, over a link
+   with the original name and capacity, latency 0 and infinite bandwidth -- so
+   every message arrives exactly when it did, in the recorded order;
+4. each link from the actor to a peer keeps its original parameters (and the
+   scenario's faults on it); the stand-in takes the k-th message at the
+   recorded TAKE time of the k-th message -- so back-pressure (credits) is
+   reproduced;
 5. the actor's SEND events on its out-links (time, payload bytes) and its
    completion time are compared, in order, with the recording.
 
@@ -65,33 +66,52 @@ class ReplayResult:
         return "\n".join(self.lines)
 
 
-class _Feeder(Actor):
-    """Sends recorded messages on its out-ports at their recorded delivery times."""
+class _Peer(Actor):
+    """Stands in for one peer of the replayed actor, under the peer's own name.
 
-    def __init__(self, name: str, script: list[tuple[int, str, object]]):
+    It owns the ends of the peer's links to and from the actor, so the wiring keeps its shape
+    (the replayed actor may check that a completion link comes from the engine it commands).
+    On each link from the actor it takes the k-th message no earlier than the recorded TAKE time
+    of the k-th message, so credits (back-pressure) come back as they did.  The messages *to* the
+    actor are sent on its out-ports by the :class:`_Feeder`.
+    """
+
+    def __init__(self, name: str):
         super().__init__(name)
-        self.script = script    # (time, out-port name, message), in delivery order
+        self.take_times: dict[str, list[int]] = {}               # in-port -> [time]
+
+    async def _drain(self, port: str) -> None:
+        inp = self.inputs[port]
+        for t in self.take_times[port]:
+            if t > self.now:
+                await self.sleep_until(t)
+            await inp.recv()
+
+    async def run(self) -> None:
+        import trio
+
+        async with trio.open_nursery() as nursery:
+            for port in self.take_times:
+                nursery.start_soon(self._drain, port)
+
+
+class _Feeder(Actor):
+    """Sends every recorded message to the replayed actor at its recorded delivery time.
+
+    One task for all the actor's in-links, in the recorded delivery order: messages that arrived at
+    the same instant on different links (a DMA write and a CPU read of the TCM) arrive in the same
+    order again.  It sends on the stand-ins' out-ports (zero latency, infinite bandwidth).
+    """
+
+    def __init__(self, name: str, script: list):
+        super().__init__(name)
+        self.script = script          # [(time, OutPort, message)] in delivery order
 
     async def run(self) -> None:
         for t, port, msg in self.script:
             if t > self.now:
                 await self.sleep_until(t)
-            await self.outputs[port].send(msg)
-
-
-class _Sink(Actor):
-    """Takes the k-th message no earlier than the recorded TAKE time of the k-th message."""
-
-    def __init__(self, name: str, take_times: list[int]):
-        super().__init__(name)
-        self.inp = self.in_port("in")
-        self.take_times = take_times
-
-    async def run(self) -> None:
-        for t in self.take_times:
-            if t > self.now:
-                await self.sleep_until(t)
-            await self.inp.recv()
+            await port.send(msg)
 
 
 _UNIT = {"time": "ps", "frequency": "Hz", "size": "B", "bandwidth": "B/s"}
@@ -162,26 +182,6 @@ def _load_scenario(trace: TraceFile, sets: list[str] | None):
     return sc
 
 
-def _detach(actor: Actor) -> None:
-    """Take ``actor`` out of the system it was built in (its ports forget their links)."""
-    actor.system = None
-    actor.id = -1
-    actor.faults = []
-    actor.blocked = {}
-    actor.busy_ps = actor.busy_spans = 0
-    actor.finished_at = None
-    actor.killed = False
-    actor.cancel_scope = None
-    for p in actor.inputs.values():
-        p.links = []
-        p.buf.clear()
-        p.waiter = None
-        p.taken = 0
-        p.max_depth = 0
-    for p in actor.outputs.values():
-        p.link = None
-
-
 def replay_actor(trace: TraceFile, name: str, *, sets: list[str] | None = None) -> ReplayResult:
     """Replay actor ``name`` of ``trace`` alone; see the module docstring."""
     from tools.runner import build_system
@@ -243,48 +243,47 @@ def replay_actor(trace: TraceFile, name: str, *, sets: list[str] | None = None) 
     actor = old.actors.get(name)
     if actor is None:
         raise ReplayError(f"the rebuilt machine has no actor {name!r} (did --set change the machine?)")
-    _detach(actor)
+    blocker = actor.replay_blocker()
+    if blocker:
+        raise ReplayError(f"{name} cannot be replayed alone: {blocker}")
+    actor.detach()
 
     system = System(f"replay:{name}", seed=scenario.seed, mode=scenario.mode, scenario=scenario.resolved())
     got: list = []
-    rec_emit = system.recorder.emit
-
-    def emit(ev, _append=got.append, _emit=rec_emit):
-        _append(ev)
-        _emit(ev)
-
-    system.recorder.emit = emit
+    system.recorder.tap(got.append)
     system.add(actor)
 
-    # feeders: one per in-port, one out-port per original in-link
-    by_port: dict[str, list[int]] = {}
+    peers: dict[str, _Peer] = {}
+
+    def peer(pname: str) -> _Peer:
+        if pname not in peers:
+            peers[pname] = system.add(_Peer(pname))
+        return peers[pname]
+
+    ports = {}
     for li in in_links:
-        by_port.setdefault(links[li]["dst_port"], []).append(li)
-    for port, lis in by_port.items():
-        if port not in actor.inputs:
-            raise ReplayError(f"actor {name} has no in-port {port!r} any more (the trace's link "
-                              f"{links[lis[0]]['name']} ends there)")
-        script = []
-        for _, t, li, seq, _ in delivers:
-            if links[li]["dst_port"] != port:
-                continue
-            try:
-                msg = decode(payload[(li, seq)])
-            except ProtocolError as e:
-                raise ReplayError(f"message #{seq} on {links[li]['name']} does not decode: {e}") from None
-            script.append((t, f"l{li}", msg))
-        feeder = system.add(_Feeder(f"replay/feed/{port}", script))
-        for li in lis:
-            system.connect(feeder.out_port(f"l{li}"), actor.inputs[port], capacity=links[li]["capacity"],
-                           latency=0, bandwidth=0, name=links[li]["name"])
-    # sinks: one per out-link, with the original parameters
+        l = links[li]
+        if l["dst_port"] not in actor.inputs:
+            raise ReplayError(f"actor {name} has no in-port {l['dst_port']!r} any more (the trace's link "
+                              f"{l['name']} ends there)")
+        ports[li] = peer(l["src"]).out_port(f"l{li}")
+        system.connect(ports[li], actor.inputs[l["dst_port"]], capacity=l["capacity"], latency=0, bandwidth=0,
+                       name=l["name"])
+    script = []
+    for _, t, li, seq, _ in delivers:
+        try:
+            script.append((t, ports[li], decode(payload[(li, seq)])))
+        except ProtocolError as e:
+            raise ReplayError(f"message #{seq} on {links[li]['name']} does not decode: {e}") from None
+    system.add(_Feeder("replay/feeder", script))
     for li in out_links:
         l = links[li]
         port = actor.outputs.get(l["src_port"])
         if port is None:
             raise ReplayError(f"actor {name} has no out-port {l['src_port']!r} any more (trace link {l['name']})")
-        sink = system.add(_Sink(f"replay/sink/{li}", takes[li]))
-        system.connect(port, sink.inp, capacity=l["capacity"], latency=l["latency_ps"],
+        p = peer(l["dst"])
+        p.take_times[f"l{li}"] = takes[li]
+        system.connect(port, p.in_port(f"l{li}"), capacity=l["capacity"], latency=l["latency_ps"],
                        bandwidth=l["bandwidth_Bps"], name=l["name"])
     install_faults(system, scenario.faults, skip_unmatched=True)
 

@@ -5,36 +5,59 @@ on any ``.emutrace`` -- including one from a deadlocked or faulted run.
 
 * **utilisation** of an actor = its busy time (sum of BUSY spans) / end time;
 * **links**: messages and bytes sent (SEND), delivered, dropped (sent, never
-  delivered), sender blocks (BLOCK), peak in-port depth;
+  delivered), sender blocks (BLOCK) and ``max_depth``: the peak number of
+  messages waiting in the receiving in-port (all the links into that port),
+  counting a message handed straight to a waiting receiver as 1 -- the same
+  number as ``links.csv``'s ``max_depth`` (``System.link_metrics``,
+  docs/outputs-links.md);
 * **longest waits**: per message, the time it sat in the receiver's in-port
   (DELIVER -> TAKE), the top N;
-* **critical path**: the chain of busy spans and messages that determined the
-  time of the last event.  It is walked backwards from the actor of the last
-  event; at each point ``(actor, t)`` the cause is, in this order:
+* **critical path** over the whole run: the chain of busy spans, own waits and
+  message flights that determined the time of the last event, walked
+  backwards from it.  Each actor's own events (busy spans, sends, takes,
+  blocks, marks, done) are taken in emission order, which inside one virtual
+  instant is causal order.  From an event ``e`` of actor ``A`` at time ``t``:
 
-  1. a busy span of the actor ending at ``t`` -> step back to its start;
-  2. a message the actor took at ``t`` that was delivered at ``t`` (the actor
-     was waiting for it) -> the message's flight, then its sender at send time;
-  3. a send of the actor at ``t`` that had blocked for credit -> the receiver
-     that freed the credit (its TAKE on that link at ``t``);
-  4. otherwise the actor was idle on its own (a timer, the start of the run):
-     the walk stops there -- that is where the path starts.
+  1. ``e`` is a TAKE of a message delivered at ``t`` (``A`` was waiting for
+     it) -> the message's flight, then its sender at its SEND event;
+  2. ``e`` is a SEND that had blocked for credit -> the receiver at the TAKE
+     on that link that freed the credit;
+  2b. in rule 1, if the sender only *polled* (its request followed a wait on
+     its own timer, e.g. a driver reading a status register every 1 us), the
+     request is not the cause: what the answer carries is -- the last message
+     ``A`` took from another link since the previous poll.  The time from that
+     news to the poll is a ``poll`` step of the poller;
+  3. otherwise -> ``A``'s previous own event; the time between is ``A``'s:
+     ``busy`` where a busy span covers it, ``idle`` otherwise (a sleep, a
+     timer, a message that sat in its queue while it worked).
+
+  The walk ends at an actor's first event (a ``start`` step from 0), so the
+  steps partition ``[0, end]``.  It follows causality through every
+  sub-actor (CPU -> scheduler -> DMA -> HBM -> GEMM -> ...) and the summary
+  adds the time along it per **component kind** (the last element of an actor
+  name without its digits: ``sip0/cube03/pe3/dma`` -> ``dma``) and per
+  **link class** (``cpu.dma->dma.cmd``).  An actor with several internal
+  tasks is one timeline: its previous own event may belong to another task
+  (an approximation the path shares with every trace-only analysis).
 
   If the last event is a delivery nobody took (a run ending in a deadlock or
   at a killed receiver), the path ends with that message's flight.
 
-  With a message delivered earlier than taken (it waited in the queue) the
-  receiver, not the message, was the bottleneck, so rule 2 does not apply.
+A trace recorded with filters (``trace.kinds``, ``trace.actors``,
+``trace.links``) lacks what some parts need; the summary names each part it
+cannot compute (``missing``) instead of printing zeros.
 """
 from __future__ import annotations
 
 import bisect
+import re
 from collections import defaultdict
 
-from emulator.trace import BLOCK, BUSY, DELIVER, DONE, ERROR, FAULT, MARK, SEND, TAKE, TraceFile
+from emulator.trace import BLOCK, BUSY, DELIVER, DONE, ERROR, FAULT, KIND_CODES, MARK, SEND, TAKE, TraceFile
 from emulator.units import format_time
 
-__all__ = ["summarise", "format_summary", "critical_path", "event_actor"]
+__all__ = ["summarise", "format_summary", "critical_path", "path_by_kind", "event_actor", "component_kind",
+           "kind_stems", "link_class", "missing_parts"]
 
 
 def event_actor(trace: TraceFile, ev) -> str | None:
@@ -49,6 +72,40 @@ def event_actor(trace: TraceFile, ev) -> str | None:
     return None
 
 
+_DIGITS = re.compile(r"\d+$")
+
+
+def component_kind(actor: str, stems: set[str] | None = None) -> str:
+    """An actor's component kind: the last element of its name, without an instance number.
+
+    ``sip0/cube03/pe3/dma`` -> ``dma``, ``pccx/hp2`` -> ``hp``, ``sip0/cube03/pe3/pc5`` -> ``pc`` (an HBM
+    pseudo-channel).  The number is dropped only when ``stems`` (from :func:`kind_stems`) says several
+    instances share the stem, so ``pccx/l2`` stays ``l2``; without ``stems`` it is always dropped.
+    """
+    last = actor.rsplit("/", 1)[-1]
+    stem = _DIGITS.sub("", last)
+    if not stem or (stems is not None and stem not in stems):
+        return last
+    return stem
+
+
+def kind_stems(actors) -> set[str]:
+    """The name stems that several numbered instances share (``hp`` for hp0..hp3), for :func:`component_kind`."""
+    seen: dict[str, set[str]] = defaultdict(set)
+    for a in actors:
+        last = a.rsplit("/", 1)[-1]
+        stem = _DIGITS.sub("", last)
+        if stem != last:
+            seen[stem].add(last)
+    return {s for s, names in seen.items() if len(names) > 1}
+
+
+def link_class(link: dict, stems: set[str] | None = None) -> str:
+    """A link's class: its ends' component kinds and ports, ``cpu.dma->dma.cmd``."""
+    return (f"{component_kind(link['src'], stems)}.{link.get('src_port', '?')}->"
+            f"{component_kind(link['dst'], stems)}.{link.get('dst_port', '?')}")
+
+
 def end_time(trace: TraceFile) -> int:
     end = trace.footer.get("end_time_ps")
     if end is None:
@@ -56,9 +113,44 @@ def end_time(trace: TraceFile) -> int:
     return int(end)
 
 
-def summarise(trace: TraceFile, *, top: int = 10) -> dict:
-    """The summary as a JSON-friendly dict."""
+def recorded_filters(trace: TraceFile) -> dict:
+    """The trace options the run was recorded with (kinds, actors, links globs), from the header."""
+    t = (trace.header.get("scenario_resolved") or {}).get("trace") or {}
+    return {"kinds": t.get("kinds"), "actors": t.get("actors"), "links": t.get("links")}
+
+
+#: what each part of the summary needs from the trace
+NEEDS = {
+    "utilisation": {"busy"},
+    "links": {"send", "deliver"},
+    "longest_waits": {"deliver", "take"},
+    "critical_path": {"busy", "send", "deliver", "take", "block", "done"},
+}
+
+
+def missing_parts(trace: TraceFile) -> dict[str, str]:
+    """``{part: why}`` for each summary part this trace cannot give (recorded with filters)."""
+    f = recorded_filters(trace)
+    out = {}
+    kinds = set(f["kinds"]) if f["kinds"] else None
+    for part, need in NEEDS.items():
+        if kinds is not None and not need <= kinds:
+            out[part] = (f"needs the {', '.join(sorted(need - kinds))} events; the trace was recorded with "
+                         f"trace.kinds=[{', '.join(sorted(kinds))}]")
+    if "critical_path" not in out and (f["actors"] or f["links"]):
+        which = " and ".join(f"trace.{k}={f[k]}" for k in ("actors", "links") if f[k])
+        out["critical_path"] = (f"needs every actor's and link's events; the trace was recorded with {which}, "
+                                "so a path would stop where it leaves them")
+    return out
+
+
+def summarise(trace: TraceFile, *, top: int = 10, critical: bool = True) -> dict:
+    """The summary as a JSON-friendly dict; parts the trace cannot give are ``None`` and named in ``missing``.
+
+    ``critical=False`` skips the critical path (``None``), for callers that only need the counters.
+    """
     end = end_time(trace)
+    missing = missing_parts(trace)
     busy = defaultdict(int)
     spans = defaultdict(int)
     for ev in trace.events:
@@ -71,7 +163,9 @@ def summarise(trace: TraceFile, *, top: int = 10) -> dict:
     actors.sort(key=lambda r: (-r["utilisation"], r["actor"]))
 
     n = len(trace.links)
-    msgs, nbytes, delivered, blocks, peak = [0] * n, [0] * n, [0] * n, [0] * n, [0] * n
+    msgs, nbytes, delivered, blocks = [0] * n, [0] * n, [0] * n, [0] * n
+    port_peak: dict[tuple[str, str], int] = defaultdict(int)
+    port_of = [(l["dst"], l.get("dst_port", "")) for l in trace.links]
     deliver_t: dict[tuple[int, int], int] = {}
     waits = []
     faults = 0
@@ -82,7 +176,9 @@ def summarise(trace: TraceFile, *, top: int = 10) -> dict:
             nbytes[ev[2]] += ev[4]
         elif k == DELIVER:
             delivered[ev[2]] += 1
-            peak[ev[2]] = max(peak[ev[2]], ev[4])
+            p = port_of[ev[2]]
+            if ev[4] > port_peak[p]:
+                port_peak[p] = ev[4]
             deliver_t[(ev[2], ev[3])] = ev[1]
         elif k == TAKE:
             d = deliver_t.pop((ev[2], ev[3]), None)
@@ -93,184 +189,295 @@ def summarise(trace: TraceFile, *, top: int = 10) -> dict:
         elif k == FAULT:
             faults += 1
     links = [{"link": l["name"], "messages": msgs[i], "bytes": nbytes[i], "delivered": delivered[i],
-              "lost": msgs[i] - delivered[i], "sender_blocked": blocks[i], "peak_depth": peak[i]}
+              "lost": msgs[i] - delivered[i], "sender_blocked": blocks[i], "max_depth": port_peak[port_of[i]]}
              for i, l in enumerate(trace.links)]
     links.sort(key=lambda r: (-r["bytes"], r["link"]))
     waits.sort(key=lambda w: (-w[0], w[3], w[1], w[2]))
     longest = [{"wait_ps": w, "link": trace.links[li]["name"], "seq": seq, "delivered_ps": d, "taken_ps": t}
                for w, li, seq, d, t in waits[:top]]
     errors = [{"t_ps": ev[1], "where": ev[2], "text": ev[3]} for ev in trace.events if ev[0] == ERROR]
+    cp = None if "critical_path" in missing or not critical else critical_path(trace)
     return {
         "scenario": trace.header.get("scenario"), "seed": trace.header.get("seed"),
         "status": trace.footer.get("status"), "end_time_ps": end, "events": len(trace.events),
-        "faults": faults, "errors": errors,
-        "actors": actors, "links": links, "longest_waits": longest,
-        "critical_path": critical_path(trace),
+        "faults": faults, "errors": errors, "missing": missing,
+        "actors": None if "utilisation" in missing else actors,
+        "links": None if "links" in missing else links,
+        "longest_waits": None if "longest_waits" in missing else longest,
+        "critical_path": cp,
+        "critical_path_by_kind": None if cp is None else path_by_kind(cp, {l["name"]: l for l in trace.links},
+                                                                      kind_stems(trace.actors)),
     }
 
 
+def path_by_kind(steps: list[dict], links: dict[str, dict], stems: set[str] | None = None) -> dict:
+    """Time along a critical path per component kind (busy / idle) and per link class (message flights)."""
+    kinds: dict[str, dict] = defaultdict(lambda: {"busy_ps": 0, "idle_ps": 0, "steps": 0})
+    classes: dict[str, dict] = defaultdict(lambda: {"flight_ps": 0, "messages": 0})
+    for s in steps:
+        d = s["end_ps"] - s["start_ps"]
+        if s["kind"] == "message":
+            c = classes[link_class(links[s["link"]], stems) if s["link"] in links else s["link"]]
+            c["flight_ps"] += d
+            c["messages"] += 1
+        elif s["kind"] in ("busy", "idle", "start", "poll"):
+            k = kinds[component_kind(s["actor"], stems)]
+            k["busy_ps" if s["kind"] == "busy" else "idle_ps"] += d
+            k["steps"] += 1
+    order = lambda d, key: dict(sorted(d.items(), key=lambda kv: (-key(kv[1]), kv[0])))  # noqa: E731
+    return {"components": order(kinds, lambda v: v["busy_ps"] + v["idle_ps"]),
+            "link_classes": order(classes, lambda v: v["flight_ps"])}
+
+
 class _Index:
-    """Per-actor event lists sorted by time, for the backward walk."""
+    """What the backward walk looks up, built in one pass over the events.
+
+    Each actor's own events (the ones its task emits: BUSY, SEND, BLOCK,
+    TAKE, MARK, DONE) are listed by event index: emission order, which within
+    one virtual instant is causal order, so the walk never loops on events
+    that share a time stamp.
+    """
 
     def __init__(self, trace: TraceFile):
-        self.trace = trace
-        self.busy_end = defaultdict(list)      # actor -> [(t_end, t_start, label)]
-        self.takes = defaultdict(list)         # actor -> [(t, link, seq)]
-        self.sends = {}                        # (link, seq) -> t
-        self.delivers = {}                     # (link, seq) -> t
-        self.blocked = {}                      # (link, seq) -> block time
-        self.send_at = defaultdict(list)       # actor -> [(t, link, seq)]
-        self.times = defaultdict(list)         # actor -> sorted event times (any kind)
-        links = trace.links
-        for ev in trace.events:
+        links, actors = trace.links, trace.actors
+        self.events = trace.events
+        self.own: dict[str, list[int]] = defaultdict(list)        # actor -> indices of its own events
+        self.send_index: dict[tuple[int, int], int] = {}         # (link, seq) -> index of its SEND
+        self.deliver_t: dict[tuple[int, int], int] = {}          # (link, seq) -> delivery time
+        self.blocked_t: dict[tuple[int, int], int] = {}          # (link, seq) -> time the sender blocked
+        self.take_index: dict[int, list[int]] = defaultdict(list)  # link -> indices of its TAKEs
+        self.last = None                                         # (time, index) of the latest point
+        src = [l["src"] for l in links]
+        dst = [l["dst"] for l in links]
+        own = self.own
+        best = (-1, -1)
+        for i, ev in enumerate(trace.events):
             k = ev[0]
-            if k == BUSY:
-                a = trace.actors[ev[2]]
-                self.busy_end[a].append((ev[3], ev[1], ev[4]))
-                self.times[a] += [ev[1], ev[3]]
-            elif k == SEND:
-                self.sends[(ev[2], ev[3])] = ev[1]
-                a = links[ev[2]]["src"]
-                self.send_at[a].append((ev[1], ev[2], ev[3]))
-                self.times[a].append(ev[1])
+            if k == SEND:
+                own[src[ev[2]]].append(i)
+                self.send_index[(ev[2], ev[3])] = i
             elif k == DELIVER:
-                self.delivers[(ev[2], ev[3])] = ev[1]
+                self.deliver_t[(ev[2], ev[3])] = ev[1]
             elif k == TAKE:
-                a = links[ev[2]]["dst"]
-                self.takes[a].append((ev[1], ev[2], ev[3]))
-                self.times[a].append(ev[1])
-            elif k == BLOCK:
-                self.blocked[(ev[2], ev[3])] = ev[1]
-            elif k == DONE:
-                self.times[trace.actors[ev[2]]].append(ev[1])
-        for d in (self.busy_end, self.takes, self.send_at, self.times):
-            for v in d.values():
-                v.sort()
-
-    def previous_time(self, actor: str, t: int) -> int | None:
-        ts = self.times.get(actor, [])
-        i = bisect.bisect_left(ts, t)
-        return ts[i - 1] if i > 0 else None
-
-
-def _last_point(trace: TraceFile):
-    """The latest event with an actor: ``(actor, time, event)``; at equal times an actor's own
-    event (busy end, take, send, done) wins over a delivery into its queue."""
-    best = None
-    for ev in trace.events:
-        k = ev[0]
-        if k in (ERROR, FAULT, MARK, BLOCK):
-            continue
-        t = ev[3] if k == BUSY else ev[1]
-        a = event_actor(trace, ev)
-        if a is None:
-            continue
-        key = (t, k != DELIVER)
-        if best is None or key > best[0]:
-            best = (key, a, ev)
-    return None if best is None else (best[1], best[0][0], best[2])
-
-
-def critical_path(trace: TraceFile, *, limit: int = 100_000) -> list[dict]:
-    """The steps (earliest first) that determined the last event's time; see the module docstring."""
-    start = _last_point(trace)
-    if start is None:
-        return []
-    idx = _Index(trace)
-    links = trace.links
-    actor, t, last = start
-    steps = []
-    seen = set()
-    if last[0] == DELIVER and (last[2], last[3]) in idx.sends:
-        # the run ended with a message arriving (e.g. at a dead or blocked receiver): its flight is the end
-        li, seq = last[2], last[3]
-        sent = idx.sends[(li, seq)]
-        steps.append({"kind": "message", "link": links[li]["name"], "seq": seq, "start_ps": sent, "end_ps": t,
-                      "from": links[li]["src"], "to": actor})
-        actor, t = links[li]["src"], sent
-    while len(steps) < limit:
-        if (actor, t) in seen:
-            break
-        seen.add((actor, t))
-        # 1. a busy span ending at t
-        spans = idx.busy_end.get(actor, [])
-        i = bisect.bisect_right(spans, (t, float("inf"), "")) - 1
-        if i >= 0 and spans[i][0] == t and spans[i][1] < t:
-            t_end, t0, label = spans[i]
-            steps.append({"kind": "busy", "actor": actor, "label": str(label), "start_ps": t0, "end_ps": t_end})
-            t = t0
-            continue
-        # 2. a message taken at t, delivered at t, while the actor waited
-        took = [(tt, li, seq) for tt, li, seq in idx.takes.get(actor, []) if tt == t
-                and idx.delivers.get((li, seq)) == t and (li, seq) in idx.sends]
-        if took:
-            _, li, seq = took[-1]
-            sent = idx.sends[(li, seq)]
-            steps.append({"kind": "message", "link": links[li]["name"], "seq": seq, "start_ps": sent, "end_ps": t,
-                          "from": links[li]["src"], "to": actor})
-            actor, t = links[li]["src"], sent
-            continue
-        # 3. a send at t that had blocked for credit: the receiver freed it
-        blocked = [(li, seq) for tt, li, seq in idx.send_at.get(actor, []) if tt == t and (li, seq) in idx.blocked]
-        if blocked:
-            li, seq = blocked[-1]
-            b = idx.blocked[(li, seq)]
-            steps.append({"kind": "blocked", "actor": actor, "link": links[li]["name"], "seq": seq, "start_ps": b,
-                          "end_ps": t, "freed_by": links[li]["dst"]})
-            if b < t:
-                actor = links[li]["dst"]
+                own[dst[ev[2]]].append(i)
+                self.take_index[ev[2]].append(i)
+            elif k == BUSY:
+                own[actors[ev[2]]].append(i)
+                if (ev[3], i) >= best:
+                    best = (ev[3], i)
                 continue
+            elif k == BLOCK:
+                own[src[ev[2]]].append(i)
+                self.blocked_t[(ev[2], ev[3])] = ev[1]
+            elif k in (MARK, DONE):
+                own[actors[ev[2]]].append(i)
+            else:
+                continue
+            if (ev[1], i) >= best:
+                best = (ev[1], i)
+        self.last = best if best[1] >= 0 else None
+        self.position = {a: {i: n for n, i in enumerate(idx)} for a, idx in own.items()}
+        self.src = src
+
+    def polled(self, actor: str, send_i: int) -> bool:
+        """Was the send at ``send_i`` a poll: preceded by a wait on the actor's own timer (a gap with no busy span)?"""
+        own = self.own[actor]
+        n = self.position[actor][send_i]
+        if n == 0:
+            return False
+        prev = self.events[own[n - 1]]
+        prev_t = prev[3] if prev[0] == BUSY else prev[1]
+        return prev_t < self.events[send_i][1]
+
+    def news(self, actor: str, take_i: int, link: int) -> int | None:
+        """The last message ``actor`` took from another link since its previous take on ``link``, or None."""
+        own, events = self.own[actor], self.events
+        n = self.position[actor][take_i]
+        for j in reversed(own[:n]):
+            ev = events[j]
+            if ev[0] == TAKE:
+                if ev[2] == link:
+                    return None
+                return j
+        return None
+
+
+def owner(trace: TraceFile, ev) -> str | None:
+    """The actor whose task emitted ``ev`` (DELIVER is emitted by the link: its receiver)."""
+    return event_actor(trace, ev)
+
+
+def critical_path(trace: TraceFile, *, limit: int = 1_000_000) -> list[dict]:
+    """The chain of steps (earliest first) that determined the time of the last event; see the module docstring.
+
+    The steps partition ``[0, end]``: each starts where the previous ends.
+    """
+    idx = _Index(trace)
+    if idx.last is None:
+        return []
+    ev_list, links, actors = idx.events, trace.links, trace.actors
+    t, i = idx.last
+    ev = ev_list[i]
+    steps: list[dict] = []
+    if ev[0] == DELIVER:
+        # the run ended with a message arriving (e.g. at a dead or blocked receiver): its flight is the end
+        key = (ev[2], ev[3])
+        si = idx.send_index.get(key)
+        if si is None:
+            return []
+        steps.append(_message(links, ev[2], ev[3], ev_list[si][1], t))
+        actor, i, t = links[ev[2]]["src"], si, ev_list[si][1]
+    else:
+        actor = owner(trace, ev)
+    while len(steps) < limit:
+        ev = ev_list[i]
+        k = ev[0]
+        if k == BUSY:
+            t_end = min(ev[3], t)
+            if t > t_end:
+                steps.append({"kind": "idle", "actor": actor, "start_ps": t_end, "end_ps": t})
+            if t_end > ev[1]:
+                steps.append({"kind": "busy", "actor": actor, "label": str(ev[4]), "start_ps": ev[1],
+                              "end_ps": t_end})
+            t = min(t, ev[1])
+        elif k == TAKE and idx.deliver_t.get((ev[2], ev[3])) == ev[1] and (ev[2], ev[3]) in idx.send_index:
+            # the actor was waiting for this message: the path goes to its sender ...
+            si = idx.send_index[(ev[2], ev[3])]
+            sent = ev_list[si][1]
+            news = idx.news(actor, i, ev[2]) if idx.polled(links[ev[2]]["src"], si) else None
+            if news is not None:
+                # ... unless the sender only polled (a request sent after a timer): then what the answer
+                # carries -- the last message this actor took from elsewhere since the previous poll -- is
+                if t > ev[1]:
+                    steps.append({"kind": "idle", "actor": actor, "start_ps": ev[1], "end_ps": t})
+                t_news = ev_list[news][1]
+                poller = links[ev[2]]["src"]
+                steps.append({"kind": "poll", "actor": poller, "start_ps": t_news, "end_ps": ev[1],
+                              "via": actor})
+                i, t = news, t_news
+                continue
+            if t > ev[1]:
+                steps.append({"kind": "idle", "actor": actor, "start_ps": ev[1], "end_ps": t})
+            steps.append(_message(links, ev[2], ev[3], sent, ev[1]))
+            actor, i, t = links[ev[2]]["src"], si, sent
+            continue
+        elif k == SEND and (ev[2], ev[3]) in idx.blocked_t and idx.blocked_t[(ev[2], ev[3])] < ev[1]:
+            # it waited for a credit: the path goes to the receiver's take that freed it
+            takes = idx.take_index.get(ev[2], [])
+            j = bisect.bisect_left(takes, i) - 1
+            if t > ev[1]:
+                steps.append({"kind": "idle", "actor": actor, "start_ps": ev[1], "end_ps": t})
+            if j >= 0:
+                steps.append({"kind": "blocked", "actor": actor, "link": links[ev[2]]["name"], "seq": ev[3],
+                              "start_ps": ev[1], "end_ps": ev[1], "since_ps": idx.blocked_t[(ev[2], ev[3])],
+                              "freed_by": links[ev[2]]["dst"]})
+                actor, i, t = links[ev[2]]["dst"], takes[j], ev[1]
+                continue
+            t = ev[1]
+        else:
+            t_ev = ev[1]
+            if t > t_ev:
+                steps.append({"kind": "idle", "actor": actor, "start_ps": t_ev, "end_ps": t})
+                t = t_ev
+        # step back to this actor's previous own event
+        own = idx.own[actor]
+        n = idx.position[actor][i]
+        while n > 0 and ev_list[own[n - 1]][1] > t:
+            n -= 1        # a busy span booked ahead of its start (Actor.busy(start=...)): not yet begun
+        if n == 0:
+            steps.append({"kind": "start", "actor": actor, "start_ps": 0, "end_ps": t})
             break
-        # 4. idle on its own: the path starts here
-        prev = idx.previous_time(actor, t)
-        steps.append({"kind": "start", "actor": actor, "start_ps": t, "end_ps": t,
-                      "idle_since_ps": prev})
-        break
+        i = own[n - 1]
     steps.reverse()
     return steps
 
 
+def _message(links, li: int, seq: int, sent: int, delivered: int) -> dict:
+    l = links[li]
+    return {"kind": "message", "link": l["name"], "seq": seq, "start_ps": sent, "end_ps": delivered,
+            "from": l["src"], "to": l["dst"]}
+
+
 def _step_line(s: dict) -> str:
     span = f"{format_time(s['start_ps']):>10} -> {format_time(s['end_ps']):>10}"
+    dur = format_time(s["end_ps"] - s["start_ps"])
     if s["kind"] == "busy":
-        return f"{span}  busy     {s['actor']} [{s['label']}] {format_time(s['end_ps'] - s['start_ps'])}"
+        return f"{span}  busy     {s['actor']} [{s['label']}] {dur}"
+    if s["kind"] == "idle":
+        return f"{span}  idle     {s['actor']} {dur} (own wait: timer, or its queue while it worked)"
+    if s["kind"] == "poll":
+        return f"{span}  poll     {s['actor']} {dur} until its next poll of {s['via']} saw the news"
     if s["kind"] == "message":
-        return (f"{span}  message  {s['link']} #{s['seq']} ({format_time(s['end_ps'] - s['start_ps'])} "
-                f"send->deliver)")
+        return f"{span}  message  {s['link']} #{s['seq']} ({dur} send->deliver)"
     if s["kind"] == "blocked":
-        return f"{span}  blocked  {s['actor']} on {s['link']} #{s['seq']} until {s['freed_by']} took a message"
-    since = "" if s.get("idle_since_ps") is None else f" (idle since {format_time(s['idle_since_ps'])})"
-    return f"{span}  start    {s['actor']} starts on its own{since}"
+        return (f"{span}  blocked  {s['actor']} on {s['link']} #{s['seq']} since {format_time(s['since_ps'])}, "
+                f"until {s['freed_by']} took a message")
+    return f"{span}  start    {s['actor']} starts on its own"
+
+
+def _not_computed(out: list[str], title: str, why: str) -> None:
+    out.append(f"{title}: not computed -- {why}")
 
 
 def format_summary(s: dict, *, rows: int = 15) -> str:
     out = [f"trace of {s['scenario']} (seed {s['seed']}): {s['status']}, end {format_time(s['end_time_ps'])} "
            f"({s['end_time_ps']} ps), {s['events']} events, {s['faults']} fault event(s)"]
+    missing = s.get("missing") or {}
     for e in s["errors"]:
         first = str(e["text"]).splitlines()[0] if e["text"] else ""
         out.append(f"  error at {format_time(e['t_ps'])} in {e['where']}: {first}")
     out.append("")
-    out.append(f"utilisation per actor (busy / end time), top {min(rows, len(s['actors']))} of {len(s['actors'])}:")
-    for r in s["actors"][:rows]:
-        out.append(f"  {r['actor']:<32} {100 * r['utilisation']:6.2f} %  {format_time(r['busy_ps']):>10} busy"
-                   f" in {r['spans']} span(s)")
+    if s["actors"] is None:
+        _not_computed(out, "utilisation per actor", missing["utilisation"])
+    else:
+        out.append(f"utilisation per actor (busy / end time), top {min(rows, len(s['actors']))} of "
+                   f"{len(s['actors'])}:")
+        for r in s["actors"][:rows]:
+            out.append(f"  {r['actor']:<32} {100 * r['utilisation']:6.2f} %  {format_time(r['busy_ps']):>10} busy"
+                       f" in {r['spans']} span(s)")
     out.append("")
-    out.append(f"links by bytes, top {min(rows, len(s['links']))} of {len(s['links'])}:")
-    for r in s["links"][:rows]:
-        extra = f", {r['lost']} lost" if r["lost"] else ""
-        extra += f", sender blocked {r['sender_blocked']}x" if r["sender_blocked"] else ""
-        out.append(f"  {r['link']:<44} {r['messages']:6d} msgs {r['bytes']:10d} B  peak depth {r['peak_depth']}"
-                   f"{extra}")
+    if s["links"] is None:
+        _not_computed(out, "links", missing["links"])
+    else:
+        out.append(f"links by bytes, top {min(rows, len(s['links']))} of {len(s['links'])} "
+                   "(max depth: peak messages waiting in the receiving in-port):")
+        for r in s["links"][:rows]:
+            extra = f", {r['lost']} lost" if r["lost"] else ""
+            extra += f", sender blocked {r['sender_blocked']}x" if r["sender_blocked"] else ""
+            out.append(f"  {r['link']:<44} {r['messages']:6d} msgs {r['bytes']:10d} B  max depth {r['max_depth']}"
+                       f"{extra}")
     out.append("")
-    out.append("longest waits in an in-port (deliver -> take):")
-    if not s["longest_waits"]:
-        out.append("  (none: every message was taken as it arrived)")
-    for w in s["longest_waits"]:
-        out.append(f"  {format_time(w['wait_ps']):>10}  {w['link']} #{w['seq']} (delivered "
-                   f"{format_time(w['delivered_ps'])}, taken {format_time(w['taken_ps'])})")
+    if s["longest_waits"] is None:
+        _not_computed(out, "longest waits", missing["longest_waits"])
+    else:
+        out.append("longest waits in an in-port (deliver -> take):")
+        if not s["longest_waits"]:
+            out.append("  (none: every message was taken as it arrived)")
+        for w in s["longest_waits"]:
+            out.append(f"  {format_time(w['wait_ps']):>10}  {w['link']} #{w['seq']} (delivered "
+                       f"{format_time(w['delivered_ps'])}, taken {format_time(w['taken_ps'])})")
     out.append("")
     cp = s["critical_path"]
-    out.append(f"critical path ({len(cp)} steps, ends at {format_time(cp[-1]['end_ps']) if cp else '-'}):")
-    for step in cp:
-        out.append("  " + _step_line(step))
+    if cp is None:
+        _not_computed(out, "critical path", missing["critical_path"])
+        return "\n".join(out)
+    end = s["end_time_ps"] or 1
+    covered = (cp[-1]["end_ps"] - cp[0]["start_ps"]) if cp else 0
+    out.append(f"critical path: {len(cp)} steps over {format_time(covered)} "
+               f"({100 * covered / end:.0f} % of the run), ends at {format_time(cp[-1]['end_ps']) if cp else '-'}")
+    by = s["critical_path_by_kind"]
+    out.append("  time along it by component kind:")
+    out.append(f"    {'kind':<14} {'busy':>10} {'idle':>10} {'share':>7}")
+    for kind, v in list(by["components"].items())[:rows]:
+        out.append(f"    {kind:<14} {format_time(v['busy_ps']):>10} {format_time(v['idle_ps']):>10} "
+                   f"{100 * (v['busy_ps'] + v['idle_ps']) / end:6.1f}%")
+    flights = sum(v["flight_ps"] for v in by["link_classes"].values())
+    out.append(f"  message flights by link class ({format_time(flights)}, {100 * flights / end:.1f}% of the run):")
+    for cls, v in list(by["link_classes"].items())[:rows]:
+        out.append(f"    {cls:<40} {v['messages']:5d} msgs {format_time(v['flight_ps']):>10} "
+                   f"{100 * v['flight_ps'] / end:6.1f}%")
+    longest = sorted(range(len(cp)), key=lambda i: (-(cp[i]["end_ps"] - cp[i]["start_ps"]), i))[:rows]
+    out.append(f"  its {len(longest)} longest steps, in time order (--json lists all {len(cp)}):")
+    for i in sorted(longest):
+        out.append("    " + _step_line(cp[i]))
     return "\n".join(out)

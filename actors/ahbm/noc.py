@@ -297,6 +297,13 @@ class Router(Actor):
             link.bandwidth = 0
         return self._bw[link]
 
+    def replay_blocker(self) -> str | None:
+        if self.prm.cut_through:
+            return ("a cut-through router serialises its links itself (it takes over their bandwidth), so its "
+                    "timing depends on its neighbours' links, not only on the messages it received; replay a "
+                    "store-and-forward run (noc.switching: store_and_forward) or the PEs around it")
+        return None
+
     def describe(self) -> dict:
         return {**super().describe(), "router_ps": self.prm.router_ps, "xy": [self.gx, self.gy],
                 "switching": "cut_through" if self.prm.cut_through else "store_and_forward"}
