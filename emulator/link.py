@@ -33,8 +33,10 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from outcome import Value
-from trio.lowlevel import Abort, current_task, enable_ki_protection, reschedule, wait_task_rescheduled
+from trio._core._run import GLOBAL_RUN_CONTEXT
+from trio.lowlevel import enable_ki_protection
 
+from emulator.clock import park
 from emulator.trace import BLOCK, CHUNK, DELIVER, FAULT, SEND, TAKE
 from emulator.units import transfer_ps
 from protocols.codec import ProtocolError, decode, encode, peek_name, type_name
@@ -76,6 +78,12 @@ class _Waiter:
     def release(self) -> None:
         for p in self.ports:
             p.waiter = None
+
+    def abort_wait(self, task) -> None:
+        """The parked receiver was cancelled: disarm its wake-up and free its ports."""
+        if self.entry is not None:
+            self.entry[2] = None
+        self.release()
 
 
 class InPort:
@@ -121,7 +129,7 @@ class InPort:
                 # hand it over (cancelling a co-scheduled wake-up that would come later)
                 if entry is not None:
                     entry[2] = None
-                reschedule(waiter.task, Value((self, msg)))
+                link.clock.wake(waiter.task, Value((self, msg)))
             else:
                 # its co-scheduled wake-up already fired at this instant: it runs
                 # after us in this batch and finds the message in waiter.got
@@ -178,7 +186,7 @@ async def _park(ports, owner):
       take the message from the buffer.  This halves the run-loop passes per
       hop (reference/engine-perf.md §1: a pass costs ~4 µs).
     """
-    task = current_task()
+    task = GLOBAL_RUN_CONTEXT.task
     for p in ports:
         if p.waiter is not None:
             raise RuntimeError(f"in-port {p.path}: two tasks of {owner.name} receive on it at once; "
@@ -194,16 +202,9 @@ async def _park(ports, owner):
                         waiter.entry[2] = None
                     waiter.entry = l.clock.schedule(wake[0], task)
     owner.blocked[task] = ("recv", ports)
-
-    def abort(_):
-        if waiter.entry is not None:
-            waiter.entry[2] = None
-        waiter.release()
-        return Abort.SUCCEEDED
-
     try:
         while True:
-            got = await wait_task_rescheduled(abort)
+            got = await park(waiter)
             if got is not None:
                 return got
             # co-scheduled wake-up: the link ran just before us in this batch
@@ -320,27 +321,30 @@ class Link:
 
     # -- sender side ----------------------------------------------------------
     async def _wait_credit(self, owner) -> None:
-        task = current_task()
+        task = GLOBAL_RUN_CONTEXT.task
         self.blocked.append(task)
         self.blocked_count += 1
         self.emit((BLOCK, self.clock.now, self.id, self.seq + 1))
         owner.blocked[task] = ("send", self.src)
-
-        def abort(_):
-            try:
-                self.blocked.remove(task)
-            except ValueError:
-                pass
-            return Abort.SUCCEEDED
-
         try:
-            await wait_task_rescheduled(abort)
+            await park(self)
         finally:
             owner.blocked.pop(task, None)
 
+    def abort_wait(self, task) -> None:
+        """A task parked on this link was cancelled: the link task's delivery wait or a sender's credit wait."""
+        if task is self.task:
+            if self.wake is not None:
+                self.wake[2] = None
+            return
+        try:
+            self.blocked.remove(task)
+        except ValueError:
+            pass
+
     def _credit_return(self) -> None:
         if self.blocked:
-            reschedule(self.blocked.popleft())  # the credit passes straight to it
+            self.clock.wake(self.blocked.popleft())  # the credit passes straight to it
         else:
             self.credits += 1
 
@@ -397,17 +401,13 @@ class Link:
                     waiter.entry = clock.schedule(arrival, waiter.task)
 
     # -- the link task --------------------------------------------------------
+    @enable_ki_protection
     async def run(self) -> None:
-        self.task = current_task()
+        self.task = GLOBAL_RUN_CONTEXT.task
         clock = self.clock
         inflight = self.inflight
         dst = self.dst
         name = self.name
-
-        def abort(_):
-            if self.wake is not None:
-                self.wake[2] = None
-            return Abort.SUCCEEDED
 
         events = self.system.recorder.events
         flush = self.system.recorder.flush
@@ -416,7 +416,7 @@ class Link:
                 self.wake = clock.schedule_delivery(inflight[0][0], self.task)
             if len(events) >= CHUNK:   # bounded memory even when virtual time stands still
                 flush()
-            await wait_task_rescheduled(abort)
+            await park(self)
             self.wake = None
             now = clock.now
             while inflight and inflight[0][0] <= now:

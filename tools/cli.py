@@ -227,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmarks (engine: emulator vs SimPy on the same model)")
     b.add_argument("what", choices=["engine"])
     b.add_argument("--json", action="store_true")
-    b.add_argument("--repeats", type=int, default=3)
+    b.add_argument("--repeats", type=int, default=5)
     b.add_argument("--scale", type=float, default=1.0, help="multiply workload sizes")
     b.set_defaults(func=cmd_bench)
 
