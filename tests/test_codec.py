@@ -44,9 +44,18 @@ def test_round_trip_of_arrays_and_descriptors(arr, shape):
 
 def test_descriptor_is_charged_its_full_size():
     d = TensorDesc.of((8, 128), "f4")
-    data, charge = encode(Partial(0, 1, None, None, d))
+    data, charge = encode(Probe(None, d))
     assert d.nbytes == 4096
     assert charge == len(data) + 4096
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrays)
+def test_a_descs_as_arrays_record_charges_a_descriptor_as_its_array(arr):
+    m = np.zeros(2, np.float32)
+    data_form = encode(Partial(0, 1, m, m, arr))
+    timing_form = encode(Partial(0, 1, m, m, TensorDesc.like(arr)))
+    assert timing_form[1] == data_form[1] == len(data_form[0])
 
 
 def test_unknown_tag_is_rejected():
