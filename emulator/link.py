@@ -14,7 +14,13 @@ An :class:`OutPort` of one actor is wired to an :class:`InPort` of another by a
 So a message entering an idle link at ``t`` is delivered at
 ``t + bytes/bandwidth + latency``, and a back-to-back burst is delivered at
 ``t + k*bytes/bandwidth + latency`` for the k-th message.  Messages are
-msgpack-encoded when they enter the link and decoded when they leave it.
+msgpack-encoded when they enter the link: the bytes are charged, recorded in
+the trace and hashed into the digest, and a fault may corrupt them.  Unless a
+fault changed the bytes, the receiver is handed :func:`protocols.codec.handover`
+of the sender's record (equal to decoding the bytes, without the cost; the
+sender's arrays become read-only), else the bytes are decoded when they leave
+the link.  ``STRICT_DECODE`` (environment ``EMU_STRICT_DECODE=1``) decodes every
+message instead; the digests are the same either way (tests/test_links.py).
 
 Fast paths, as measured in reference/engine-perf.md §1 and §8: entering a link
 is a synchronous method (encode, compute the arrival time, append), so a send
@@ -29,6 +35,7 @@ msg_name, data, nbytes)`` returning ``None`` (no effect) or a
 """
 from __future__ import annotations
 
+import os
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -39,12 +46,15 @@ from trio.lowlevel import enable_ki_protection
 from emulator.clock import park
 from emulator.trace import BLOCK, CHUNK, DELIVER, FAULT, SEND, TAKE
 from emulator.units import transfer_ps
-from protocols.codec import ProtocolError, decode, encode, peek_name, type_name
+from protocols.codec import ProtocolError, decode, encode, handover, peek_name, type_name
 
 if TYPE_CHECKING:
     from emulator.actor import Actor
 
-__all__ = ["InPort", "OutPort", "Link", "FaultEffect", "select"]
+__all__ = ["InPort", "OutPort", "Link", "FaultEffect", "select", "STRICT_DECODE"]
+
+#: decode every message at the receiving end instead of handing over the sender's record
+STRICT_DECODE = bool(os.environ.get("EMU_STRICT_DECODE"))
 
 
 class FaultEffect:
@@ -360,6 +370,7 @@ class Link:
         bandwidth = self.bandwidth
         extra = 0
         drop = False
+        sent = data
         if self.faults:
             for fault in self.faults:
                 eff = fault.on_send(self, now, seq, type_name(msg), data, nbytes)
@@ -389,7 +400,8 @@ class Link:
         if arrival < self.last_arrival:
             arrival = self.last_arrival  # a link is FIFO: nothing overtakes
         self.last_arrival = arrival
-        self.inflight.append((arrival, seq, data))
+        handed = None if data is not sent or STRICT_DECODE else handover(msg)
+        self.inflight.append((arrival, seq, data, handed))
         if self.wake is None and self.task is not None:
             self.wake = clock.schedule_delivery(arrival, self.task)
             waiter = self.dst.waiter
@@ -420,10 +432,11 @@ class Link:
             self.wake = None
             now = clock.now
             while inflight and inflight[0][0] <= now:
-                _, seq, data = inflight.popleft()
-                try:
-                    msg = decode(data)
-                except ProtocolError as e:
-                    raise e.at(link=name, msg=f"{e.msg or peek_name(data) or '?'} #{seq}") from None
+                _, seq, data, msg = inflight.popleft()
+                if msg is None:
+                    try:
+                        msg = decode(data)
+                    except ProtocolError as e:
+                        raise e.at(link=name, msg=f"{e.msg or peek_name(data) or '?'} #{seq}") from None
                 self.delivered += 1
                 dst._deliver(msg, self, seq, now)

@@ -42,6 +42,7 @@ __all__ = [
     "decode",
     "registered",
     "type_name",
+    "handover",
 ]
 
 EXT_NDARRAY = 1
@@ -331,3 +332,84 @@ def decode(data: bytes):
         raise
     except Exception as e:
         raise ProtocolError(f"cannot build record: {type(e).__name__}: {e}", msg=peek_name(data)) from None
+
+
+# --------------------------------------------------------------------------- hand-over
+_SCALARS = frozenset((int, float, str, bool, type(None), bytes))
+_KEYS = _SCALARS
+_NUMERIC_KINDS = frozenset("biufc")
+
+
+class _Undecided(Exception):
+    """A value :func:`handover` does not rebuild itself: the receiver decodes the bytes instead."""
+
+
+def _freeze_array(arr: np.ndarray) -> np.ndarray:
+    if arr.dtype.kind not in _NUMERIC_KINDS or not arr.flags.c_contiguous:
+        raise _Undecided
+    base = arr.base
+    if base is None:
+        arr.flags.writeable = False        # a write by the sender after the send is an error
+        return arr
+    if not arr.flags.writeable and type(base) is bytes:
+        return arr                         # a decoded array: its bytes are immutable
+    copy = arr.copy()                      # a view of writable memory: the receiver gets its own bytes
+    copy.flags.writeable = False
+    return copy
+
+
+def _rebuild(v):
+    t = type(v)
+    if t in _SCALARS:
+        return v
+    if t is np.ndarray:
+        return _freeze_array(v)
+    if t is list or t is tuple:
+        return [_rebuild(x) for x in v]
+    if t is dict:
+        out = {}
+        for k, x in v.items():
+            if type(k) not in _KEYS:
+                raise _Undecided
+            out[k] = _rebuild(x)
+        return out
+    if t is TensorDesc:
+        if type(v.shape) is not tuple or type(v.nbytes) is not int or type(v.dtype) is not str \
+                or any(type(s) is not int for s in v.shape):
+            raise _Undecided
+        return v                           # frozen, all fields immutable
+    info = _BY_CLASS.get(t)
+    if info is not None:
+        return info.cls(*[_rebuild(x) for x in info.getter(v)]) if info.fields else info.cls()
+    if isinstance(v, np.generic) and not isinstance(v, (np.void, np.object_)):
+        return _rebuild(v.item())
+    raise _Undecided
+
+
+def handover(record):
+    """What the receiver of ``record`` gets, built without decoding its wire bytes, or None.
+
+    The result equals ``decode(encode(record)[0])`` (tests/test_codec.py checks it
+    for every registered record type with generated field values): a new record
+    whose lists, tuples and dicts are rebuilt as decoding rebuilds them (tuples
+    become lists), numpy scalars become Python scalars, and numeric C-contiguous
+    arrays are shared **read-only** -- the sender's own array is made read-only
+    (a write after the send raises), a view of writable memory is copied.  A
+    fresh record shell means a write to the sender's record after the send
+    cannot reach the receiver.  Values it does not rebuild itself (structured or
+    non-contiguous arrays, odd dict keys, subclasses) return None: the link then
+    decodes the bytes, so the receiver sees exactly what the wire carries.
+    """
+    info = _BY_CLASS.get(type(record))
+    if info is None:
+        return None
+    try:
+        values = info.getter(record)
+        for v in values:
+            if type(v) not in _SCALARS:
+                break
+        else:
+            return info.cls(*values) if info.fields else info.cls()
+        return info.cls(*[_rebuild(v) for v in values])
+    except _Undecided:
+        return None
