@@ -120,3 +120,101 @@ def bench_engine(*, json_out: bool = False, repeats: int = 5, scale: float = 1.0
               f" {r['emu_cpu_us_per_msg']:>15.2f} {r['simpy_cpu_us_per_msg']:>17.2f} {r['cpu_ratio']:>9.2f}")
     print(f"  peak RSS {out['peak_rss_mib']} MiB; ratio > 1 means the emulator is faster (wall; cpu ratio: process CPU)")
     return 0
+
+
+# --------------------------------------------------------------------------- emu bench machine
+MACHINE_SCENARIOS = [
+    ("ahbm-decode-32", "scenarios/ahbm/attention_decode_32ranks.yaml"),
+    ("pccx-program", "scenarios/pccx/program.yaml"),
+]
+IDLE_SCENARIO = ("ahbm-idle-4sip", "scenarios/ahbm/idle-4sip.yaml")
+FULL_SCENARIO = ("ahbm-decode-128", "scenarios/ahbm/attention_decode_4sip.yaml")
+
+
+def _machine_run(path: str) -> dict:
+    """Build and run one scenario; process CPU time of the build and of the run, separately."""
+    from pathlib import Path
+
+    from actors import registry
+    from emulator.scenario import load_scenario
+    from tools.runner import build_system
+
+    root = Path(__file__).resolve().parents[1]
+    scenario = load_scenario(root / path, registry)
+    c0 = time.process_time()
+    system, _ = build_system(scenario)
+    c1 = time.process_time()
+    res = system.run()
+    c2 = time.process_time()
+    if res.status != "finished":
+        raise RuntimeError(f"{path}: run ended with status {res.status}: {res.error or res.deadlock}")
+    return {"messages": res.messages, "events": res.events, "digest": res.digest, "end_time_ps": res.end_time_ps,
+            "build_cpu_s": c1 - c0, "run_cpu_s": c2 - c1, "wall_s": res.wall_s, "tasks": len(system.actors) + len(
+                system.links)}
+
+
+def run_machine_bench(repeats: int = 3, full: bool = False) -> dict:
+    """``emu bench machine``: whole-machine runs, rated per second of process CPU time.
+
+    * AHBM 32-rank attention decode and a pccx program: messages and trace
+      events per CPU second of the run (build excluded);
+    * the 4-SIP AHBM machine with an idle workload: the fixed cost of building,
+      starting and cancelling its tasks (build + run CPU);
+    * with ``full``: the 128-rank decode on the 4-SIP machine (CPU seconds, once).
+
+    Repetitions are interleaved; figures are medians, with the min-max spread of
+    the CPU rates as the noise of this (shared) machine.
+    """
+    med = statistics.median
+    todo = MACHINE_SCENARIOS + [IDLE_SCENARIO]
+    runs = {name: [] for name, _ in todo}
+    for _ in range(repeats):
+        for name, path in todo:
+            runs[name].append(_machine_run(path))
+    rows = []
+    for name, path in todo:
+        rs = runs[name]
+        if len({r["digest"] for r in rs}) != 1:
+            raise RuntimeError(f"{path}: repetitions gave different digests")
+        msg_rate = [r["messages"] / r["run_cpu_s"] for r in rs]
+        ev_rate = [r["events"] / r["run_cpu_s"] for r in rs]
+        rows.append({"name": name, "scenario": path, "messages": rs[0]["messages"], "events": rs[0]["events"],
+                     "tasks": rs[0]["tasks"],
+                     "run_cpu_s": round(med(r["run_cpu_s"] for r in rs), 3),
+                     "build_cpu_s": round(med(r["build_cpu_s"] for r in rs), 3),
+                     "fixed_cpu_s": round(med(r["build_cpu_s"] + r["run_cpu_s"] for r in rs), 3),
+                     "msgs_per_cpu_s": round(med(msg_rate)), "msgs_per_cpu_s_min": round(min(msg_rate)),
+                     "msgs_per_cpu_s_max": round(max(msg_rate)),
+                     "events_per_cpu_s": round(med(ev_rate)),
+                     "wall_s": round(med(r["wall_s"] for r in rs), 3)})
+    if full:
+        name, path = FULL_SCENARIO
+        r = _machine_run(path)
+        rows.append({"name": name, "scenario": path, "messages": r["messages"], "events": r["events"],
+                     "tasks": r["tasks"], "run_cpu_s": round(r["run_cpu_s"], 3),
+                     "build_cpu_s": round(r["build_cpu_s"], 3),
+                     "fixed_cpu_s": round(r["build_cpu_s"] + r["run_cpu_s"], 3),
+                     "msgs_per_cpu_s": round(r["messages"] / r["run_cpu_s"]),
+                     "msgs_per_cpu_s_min": None, "msgs_per_cpu_s_max": None,
+                     "events_per_cpu_s": round(r["events"] / r["run_cpu_s"]), "wall_s": round(r["wall_s"], 3)})
+    return {"machines": rows, "repeats": repeats,
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+
+def bench_machine(*, json_out: bool = False, repeats: int = 3, full: bool = False) -> int:
+    out = run_machine_bench(repeats, full)
+    if json_out:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"machine benchmark: per second of process CPU time ({repeats} interleaved repetitions, medians)")
+    print(f"  {'run':<16} {'tasks':>6} {'messages':>9} {'events':>9} {'build cpu s':>11} {'run cpu s':>9}"
+          f" {'msg/cpu-s':>10} {'(min-max)':>15} {'events/cpu-s':>12}")
+    for r in out["machines"]:
+        spread = (f"{r['msgs_per_cpu_s_min']:,}-{r['msgs_per_cpu_s_max']:,}" if r["msgs_per_cpu_s_min"] is not None
+                  else "")
+        print(f"  {r['name']:<16} {r['tasks']:>6} {r['messages']:>9} {r['events']:>9} {r['build_cpu_s']:>11.3f}"
+              f" {r['run_cpu_s']:>9.3f} {r['msgs_per_cpu_s']:>10,} {spread:>15} {r['events_per_cpu_s']:>12,}")
+    idle = next(r for r in out["machines"] if r["name"] == IDLE_SCENARIO[0])
+    print(f"  idle 4-SIP machine fixed cost (build + start + cancel): {idle['fixed_cpu_s']:.3f} s CPU;"
+          f" peak RSS {out['peak_rss_mib']} MiB")
+    return 0
