@@ -402,15 +402,19 @@ class Link:
         self.last_arrival = arrival
         handed = None if data is not sent or STRICT_DECODE else handover(msg)
         self.inflight.append((arrival, seq, data, handed))
-        if self.wake is None and self.task is not None:
-            self.wake = clock.schedule_delivery(arrival, self.task)
-            waiter = self.dst.waiter
-            if waiter is not None:
-                entry = waiter.entry
-                if entry is None or (entry[2] is not None and entry[0] > arrival):
-                    if entry is not None:
-                        entry[2] = None
-                    waiter.entry = clock.schedule(arrival, waiter.task)
+        if self.wake is None:
+            task = self.task
+            if task is None and self.system.lazy_links:
+                task = self.task = self.system._spawn_link(self)   # first message: start the link's task
+            if task is not None:
+                self.wake = clock.schedule_delivery(arrival, task)
+                waiter = self.dst.waiter
+                if waiter is not None:
+                    entry = waiter.entry
+                    if entry is None or (entry[2] is not None and entry[0] > arrival):
+                        if entry is not None:
+                            entry[2] = None
+                        waiter.entry = clock.schedule(arrival, waiter.task)
 
     # -- the link task --------------------------------------------------------
     @enable_ki_protection
