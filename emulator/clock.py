@@ -30,9 +30,10 @@ task that reads what to undo from ``task.custom_sleep_data`` (public Trio API
 for exactly this).  ``trio.lowlevel.wait_task_rescheduled`` allocates that
 object, a closure and an ``outcome.Value`` on every wait and goes through
 ``runner.reschedule``'s checks on every wake; on this machine the cached path
-saves about a fifth of a message hop (issue #13, experiment (a)).  A plain
-wake-up sends one shared ``Value(None)``, which :func:`park` reads without
-``unwrap()``.  Without the internals (or with ``EMU_SAFE_PARK=1``) the same
+saves about a fifth of a message hop (issue #13, experiment (a)).  The fast
+wake sends the woken value itself (None or a tuple) into the parked coroutine
+instead of an ``outcome.Value`` (Trio's own reschedules, e.g. a cancellation,
+still send outcomes, which :func:`park` unwraps).  Without the internals (or with ``EMU_SAFE_PARK=1``) the same
 functions fall back to ``wait_task_rescheduled`` / ``trio.lowlevel.reschedule``.
 
 I/O polling: Trio polls epoll once per pass of its loop, even when it will not
@@ -69,6 +70,8 @@ from outcome import Value
 from trio._core import _instrumentation as _trio_instr
 from trio._core import _run as _trio_run
 
+from emulator.trace import CHUNK
+
 __all__ = ["VirtualClock", "sleep_until", "sleep", "now", "current_clock", "deterministic_scheduling",
            "park", "FAST_PARK"]
 
@@ -91,7 +94,7 @@ def _fast_park_available() -> bool:
 
 #: True when the hot path uses the cached trap and direct wake (else Trio's public API)
 FAST_PARK = _fast_park_available()
-_NONE = Value(None)   # the shared outcome of a plain wake-up (never unwrapped, see park())
+
 _INF = math.inf
 _REACT = 1 << 62  # heap-key offset: ordinary wake-ups sort after deliveries at the same time
 
@@ -112,6 +115,9 @@ class VirtualClock(trio.abc.Clock):
         self.on_idle: Callable[[], bool] | None = None
         #: called once per time step with the new time (progress display)
         self.on_step: Callable[[int], None] | None = None
+        #: the recorder's event buffer and its flush: flushed at a time step once it holds CHUNK events
+        self.events: list | None = None
+        self.flush: Callable[[], None] | None = None
         #: virtual time limit: when the next event lies beyond it, time stops at
         #: the limit and ``on_limit`` is called (return True if it scheduled something)
         self.limit: float = _INF
@@ -137,10 +143,11 @@ class VirtualClock(trio.abc.Clock):
         runq_append = runner.runq.append
         instruments = runner.instruments
 
-        def wake(task, value=_NONE) -> None:
-            """Make ``task`` (parked in :func:`park`) runnable with outcome ``value``.
+        def wake(task, value=None) -> None:
+            """Make ``task`` (parked in :func:`park`) runnable; :func:`park` returns ``value`` (None or a tuple).
 
-            What ``Runner.reschedule`` does, minus its asserts and the guest-mode check.
+            What ``Runner.reschedule`` does, minus its asserts and the guest-mode
+            check, and with the value sent as it is rather than as an outcome.
             """
             task._next_send_fn = task.coro.send
             task._next_send = value
@@ -152,9 +159,9 @@ class VirtualClock(trio.abc.Clock):
 
         return wake
 
-    #: ``wake(task, value=Value(None))``: make a task parked in :func:`park` runnable
-    #: (bound in ``start_clock``; the public-API version until then)
-    def wake(self, task, value=_NONE) -> None:
+    #: ``wake(task, value=None)``: make a task parked in :func:`park` runnable; park returns
+    #: ``value`` (None or a tuple).  Bound in ``start_clock``; the public-API version until then.
+    def wake(self, task, value=None) -> None:
         _safe_wake(task, value)
 
     def current_time(self) -> int:
@@ -191,6 +198,9 @@ class VirtualClock(trio.abc.Clock):
         if t > self.now:
             self.now = t
             self.steps += 1
+            events = self.events
+            if events is not None and len(events) >= CHUNK:
+                self.flush()
             if self.on_step is not None:
                 self.on_step(t)
         if from_heap:
@@ -332,9 +342,9 @@ def _fast_park(data):
         trap = traps[task] = _make_trap(task)
     task.custom_sleep_data = data
     result = yield trap
-    if type(result) is Value:
-        return result.value   # not unwrap(): the plain wake-up's Value is shared
-    return result.unwrap()
+    if result is None or type(result) is tuple:
+        return result          # sent as it is by the fast wake
+    return result.unwrap()     # an outcome from Trio (a cancellation) or the public-API wake
 
 
 async def _safe_park(data):
@@ -348,8 +358,8 @@ async def _safe_park(data):
     return await trio.lowlevel.wait_task_rescheduled(abort)
 
 
-def _safe_wake(task, value=_NONE) -> None:
-    trio.lowlevel.reschedule(task, Value(None) if value is _NONE else value)
+def _safe_wake(task, value=None) -> None:
+    trio.lowlevel.reschedule(task, Value(value))
 
 
 #: ``await park(data)``: park the current task until :meth:`VirtualClock.wake`

@@ -39,7 +39,6 @@ import os
 from collections import deque
 from typing import TYPE_CHECKING
 
-from outcome import Value
 from trio._core._run import GLOBAL_RUN_CONTEXT
 from trio.lowlevel import enable_ki_protection
 
@@ -139,7 +138,7 @@ class InPort:
                 # hand it over (cancelling a co-scheduled wake-up that would come later)
                 if entry is not None:
                     entry[2] = None
-                link.clock.wake(waiter.task, Value((self, msg)))
+                link.clock.wake(waiter.task, (self, msg))
             else:
                 # its co-scheduled wake-up already fired at this instant: it runs
                 # after us in this batch and finds the message in waiter.got

@@ -221,17 +221,8 @@ class System:
         if until is not None:
             clock.limit = until
             clock.on_limit = lambda: self._wake("time-limit")
-        maybe_flush = self.recorder.maybe_flush
-        if self.on_step is not None:
-            user_step = self.on_step
-
-            def on_step(t):
-                maybe_flush()
-                user_step(t)
-
-            clock.on_step = on_step
-        else:
-            clock.on_step = lambda t: maybe_flush()  # keeps the in-memory event buffer bounded
+        clock.events, clock.flush = self.recorder.events, self.recorder.flush  # buffer kept bounded per step
+        clock.on_step = self.on_step
         self._remaining = sum(1 for a in self.actors.values() if not a.daemon)
         self._super_task = current_task()
         guard = None
@@ -264,6 +255,7 @@ class System:
             gc.unfreeze()
             clock.on_idle = None
             clock.on_step = None
+            clock.events = clock.flush = None
             clock.on_limit = None
             clock.limit = float("inf")
             if guard is not None:
