@@ -14,7 +14,13 @@ An :class:`OutPort` of one actor is wired to an :class:`InPort` of another by a
 So a message entering an idle link at ``t`` is delivered at
 ``t + bytes/bandwidth + latency``, and a back-to-back burst is delivered at
 ``t + k*bytes/bandwidth + latency`` for the k-th message.  Messages are
-msgpack-encoded when they enter the link and decoded when they leave it.
+msgpack-encoded when they enter the link: the bytes are charged, recorded in
+the trace and hashed into the digest, and a fault may corrupt them.  Unless a
+fault changed the bytes, the receiver is handed :func:`protocols.codec.handover`
+of the sender's record (equal to decoding the bytes, without the cost; the
+sender's arrays become read-only), else the bytes are decoded when they leave
+the link.  ``STRICT_DECODE`` (environment ``EMU_STRICT_DECODE=1``) decodes every
+message instead; the digests are the same either way (tests/test_links.py).
 
 Fast paths, as measured in reference/engine-perf.md §1 and §8: entering a link
 is a synchronous method (encode, compute the arrival time, append), so a send
@@ -29,20 +35,25 @@ msg_name, data, nbytes)`` returning ``None`` (no effect) or a
 """
 from __future__ import annotations
 
+import os
 from collections import deque
 from typing import TYPE_CHECKING
 
-from outcome import Value
-from trio.lowlevel import Abort, current_task, enable_ki_protection, reschedule, wait_task_rescheduled
+from trio._core._run import GLOBAL_RUN_CONTEXT
+from trio.lowlevel import enable_ki_protection
 
+from emulator.clock import park
 from emulator.trace import BLOCK, CHUNK, DELIVER, FAULT, SEND, TAKE
 from emulator.units import transfer_ps
-from protocols.codec import ProtocolError, decode, encode, peek_name, type_name
+from protocols.codec import ProtocolError, decode, encode, handover, peek_name, type_name
 
 if TYPE_CHECKING:
     from emulator.actor import Actor
 
-__all__ = ["InPort", "OutPort", "Link", "FaultEffect", "select"]
+__all__ = ["InPort", "OutPort", "Link", "FaultEffect", "select", "STRICT_DECODE"]
+
+#: decode every message at the receiving end instead of handing over the sender's record
+STRICT_DECODE = bool(os.environ.get("EMU_STRICT_DECODE"))
 
 
 class FaultEffect:
@@ -76,6 +87,12 @@ class _Waiter:
     def release(self) -> None:
         for p in self.ports:
             p.waiter = None
+
+    def abort_wait(self, task) -> None:
+        """The parked receiver was cancelled: disarm its wake-up and free its ports."""
+        if self.entry is not None:
+            self.entry[2] = None
+        self.release()
 
 
 class InPort:
@@ -121,7 +138,7 @@ class InPort:
                 # hand it over (cancelling a co-scheduled wake-up that would come later)
                 if entry is not None:
                     entry[2] = None
-                reschedule(waiter.task, Value((self, msg)))
+                link.clock.wake(waiter.task, (self, msg))
             else:
                 # its co-scheduled wake-up already fired at this instant: it runs
                 # after us in this batch and finds the message in waiter.got
@@ -156,13 +173,20 @@ class InPort:
             return self._take()
         return None
 
+    @enable_ki_protection
     async def recv(self):
         """Receive the next message (FIFO across this port's links by delivery order)."""
         if self.buf:
             return self._take()
         if not self.links:
             raise RuntimeError(f"in-port {self.path} is not connected to any link")
-        return (await _park((self,), self.owner))[1]
+        # _park inlined (one coroutine frame fewer on every wake-up of a receiver)
+        waiter = _arm((self,), self.owner)
+        try:
+            got = await park(waiter) or waiter.got or await _rewait(waiter)
+        finally:
+            self.owner.blocked.pop(waiter.task, None)
+        return got[1]
 
 
 def _earliest(ports):
@@ -173,20 +197,9 @@ def _earliest(ports):
     return best
 
 
-@enable_ki_protection
-async def _park(ports, owner):
-    """Park until one of ``ports`` has a message; return ``(port, message)``.
-
-    Two ways to be woken, both exact in time:
-
-    * hand-over: the delivering link reschedules us with the message;
-    * co-scheduling: when a link already has a pending wake-up for the earliest
-      arrival, we put our own entry on the clock heap at the same time *after*
-      it.  Both then run in the same pass of Trio's loop, the link first, and we
-      take the message from the buffer.  This halves the run-loop passes per
-      hop (reference/engine-perf.md §1: a pass costs ~4 µs).
-    """
-    task = current_task()
+def _arm(ports, owner) -> _Waiter:
+    """Register the current task as the waiter of ``ports`` (see :func:`_park`)."""
+    task = GLOBAL_RUN_CONTEXT.task
     for p in ports:
         if p.waiter is not None:
             raise RuntimeError(f"in-port {p.path}: two tasks of {owner.name} receive on it at once; "
@@ -202,24 +215,36 @@ async def _park(ports, owner):
                         waiter.entry[2] = None
                     waiter.entry = l.clock.schedule(wake[0], task)
     owner.blocked[task] = ("recv", ports)
+    return waiter
 
-    def abort(_):
-        if waiter.entry is not None:
-            waiter.entry[2] = None
-        waiter.release()
-        return Abort.SUCCEEDED
 
+async def _rewait(waiter: _Waiter):
+    """A co-scheduled wake-up found nothing: wait for a hand-over (rare)."""
+    while True:
+        waiter.entry = None
+        got = await park(waiter) or waiter.got
+        if got is not None:
+            return got
+
+
+@enable_ki_protection
+async def _park(ports, owner):
+    """Park until one of ``ports`` has a message; return ``(port, message)``.
+
+    Two ways to be woken, both exact in time:
+
+    * hand-over: the delivering link reschedules us with the message;
+    * co-scheduling: when a link already has a pending wake-up for the earliest
+      arrival, we put our own entry on the clock heap at the same time *after*
+      it.  Both then run in the same pass of Trio's loop, the link first, and we
+      take the message from ``waiter.got``.  This halves the run-loop passes per
+      hop (reference/engine-perf.md §1: a pass costs ~4 µs).
+    """
+    waiter = _arm(ports, owner)
     try:
-        while True:
-            got = await wait_task_rescheduled(abort)
-            if got is not None:
-                return got
-            # co-scheduled wake-up: the link ran just before us in this batch
-            if waiter.got is not None:
-                return waiter.got
-            waiter.entry = None  # nothing came: fall back to hand-over
+        return await park(waiter) or waiter.got or await _rewait(waiter)
     finally:
-        owner.blocked.pop(task, None)
+        owner.blocked.pop(waiter.task, None)
 
 
 async def select(*ports: InPort):
@@ -332,27 +357,30 @@ class Link:
 
     # -- sender side ----------------------------------------------------------
     async def _wait_credit(self, owner) -> None:
-        task = current_task()
+        task = GLOBAL_RUN_CONTEXT.task
         self.blocked.append(task)
         self.blocked_count += 1
         self.emit((BLOCK, self.clock.now, self.id, self.seq + 1))
         owner.blocked[task] = ("send", self.src)
-
-        def abort(_):
-            try:
-                self.blocked.remove(task)
-            except ValueError:
-                pass
-            return Abort.SUCCEEDED
-
         try:
-            await wait_task_rescheduled(abort)
+            await park(self)
         finally:
             owner.blocked.pop(task, None)
 
+    def abort_wait(self, task) -> None:
+        """A task parked on this link was cancelled: the link task's delivery wait or a sender's credit wait."""
+        if task is self.task:
+            if self.wake is not None:
+                self.wake[2] = None
+            return
+        try:
+            self.blocked.remove(task)
+        except ValueError:
+            pass
+
     def _credit_return(self) -> None:
         if self.blocked:
-            reschedule(self.blocked.popleft())  # the credit passes straight to it
+            self.clock.wake(self.blocked.popleft())  # the credit passes straight to it
         else:
             self.credits += 1
 
@@ -368,6 +396,7 @@ class Link:
         bandwidth = self.bandwidth
         extra = 0
         drop = False
+        sent = data
         if self.faults:
             for fault in self.faults:
                 eff = fault.on_send(self, now, seq, type_name(msg), data, nbytes)
@@ -397,29 +426,30 @@ class Link:
         if arrival < self.last_arrival:
             arrival = self.last_arrival  # a link is FIFO: nothing overtakes
         self.last_arrival = arrival
-        self.inflight.append((arrival, seq, data))
-        if self.wake is None and self.task is not None:
-            self.wake = clock.schedule_delivery(arrival, self.task)
-            waiter = self.dst.waiter
-            if waiter is not None:
-                entry = waiter.entry
-                if entry is None or (entry[2] is not None and entry[0] > arrival):
-                    if entry is not None:
-                        entry[2] = None
-                    waiter.entry = clock.schedule(arrival, waiter.task)
+        handed = None if data is not sent or STRICT_DECODE else handover(msg)
+        self.inflight.append((arrival, seq, data, handed))
+        if self.wake is None:
+            task = self.task
+            if task is None and self.system.lazy_links:
+                task = self.task = self.system._spawn_link(self)   # first message: start the link's task
+            if task is not None:
+                self.wake = clock.schedule_delivery(arrival, task)
+                waiter = self.dst.waiter
+                if waiter is not None:
+                    entry = waiter.entry
+                    if entry is None or (entry[2] is not None and entry[0] > arrival):
+                        if entry is not None:
+                            entry[2] = None
+                        waiter.entry = clock.schedule(arrival, waiter.task)
 
     # -- the link task --------------------------------------------------------
+    @enable_ki_protection
     async def run(self) -> None:
-        self.task = current_task()
+        self.task = GLOBAL_RUN_CONTEXT.task
         clock = self.clock
         inflight = self.inflight
         dst = self.dst
         name = self.name
-
-        def abort(_):
-            if self.wake is not None:
-                self.wake[2] = None
-            return Abort.SUCCEEDED
 
         events = self.system.recorder.events
         flush = self.system.recorder.flush
@@ -428,14 +458,15 @@ class Link:
                 self.wake = clock.schedule_delivery(inflight[0][0], self.task)
             if len(events) >= CHUNK:   # bounded memory even when virtual time stands still
                 flush()
-            await wait_task_rescheduled(abort)
+            await park(self)
             self.wake = None
             now = clock.now
             while inflight and inflight[0][0] <= now:
-                _, seq, data = inflight.popleft()
-                try:
-                    msg = decode(data)
-                except ProtocolError as e:
-                    raise e.at(link=name, msg=f"{e.msg or peek_name(data) or '?'} #{seq}") from None
+                _, seq, data, msg = inflight.popleft()
+                if msg is None:
+                    try:
+                        msg = decode(data)
+                    except ProtocolError as e:
+                        raise e.at(link=name, msg=f"{e.msg or peek_name(data) or '?'} #{seq}") from None
                 self.delivered += 1
                 dst._deliver(msg, self, seq, now)

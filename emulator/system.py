@@ -23,6 +23,7 @@ and the actor wrappers wake it.  Nothing polls.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import threading
 import time
@@ -31,6 +32,7 @@ from typing import Any, Iterable
 
 import trio
 from outcome import Value
+from trio._core import _run as _trio_run
 from trio.lowlevel import Abort, current_task, current_trio_token, reschedule, wait_task_rescheduled
 
 from emulator.actor import Actor
@@ -42,7 +44,11 @@ from emulator.rng import stream
 from emulator.trace import DONE, ERROR, Recorder, TraceOptions
 from emulator.units import format_time
 
-__all__ = ["System", "RunResult", "DeadlockReport", "BlockedActor", "versions"]
+__all__ = ["System", "RunResult", "DeadlockReport", "BlockedActor", "versions", "LAZY_LINK_TASKS"]
+
+#: start each link's task on its first message (else all at the start of the run);
+#: needs Trio's ``Runner.spawn_impl`` (tests/test_trio_internals.py)
+LAZY_LINK_TASKS = hasattr(_trio_run.Runner, "spawn_impl") and not os.environ.get("EMU_EAGER_LINKS")
 
 
 def versions() -> dict:
@@ -140,6 +146,7 @@ class System:
         self._wake_reason: str | None = None
         self._error: ActorError | None = None
         self._nursery = None
+        self.lazy_links = LAZY_LINK_TASKS
         self.on_step = None  # optional per-time-step callback (progress display)
 
     # -- building -------------------------------------------------------------
@@ -214,17 +221,8 @@ class System:
         if until is not None:
             clock.limit = until
             clock.on_limit = lambda: self._wake("time-limit")
-        maybe_flush = self.recorder.maybe_flush
-        if self.on_step is not None:
-            user_step = self.on_step
-
-            def on_step(t):
-                maybe_flush()
-                user_step(t)
-
-            clock.on_step = on_step
-        else:
-            clock.on_step = lambda t: maybe_flush()  # keeps the in-memory event buffer bounded
+        clock.events, clock.flush = self.recorder.events, self.recorder.flush  # buffer kept bounded per step
+        clock.on_step = self.on_step
         self._remaining = sum(1 for a in self.actors.values() if not a.daemon)
         self._super_task = current_task()
         guard = None
@@ -240,8 +238,10 @@ class System:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                for link in self.links:
-                    nursery.start_soon(self._guard_link, link, name=f"link:{link.name}")
+                self.lazy_links = LAZY_LINK_TASKS
+                if not self.lazy_links:
+                    for link in self.links:
+                        nursery.start_soon(self._guard_link, link, name=f"link:{link.name}")
                 for actor in self.actors.values():
                     nursery.start_soon(self._guard_actor, actor, name=actor.name)
                 for at, fault, targets in self.kills:
@@ -255,6 +255,7 @@ class System:
             gc.unfreeze()
             clock.on_idle = None
             clock.on_step = None
+            clock.events = clock.flush = None
             clock.on_limit = None
             clock.limit = float("inf")
             if guard is not None:
@@ -282,6 +283,8 @@ class System:
             with trio.CancelScope() as actor.cancel_scope:
                 await actor.run()
         except trio.Cancelled:
+            if self._wake_reason is not None:
+                return   # the run is over: end quietly (a Cancelled per task costs Trio a formatted reason)
             raise
         except BaseException as e:  # report, do not crash the runner
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
@@ -303,10 +306,26 @@ class System:
             if self._remaining == 0:
                 self._wake("finished")
 
+    def _spawn_link(self, link: Link):
+        """Start ``link``'s task and return it (Trio's ``spawn_impl``: ``start_soon`` returns no task).
+
+        Link tasks are started on a link's first message (``LAZY_LINK_TASKS``):
+        most links of a large machine carry nothing in a given run, and their
+        tasks would only be spawned, parked and cancelled (issue #13: the
+        4-SIP machine has ~37 k links).  A link's task does nothing until its
+        first message anyway, and the message's delivery wake-up is put on the
+        clock heap when the message enters the link, as before, so event order
+        and digests are the same either way.
+        """
+        return _trio_run.GLOBAL_RUN_CONTEXT.runner.spawn_impl(self._guard_link, (link,), self._nursery,
+                                                             f"link:{link.name}")
+
     async def _guard_link(self, link: Link) -> None:
         try:
             await link.run()
         except trio.Cancelled:
+            if self._wake_reason is not None:
+                return   # the run is over: end quietly
             raise
         except Exception as e:
             self._fail(ActorError(f"link {link.name}", self.clock.now, e))

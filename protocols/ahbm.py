@@ -18,7 +18,7 @@ from __future__ import annotations
 import msgpack
 import numpy as np
 
-from protocols.codec import TensorDesc, message
+from protocols.codec import TensorDesc, array_ext_len, desc_ext_len, ext_header_len, message
 
 __all__ = [
     "DmaCmd", "GemmCmd", "MathCmd", "CompositeCmd", "Done",
@@ -276,28 +276,6 @@ def desc_of(x) -> TensorDesc:
     return TensorDesc.like(np.asarray(x))
 
 
-def _ext_header(n: int) -> int:
-    if n in (1, 2, 4, 8, 16):
-        return 2
-    if n < 256:
-        return 3
-    if n < 65536:
-        return 4
-    return 6
-
-
-def _array_ext_len(d: TensorDesc) -> int:
-    """Wire bytes of the ndarray ext of a data-mode tensor (codec._pack_array)."""
-    head = 1 + len(d.dtype.encode()) + 1 + 8 * len(d.shape)
-    return _ext_header(head + d.nbytes) + head + d.nbytes
-
-
-def _desc_ext_len(d: TensorDesc) -> int:
-    """Wire bytes of the TensorDesc ext (its ``nbytes`` are charged on top)."""
-    body = len(msgpack.packb([list(d.shape), d.dtype, d.nbytes], use_bin_type=True))
-    return _ext_header(body) + body
-
-
 def _bin_len(k: int) -> int:
     return (2 if k < 256 else 3 if k < 65536 else 5) + k
 
@@ -305,7 +283,7 @@ def _bin_len(k: int) -> int:
 def _record_charge(tensor_wire: int, pad: int) -> int:
     """Charged bytes of a Payload nested in another record (ext record: [tag, version, [t, pad]])."""
     inner = 1 + len(msgpack.packb(Payload.TAG)) + len(msgpack.packb(Payload.VERSION)) + 1 + tensor_wire + _bin_len(pad)
-    return _ext_header(inner) + inner
+    return ext_header_len(inner) + inner
 
 
 def payload(x) -> Payload:
@@ -317,7 +295,7 @@ def payload(x) -> Payload:
     from the msgpack header rules; checked by tests/test_ahbm_protocol.py).
     """
     d = desc_of(x)
-    data_wire, desc_wire = _array_ext_len(d), _desc_ext_len(d)
+    data_wire, desc_wire = array_ext_len(d), desc_ext_len(d)
     pd = pt = 0
     for _ in range(8):
         cd = _record_charge(data_wire, pd)

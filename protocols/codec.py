@@ -13,7 +13,11 @@ Field values may be msgpack primitives, lists, dicts, nested records and:
 * :class:`TensorDesc` -> ext type 2: ``[shape, dtype, nbytes]`` (timing mode).  A
   descriptor carries no data but the link charges its full ``nbytes`` on top of
   the encoded size, so timing-mode runs see the same bandwidth occupancy as
-  data-mode runs (DESIGN.md §3 "Links").
+  data-mode runs (DESIGN.md §3 "Links").  The two ext encodings differ by a few
+  header bytes; a record registered with ``descs_as_arrays=True`` is charged,
+  for each descriptor among its fields, exactly the bytes of the ndarray ext
+  it stands for (:func:`array_ext_len`), so its timing-mode and data-mode forms
+  charge the same bytes.  (AHBM records pad instead, see protocols/ahbm.py.)
 
 Decoding is strict: an unknown tag, a version mismatch, a wrong field count or
 malformed bytes raise :class:`ProtocolError`, which names the link and the message
@@ -38,6 +42,7 @@ __all__ = [
     "decode",
     "registered",
     "type_name",
+    "handover",
 ]
 
 EXT_NDARRAY = 1
@@ -96,14 +101,38 @@ class TensorDesc:
         return cls(tuple(array.shape), array.dtype.str, int(array.nbytes))
 
 
-class _RecordInfo:
-    __slots__ = ("cls", "tag", "version", "fields", "getter", "name")
+def ext_header_len(n: int) -> int:
+    """Bytes of the msgpack ext header (type and length) around an ``n``-byte ext body."""
+    if n in (1, 2, 4, 8, 16):
+        return 2
+    if n < 256:
+        return 3
+    if n < 65536:
+        return 4
+    return 6
 
-    def __init__(self, cls, tag, version, fields):
+
+def array_ext_len(d: TensorDesc) -> int:
+    """Wire bytes of the ndarray ext of the data-mode tensor ``d`` describes (:func:`_pack_array`)."""
+    head = 1 + len(d.dtype.encode()) + 1 + 8 * len(d.shape)
+    return ext_header_len(head + d.nbytes) + head + d.nbytes
+
+
+def desc_ext_len(d: TensorDesc) -> int:
+    """Wire bytes of the TensorDesc ext itself (its ``nbytes`` are charged on top)."""
+    body = len(msgpack.packb([list(d.shape), d.dtype, d.nbytes], use_bin_type=True))
+    return ext_header_len(body) + body
+
+
+class _RecordInfo:
+    __slots__ = ("cls", "tag", "version", "fields", "getter", "name", "descs_as_arrays")
+
+    def __init__(self, cls, tag, version, fields, descs_as_arrays=False):
         self.cls = cls
         self.tag = tag
         self.version = version
         self.fields = fields
+        self.descs_as_arrays = descs_as_arrays
         self.name = cls.__qualname__
         if len(fields) == 1:
             one = operator.attrgetter(fields[0])
@@ -118,12 +147,14 @@ _BY_TAG: dict[int, _RecordInfo] = {}
 _BY_CLASS: dict[type, _RecordInfo] = {}
 
 
-def message(tag: int, version: int = 1) -> Callable[[type], type]:
+def message(tag: int, version: int = 1, *, descs_as_arrays: bool = False) -> Callable[[type], type]:
     """Class decorator: make ``cls`` a slotted dataclass and register it as a wire record.
 
     ``tag`` is the stable type tag (unique across the project; ranges in
     ``protocols/__init__.py``), ``version`` the record layout version.  Adding,
-    removing or reordering fields requires a new version.
+    removing or reordering fields requires a new version.  ``descs_as_arrays``:
+    a :class:`TensorDesc` field is charged exactly the wire bytes of the array
+    it stands for (module docstring), not its own encoding plus ``nbytes``.
     """
 
     def wrap(cls: type) -> type:
@@ -131,7 +162,7 @@ def message(tag: int, version: int = 1) -> Callable[[type], type]:
             cls = dataclasses.dataclass(slots=True)(cls)
         if tag in _BY_TAG and _BY_TAG[tag].cls.__qualname__ != cls.__qualname__:
             raise ValueError(f"message tag {tag} already used by {_BY_TAG[tag].name}")
-        info = _RecordInfo(cls, tag, version, tuple(f.name for f in dataclasses.fields(cls)))
+        info = _RecordInfo(cls, tag, version, tuple(f.name for f in dataclasses.fields(cls)), descs_as_arrays)
         _BY_TAG[tag] = info
         _BY_CLASS[cls] = info
         cls.TAG = tag
@@ -181,7 +212,12 @@ class _Encoder:
             raise ProtocolError(f"not a registered message record: {type(record).__name__}")
         self.extra = 0
         try:
-            data = self._packer.pack((info.tag, info.version, info.getter(record)))
+            values = info.getter(record)
+            data = self._packer.pack((info.tag, info.version, values))
+            if info.descs_as_arrays:
+                for v in values:
+                    if type(v) is TensorDesc:
+                        self.extra += array_ext_len(v) - desc_ext_len(v) - v.nbytes
         except ProtocolError as e:
             self._packer.reset()
             raise e.at(msg=info.name) from None
@@ -296,3 +332,84 @@ def decode(data: bytes):
         raise
     except Exception as e:
         raise ProtocolError(f"cannot build record: {type(e).__name__}: {e}", msg=peek_name(data)) from None
+
+
+# --------------------------------------------------------------------------- hand-over
+_SCALARS = frozenset((int, float, str, bool, type(None), bytes))
+_KEYS = _SCALARS
+_NUMERIC_KINDS = frozenset("biufc")
+
+
+class _Undecided(Exception):
+    """A value :func:`handover` does not rebuild itself: the receiver decodes the bytes instead."""
+
+
+def _freeze_array(arr: np.ndarray) -> np.ndarray:
+    if arr.dtype.kind not in _NUMERIC_KINDS or not arr.flags.c_contiguous:
+        raise _Undecided
+    base = arr.base
+    if base is None:
+        arr.flags.writeable = False        # a write by the sender after the send is an error
+        return arr
+    if not arr.flags.writeable and type(base) is bytes:
+        return arr                         # a decoded array: its bytes are immutable
+    copy = arr.copy()                      # a view of writable memory: the receiver gets its own bytes
+    copy.flags.writeable = False
+    return copy
+
+
+def _rebuild(v):
+    t = type(v)
+    if t in _SCALARS:
+        return v
+    if t is np.ndarray:
+        return _freeze_array(v)
+    if t is list or t is tuple:
+        return [_rebuild(x) for x in v]
+    if t is dict:
+        out = {}
+        for k, x in v.items():
+            if type(k) not in _KEYS:
+                raise _Undecided
+            out[k] = _rebuild(x)
+        return out
+    if t is TensorDesc:
+        if type(v.shape) is not tuple or type(v.nbytes) is not int or type(v.dtype) is not str \
+                or any(type(s) is not int for s in v.shape):
+            raise _Undecided
+        return v                           # frozen, all fields immutable
+    info = _BY_CLASS.get(t)
+    if info is not None:
+        return info.cls(*[_rebuild(x) for x in info.getter(v)]) if info.fields else info.cls()
+    if isinstance(v, np.generic) and not isinstance(v, (np.void, np.object_)):
+        return _rebuild(v.item())
+    raise _Undecided
+
+
+def handover(record):
+    """What the receiver of ``record`` gets, built without decoding its wire bytes, or None.
+
+    The result equals ``decode(encode(record)[0])`` (tests/test_codec.py checks it
+    for every registered record type with generated field values): a new record
+    whose lists, tuples and dicts are rebuilt as decoding rebuilds them (tuples
+    become lists), numpy scalars become Python scalars, and numeric C-contiguous
+    arrays are shared **read-only** -- the sender's own array is made read-only
+    (a write after the send raises), a view of writable memory is copied.  A
+    fresh record shell means a write to the sender's record after the send
+    cannot reach the receiver.  Values it does not rebuild itself (structured or
+    non-contiguous arrays, odd dict keys, subclasses) return None: the link then
+    decodes the bytes, so the receiver sees exactly what the wire carries.
+    """
+    info = _BY_CLASS.get(type(record))
+    if info is None:
+        return None
+    try:
+        values = info.getter(record)
+        for v in values:
+            if type(v) not in _SCALARS:
+                break
+        else:
+            return info.cls(*values) if info.fields else info.cls()
+        return info.cls(*[_rebuild(v) for v in values])
+    except _Undecided:
+        return None

@@ -111,3 +111,45 @@ async def test_unregistered_message_is_a_protocol_error_naming_the_link(vclock):
     res = await run(system)
     assert res.status == "error"
     assert "src.out->sink.in" in res.error and "not a registered message record" in res.error
+
+
+# --------------------------------------------------------------------------- strict decode (issue #13)
+STRICT_SUBSET = ["scenarios/demo/reduce.yaml", "scenarios/faults/corrupt.yaml", "scenarios/ahbm/attention_decode.yaml",
+                 "scenarios/pccx/program.yaml", "scenarios/ahbm/microbench-data.yaml"]
+
+
+@pytest.mark.parametrize("path", STRICT_SUBSET)
+def test_strict_decode_gives_the_same_digest_as_the_hand_over(path, monkeypatch):
+    """The one flag (EMU_STRICT_DECODE / link.STRICT_DECODE) decodes every message; nothing else changes."""
+    from actors import registry
+    from conftest import ROOT
+    from emulator import link as link_module
+    from emulator.scenario import load_scenario
+    from tools.runner import run_scenario
+
+    out = {}
+    for strict in (False, True):
+        monkeypatch.setattr(link_module, "STRICT_DECODE", strict)
+        res, _, _ = run_scenario(load_scenario(ROOT / path, registry))
+        out[strict] = (res["status"], res["digest"], res["end_time_ps"], res["messages"])
+    assert out[False] == out[True]
+
+
+def test_a_write_to_a_sent_array_is_an_error():
+    O = np.zeros((8, 128), np.float32)
+
+    class Writer(Actor):
+        def __init__(self):
+            super().__init__("w")
+            self.out = self.out_port("out")
+
+        async def run(self):
+            await self.out.send(Partial(0, 1, O[0].copy(), O[1].copy(), O))
+            O[0, 0] = 1.0
+
+    sys_ = System("t", mode="data")
+    w = sys_.add(Writer())
+    sink = sys_.add(Sink("s", expect=1))
+    sys_.connect(w.out, sink.inp, capacity=1, latency=ns(1), bandwidth=0)
+    res = sys_.run()
+    assert res.status == "error" and "read-only" in res.error

@@ -85,3 +85,31 @@ def test_no_bundle_writes_no_trace_file(emu, tmp_path):
     p = emu("run", ROOT / "scenarios/faults/delay.yaml", "--no-bundle", check=0)
     assert "no trace file written" in p.stderr
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("algorithm", ["xxh3_128", "sha256"])
+def test_the_trace_file_holds_exactly_the_bytes_the_digest_hashes(tmp_path, monkeypatch, algorithm):
+    """Issue #13: the digest function changed (sha256 -> XXH3-128), the hashed bytes did not."""
+    from emulator import trace
+
+    monkeypatch.setattr(trace, "DIGEST", algorithm)
+    path = tmp_path / "t.emutrace"
+    system = System("t", trace=TraceOptions(path=str(path)))
+    src = system.add(Source("src", [(0, Token(i, 1)) for i in range(50)]))
+    sink = system.add(Sink("sink", expect=50))
+    system.connect(src.out, sink.inp, capacity=2, latency=1000, bandwidth=10**9)
+    res = system.run()
+    raw = path.read_bytes()
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+    unpacker.feed(raw)
+    unpacker.unpack()
+    start = unpacker.tell()
+    objs = []
+    while True:
+        obj = unpacker.unpack()
+        if isinstance(obj, dict):
+            break
+        objs.append(obj)
+        end = unpacker.tell()
+    assert len(objs) == res.events
+    assert trace.DIGESTS[algorithm](raw[start:end]).hexdigest() == res.digest == obj["digest"]

@@ -3,6 +3,7 @@
 If a Trio upgrade changes any of them, these fail loudly instead of the
 emulator silently losing determinism or virtual time.
 """
+import pytest
 import trio
 from trio._core import _run
 
@@ -82,3 +83,80 @@ def test_instruments_still_work_with_the_dict_backed_stand_in():
     with deterministic_scheduling():
         n = trio.run(main, clock=VirtualClock())
     assert n >= 1 and len(seen) == n
+
+
+# --------------------------------------------------------------------------- issue #13 fast paths
+def test_the_fast_path_internals_exist_on_the_pinned_range():
+    from emulator import clock as clock_module
+    from emulator import system as system_module
+
+    assert clock_module.FAST_PARK, "WaitTaskRescheduled / Task slots / Runner fields changed: fast park disabled"
+    assert system_module.LAZY_LINK_TASKS, "Runner.spawn_impl is gone: link tasks start eagerly"
+    assert {"_next_send_fn", "_next_send", "_abort_func", "custom_sleep_data"} <= {
+        a.name for a in _run.Task.__attrs_attrs__}
+
+
+def test_paced_io_skips_most_polls_and_still_polls():
+    from emulator.clock import _PacedIO
+
+    async def main():
+        for _ in range(2000):
+            await sleep(1)
+        return _run.GLOBAL_RUN_CONTEXT.runner.io_manager
+
+    with deterministic_scheduling():
+        io = trio.run(main, clock=VirtualClock())
+    assert isinstance(io, _PacedIO)
+    assert io.skipped > io.polls > 0
+
+
+def test_a_thread_reaches_a_busy_run_through_the_paced_io():
+    """run_sync_soon from another thread (how the wall-clock guard and Ctrl-C get in) is served."""
+    import threading
+
+    async def main():
+        token = trio.lowlevel.current_trio_token()
+        seen = []
+        threading.Thread(target=lambda: token.run_sync_soon(seen.append, 1)).start()
+        t = 0
+        while not seen:               # virtual time keeps moving: the loop never sleeps for real
+            t += 1
+            await sleep(1)
+        return t
+
+    with deterministic_scheduling():
+        assert trio.run(main, clock=VirtualClock()) > 0
+
+
+@pytest.mark.parametrize("path", ["scenarios/demo/ring.yaml", "scenarios/ahbm/attention_decode.yaml"])
+def test_the_public_api_fallback_gives_the_same_digest(path, emu):
+    """EMU_SAFE_PARK=1 (wait_task_rescheduled/reschedule, every I/O poll) and EMU_EAGER_LINKS=1 (link tasks
+    started up front with start_soon) must give the very same run."""
+    import json
+    import os
+
+    from conftest import ROOT
+
+    fast = json.loads(emu("run", ROOT / path, "--json", "--no-bundle", check=0).stdout)
+    os.environ.update(EMU_SAFE_PARK="1", EMU_EAGER_LINKS="1")
+    try:
+        safe = json.loads(emu("run", ROOT / path, "--json", "--no-bundle", check=0).stdout)
+    finally:
+        del os.environ["EMU_SAFE_PARK"], os.environ["EMU_EAGER_LINKS"]
+    assert (safe["digest"], safe["end_time_ps"]) == (fast["digest"], fast["end_time_ps"])
+
+
+def test_the_fallback_switch_is_honoured(monkeypatch):
+    from emulator import clock as clock_module
+
+    monkeypatch.setenv("EMU_SAFE_PARK", "1")
+    assert not clock_module._fast_park_available()
+    monkeypatch.setattr(clock_module, "FAST_PARK", False)
+
+    async def main():
+        await sleep(3)
+        return _run.GLOBAL_RUN_CONTEXT.runner.clock.fast, type(_run.GLOBAL_RUN_CONTEXT.runner.io_manager).__name__
+
+    with deterministic_scheduling():
+        fast, io = trio.run(main, clock=VirtualClock())
+    assert fast is False and io != "_PacedIO"

@@ -7,13 +7,16 @@ Workloads (the demo machine, scenarios/machines/demo.yaml):
 * ``ring-dense``: 64 nodes, 64 tokens -- many messages per time step;
 * ``reduce``: the 128-PE 2-level reduce-to-root in data mode, numpy merges included.
 
-Each repetition runs every workload on both engines (emulator first, then the
-SimPy peer of tools/simpy_peer.py), checks that both reach the same virtual
-end time and deliver the same number of messages (and, for the reduce, the same
-root output), and records messages per wall second.  The printed figures are
-medians over repetitions; the ratio is the median of per-repetition ratios, as
-in engine-perf.md §0, because this machine's speed drifts.  Build time is
-excluded on both sides.  Peak RSS of the process is reported too.
+Repetitions are interleaved: each one runs every workload on both engines
+(emulator first, then the SimPy peer of tools/simpy_peer.py), so drift of a
+shared machine hits both sides alike.  Each pair is checked to reach the same
+virtual end time and deliver the same number of messages (and, for the reduce,
+the same root output).  Recorded per run: messages per wall second and per
+second of process CPU time (``time.process_time``: less sensitive to other
+users of the machine).  The printed figures are medians over repetitions; the
+ratios are medians of per-repetition ratios, as in engine-perf.md §0, and the
+spread (min-max of the per-repetition wall ratios) is printed as the noise.
+Build time is excluded on both sides.  Peak RSS of the process is reported too.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import json
 import resource
 import statistics
 import sys
+import time
 
 import numpy as np
 
@@ -48,8 +52,10 @@ def _workloads(scale: float):
 def _emu(kind: str, params: dict, mode: str, seed: int = 1) -> dict:
     system = System(f"bench-{kind}", seed=seed, mode=mode)
     demo.WORKLOADS[kind].build(system, PROFILE, params)
+    c0 = time.process_time()
     res = system.run()
-    out = {"end_time_ps": res.end_time_ps, "messages": res.messages, "wall_s": res.wall_s}
+    cpu = time.process_time() - c0
+    out = {"end_time_ps": res.end_time_ps, "messages": res.messages, "wall_s": res.wall_s, "cpu_s": cpu}
     if kind == "reduce" and mode == "data":
         root = next(a for a in system.actors.values() if a.is_root)
         out["output"] = system.reports[root.name]["output"]
@@ -62,11 +68,11 @@ def _simpy(kind: str, params: dict, mode: str, seed: int = 1) -> dict:
     return simpy_peer.run_reduce(PROFILE, params, mode, seed)
 
 
-def run_bench(repeats: int = 3, scale: float = 1.0) -> dict:
-    rows = []
-    for name, kind, params, mode in _workloads(scale):
-        emu_rates, simpy_rates, ratios = [], [], []
-        for _ in range(repeats):
+def run_bench(repeats: int = 5, scale: float = 1.0) -> dict:
+    workloads = _workloads(scale)
+    runs = {name: [] for name, *_ in workloads}
+    for _ in range(repeats):
+        for name, kind, params, mode in workloads:
             a = _emu(kind, params, mode)
             b = _simpy(kind, params, mode)
             if a["end_time_ps"] != b["end_time_ps"] or a["messages"] != b["messages"]:
@@ -74,20 +80,28 @@ def run_bench(repeats: int = 3, scale: float = 1.0) -> dict:
                                    f"{b['end_time_ps']} ps, messages {a['messages']} vs {b['messages']}")
             if "output" in a and not np.allclose(a["output"], b["output"], rtol=1e-5, atol=1e-6):
                 raise RuntimeError(f"{name}: root outputs differ between the emulator and SimPy")
-            ea = a["messages"] / a["wall_s"]
-            sb = b["messages"] / b["wall_s"]
-            emu_rates.append(ea)
-            simpy_rates.append(sb)
-            ratios.append(ea / sb)
+            runs[name].append((a, b))
+    rows = []
+    med = statistics.median
+    for name, pairs in runs.items():
+        a = pairs[0][0]
+        emu_rates = [x["messages"] / x["wall_s"] for x, _ in pairs]
+        simpy_rates = [y["messages"] / y["wall_s"] for _, y in pairs]
+        ratios = [e / s for e, s in zip(emu_rates, simpy_rates)]
+        cpu_ratios = [y["cpu_s"] / x["cpu_s"] for x, y in pairs]
         rows.append({"name": name, "messages": a["messages"], "end_time_ps": a["end_time_ps"],
-                     "emu_msgs_per_s": round(statistics.median(emu_rates)),
-                     "simpy_msgs_per_s": round(statistics.median(simpy_rates)),
-                     "ratio": round(statistics.median(ratios), 3)})
+                     "emu_msgs_per_s": round(med(emu_rates)),
+                     "simpy_msgs_per_s": round(med(simpy_rates)),
+                     "ratio": round(med(ratios), 3),
+                     "ratio_min": round(min(ratios), 3), "ratio_max": round(max(ratios), 3),
+                     "emu_cpu_us_per_msg": round(med(x["cpu_s"] / x["messages"] * 1e6 for x, _ in pairs), 2),
+                     "simpy_cpu_us_per_msg": round(med(y["cpu_s"] / y["messages"] * 1e6 for _, y in pairs), 2),
+                     "cpu_ratio": round(med(cpu_ratios), 3)})
     return {"workloads": rows, "repeats": repeats,
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
-def bench_engine(*, json_out: bool = False, repeats: int = 3, scale: float = 1.0) -> int:
+def bench_engine(*, json_out: bool = False, repeats: int = 5, scale: float = 1.0) -> int:
     try:
         import simpy  # noqa: F401
     except ImportError:
@@ -97,10 +111,110 @@ def bench_engine(*, json_out: bool = False, repeats: int = 3, scale: float = 1.0
     if json_out:
         print(json.dumps(out, indent=1))
         return 0
-    print(f"engine benchmark: emulator vs SimPy on the same model ({repeats} repetitions, medians)")
-    print(f"  {'workload':<12} {'messages':>9} {'emu msg/s':>11} {'simpy msg/s':>12} {'ratio':>6}")
+    print(f"engine benchmark: emulator vs SimPy on the same model ({repeats} interleaved repetitions, medians)")
+    print(f"  {'workload':<12} {'messages':>9} {'emu msg/s':>11} {'simpy msg/s':>12} {'ratio':>6} {'(min-max)':>11}"
+          f" {'emu cpu us/msg':>15} {'simpy cpu us/msg':>17} {'cpu ratio':>9}")
     for r in out["workloads"]:
         print(f"  {r['name']:<12} {r['messages']:>9} {r['emu_msgs_per_s']:>11,} {r['simpy_msgs_per_s']:>12,}"
-              f" {r['ratio']:>6.2f}")
-    print(f"  peak RSS {out['peak_rss_mib']} MiB; ratio > 1 means the emulator is faster")
+              f" {r['ratio']:>6.2f} {r['ratio_min']:>5.2f}-{r['ratio_max']:<5.2f}"
+              f" {r['emu_cpu_us_per_msg']:>15.2f} {r['simpy_cpu_us_per_msg']:>17.2f} {r['cpu_ratio']:>9.2f}")
+    print(f"  peak RSS {out['peak_rss_mib']} MiB; ratio > 1 means the emulator is faster (wall; cpu ratio: process CPU)")
+    return 0
+
+
+# --------------------------------------------------------------------------- emu bench machine
+MACHINE_SCENARIOS = [
+    ("ahbm-decode-32", "scenarios/ahbm/attention_decode_32ranks.yaml"),
+    ("pccx-program", "scenarios/pccx/program.yaml"),
+]
+IDLE_SCENARIO = ("ahbm-idle-4sip", "scenarios/ahbm/idle-4sip.yaml")
+FULL_SCENARIO = ("ahbm-decode-128", "scenarios/ahbm/attention_decode_4sip.yaml")
+
+
+def _machine_run(path: str) -> dict:
+    """Build and run one scenario; process CPU time of the build and of the run, separately."""
+    from pathlib import Path
+
+    from actors import registry
+    from emulator.scenario import load_scenario
+    from tools.runner import build_system
+
+    root = Path(__file__).resolve().parents[1]
+    scenario = load_scenario(root / path, registry)
+    c0 = time.process_time()
+    system, _ = build_system(scenario)
+    c1 = time.process_time()
+    res = system.run()
+    c2 = time.process_time()
+    if res.status != "finished":
+        raise RuntimeError(f"{path}: run ended with status {res.status}: {res.error or res.deadlock}")
+    return {"messages": res.messages, "events": res.events, "digest": res.digest, "end_time_ps": res.end_time_ps,
+            "build_cpu_s": c1 - c0, "run_cpu_s": c2 - c1, "wall_s": res.wall_s, "tasks": len(system.actors) + len(
+                system.links)}
+
+
+def run_machine_bench(repeats: int = 3, full: bool = False) -> dict:
+    """``emu bench machine``: whole-machine runs, rated per second of process CPU time.
+
+    * AHBM 32-rank attention decode and a pccx program: messages and trace
+      events per CPU second of the run (build excluded);
+    * the 4-SIP AHBM machine with an idle workload: the fixed cost of building,
+      starting and cancelling its tasks (build + run CPU);
+    * with ``full``: the 128-rank decode on the 4-SIP machine (CPU seconds, once).
+
+    Repetitions are interleaved; figures are medians, with the min-max spread of
+    the CPU rates as the noise of this (shared) machine.
+    """
+    med = statistics.median
+    todo = MACHINE_SCENARIOS + [IDLE_SCENARIO]
+    runs = {name: [] for name, _ in todo}
+    for _ in range(repeats):
+        for name, path in todo:
+            runs[name].append(_machine_run(path))
+    rows = []
+    for name, path in todo:
+        rs = runs[name]
+        if len({r["digest"] for r in rs}) != 1:
+            raise RuntimeError(f"{path}: repetitions gave different digests")
+        msg_rate = [r["messages"] / r["run_cpu_s"] for r in rs]
+        ev_rate = [r["events"] / r["run_cpu_s"] for r in rs]
+        rows.append({"name": name, "scenario": path, "messages": rs[0]["messages"], "events": rs[0]["events"],
+                     "tasks": rs[0]["tasks"],
+                     "run_cpu_s": round(med(r["run_cpu_s"] for r in rs), 3),
+                     "build_cpu_s": round(med(r["build_cpu_s"] for r in rs), 3),
+                     "fixed_cpu_s": round(med(r["build_cpu_s"] + r["run_cpu_s"] for r in rs), 3),
+                     "msgs_per_cpu_s": round(med(msg_rate)), "msgs_per_cpu_s_min": round(min(msg_rate)),
+                     "msgs_per_cpu_s_max": round(max(msg_rate)),
+                     "events_per_cpu_s": round(med(ev_rate)),
+                     "wall_s": round(med(r["wall_s"] for r in rs), 3)})
+    if full:
+        name, path = FULL_SCENARIO
+        r = _machine_run(path)
+        rows.append({"name": name, "scenario": path, "messages": r["messages"], "events": r["events"],
+                     "tasks": r["tasks"], "run_cpu_s": round(r["run_cpu_s"], 3),
+                     "build_cpu_s": round(r["build_cpu_s"], 3),
+                     "fixed_cpu_s": round(r["build_cpu_s"] + r["run_cpu_s"], 3),
+                     "msgs_per_cpu_s": round(r["messages"] / r["run_cpu_s"]),
+                     "msgs_per_cpu_s_min": None, "msgs_per_cpu_s_max": None,
+                     "events_per_cpu_s": round(r["events"] / r["run_cpu_s"]), "wall_s": round(r["wall_s"], 3)})
+    return {"machines": rows, "repeats": repeats,
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+
+def bench_machine(*, json_out: bool = False, repeats: int = 3, full: bool = False) -> int:
+    out = run_machine_bench(repeats, full)
+    if json_out:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"machine benchmark: per second of process CPU time ({repeats} interleaved repetitions, medians)")
+    print(f"  {'run':<16} {'tasks':>6} {'messages':>9} {'events':>9} {'build cpu s':>11} {'run cpu s':>9}"
+          f" {'msg/cpu-s':>10} {'(min-max)':>15} {'events/cpu-s':>12}")
+    for r in out["machines"]:
+        spread = (f"{r['msgs_per_cpu_s_min']:,}-{r['msgs_per_cpu_s_max']:,}" if r["msgs_per_cpu_s_min"] is not None
+                  else "")
+        print(f"  {r['name']:<16} {r['tasks']:>6} {r['messages']:>9} {r['events']:>9} {r['build_cpu_s']:>11.3f}"
+              f" {r['run_cpu_s']:>9.3f} {r['msgs_per_cpu_s']:>10,} {spread:>15} {r['events_per_cpu_s']:>12,}")
+    idle = next(r for r in out["machines"] if r["name"] == IDLE_SCENARIO[0])
+    print(f"  idle 4-SIP machine fixed cost (build + start + cancel): {idle['fixed_cpu_s']:.3f} s CPU;"
+          f" peak RSS {out['peak_rss_mib']} MiB")
     return 0

@@ -181,10 +181,12 @@ def cmd_run(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from tools.bench import bench_engine
+    from tools.bench import bench_engine, bench_machine
 
+    if args.what == "machine":
+        return bench_machine(json_out=args.json, repeats=args.repeats, full=args.full)
     if args.what != "engine":
-        print(f"emu bench: unknown benchmark {args.what!r} (known: engine)", file=sys.stderr)
+        print(f"emu bench: unknown benchmark {args.what!r} (known: engine, machine)", file=sys.stderr)
         return 2
     return bench_engine(json_out=args.json, repeats=args.repeats, scale=args.scale)
 
@@ -224,11 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_explain)
 
-    b = sub.add_parser("bench", help="benchmarks (engine: emulator vs SimPy on the same model)")
-    b.add_argument("what", choices=["engine"])
+    b = sub.add_parser("bench", help="benchmarks (engine: emulator vs SimPy on the same model; machine: AHBM/pccx)")
+    b.add_argument("what", choices=["engine", "machine"])
     b.add_argument("--json", action="store_true")
-    b.add_argument("--repeats", type=int, default=3)
+    b.add_argument("--repeats", type=int, default=5)
     b.add_argument("--scale", type=float, default=1.0, help="multiply workload sizes")
+    b.add_argument("--full", action="store_true", help="machine: also the 128-rank decode on 4 SIPs")
     b.set_defaults(func=cmd_bench)
 
     from tools import compare, trace_tools

@@ -163,7 +163,8 @@ class TcmClient:
             return r.data
         finally:
             self._busy = False
-            self._turn.unpark()
+            if self._turn:          # someone waits for its turn (an uncontended call wakes nobody)
+                self._turn.unpark()
 
     async def read(self, buf: str):
         return await self._call("read", buf)
