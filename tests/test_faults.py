@@ -56,7 +56,7 @@ def test_delay_shifts_delivery_by_the_delay(tmp_path):
     assert times(tr, SEND, LINK) == times(base, SEND, LINK)
     (f,) = fault_events(tr)
     assert f[2] == LINK and f[3] == "delay@" + LINK and f[4] == 1
-    assert res["faults"] == [{"t_ps": f[1], "fault": "delay@" + LINK, "kind": "delay", "target": LINK,
+    assert r.faults == [{"t_ps": f[1], "fault": "delay@" + LINK, "index": 0, "kind": "delay", "target": LINK,
                               "detail": {"seq": 1, "message": "Partial", "delay_ps": 200_000}}]
 
 
@@ -81,13 +81,13 @@ def test_corrupt_changes_the_content_and_the_result(tmp_path):
     li = link_id(tr, LINK)
     sent = {ev[3]: ev[5] for ev in tr.events if ev[0] == SEND and ev[2] == li}
     clean = {ev[3]: ev[5] for ev in base.events if ev[0] == SEND and ev[2] == li}
-    for entry in res["faults"]:
+    for entry in r.faults:
         seq, bits = entry["detail"]["seq"], entry["detail"]["bits"]
         expect = bytearray(clean[seq])
         for pos in bits:
             expect[pos // 8] ^= 1 << (pos % 8)
         assert sent[seq] == bytes(expect) != clean[seq]   # exactly the logged bits were flipped
-    assert len(res["faults"]) == 2
+    assert len(r.faults) == 2
     assert res["max_abs_err"] > 100 * base_res["max_abs_err"]
 
 
@@ -126,7 +126,7 @@ def test_slow_actor_stretches_its_busy_spans_only(tmp_path):
     assert {lbl for *_, lbl in slow} == {"produce", "merge"}
     other = "cube05/pe1"
     assert [e - s for s, e, _ in busy_spans(tr, other)] == [e - s for s, e, _ in busy_spans(base, other)]
-    assert len(res["faults"]) == len(slow)
+    assert len(r.faults) == len(slow)
     assert r.end_time_ps > base.footer["end_time_ps"]
 
 
@@ -142,7 +142,7 @@ def test_stall_holds_the_actor_until_the_window_ends(tmp_path):
     assert times(tr, DELIVER, up)[1] - times(base, DELIVER, up)[1] == 1_000_000
     # round 1 (at 5us) is outside the window: unchanged
     assert times(tr, SEND, up)[2] == times(base, SEND, up)[2]
-    assert res["faults"][0]["detail"] == {"label": "produce", "held_ps": 1_000_000}
+    assert r.faults[0]["detail"] == {"label": "produce", "held_ps": 1_000_000}
 
 
 def test_kill_stops_the_actor_and_the_others_deadlock(tmp_path, emu):
@@ -210,6 +210,6 @@ def test_bad_fault_entry_from_the_command_line_and_unmatched_glob(tmp_path, emu)
 
 def test_slow_on_an_infinite_bandwidth_link_is_refused(tmp_path):
     sc = load_scenario(str(FAULTS / "slow-link.yaml"), registry,
-                       ["machine.overrides.pe_link.bandwidth=0B/s"])
-    with pytest.raises(BuildError, match="matches only links of infinite bandwidth"):
+                       ["machine.overrides.pe_link.bandwidth=unlimited"])
+    with pytest.raises(BuildError, match="matches only links of unlimited bandwidth"):
         run_scenario(sc, trace_path=str(tmp_path / "t.emutrace"))

@@ -17,10 +17,10 @@ OPPOSITE = {"N": "S", "S": "N", "E": "W", "W": "E"}
 PROFILE_SCHEMA = Map({
     "family": Enum(["ahbm"]),
     "description": Str(default=""),
-    "sips": Int(min=1, default=2, doc="SIPs, joined in a line over UCIe (seed §0: shipped topology.yaml has 2)"),
-    "cubes": Map({"x": Int(min=1, default=4), "y": Int(min=1, default=4)}, doc="CUBE mesh per SIP (seed §0: 4x4)"),
-    "pes_per_cube": Int(min=1, default=8, doc="P (seed §0: 64 PCs / 8 per PE)"),
-    "pe_grid": Map({"x": Int(min=1, default=4), "y": Int(min=1, default=2)},
+    "sips": Int(min=1, max=64, default=2, doc="SIPs, joined in a line over UCIe (seed §0: shipped topology.yaml has 2)"),
+    "cubes": Map({"x": Int(min=1, max=64, default=4), "y": Int(min=1, max=64, default=4)}, doc="CUBE mesh per SIP (seed §0: 4x4)"),
+    "pes_per_cube": Int(min=1, max=256, default=8, doc="P (seed §0: 64 PCs / 8 per PE)"),
+    "pe_grid": Map({"x": Int(min=1, max=256, default=4), "y": Int(min=1, max=256, default=2)},
                    doc="PE placement inside a CUBE for IPCQ N/S/E/W neighbours (x*y = pes_per_cube)"),
     "clock": Map({"pe": Quantity("frequency", default="1GHz"), "noc": Quantity("frequency", default="1GHz")}),
     "hbm": Map({
