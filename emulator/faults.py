@@ -56,7 +56,7 @@ from emulator.rng import stream
 from emulator.schema import Enum, Float, Int, Map, Quantity, Spec, Str
 from emulator.trace import FAULT
 
-__all__ = ["FAULT_SCHEMA", "KINDS", "FaultKind", "Param", "install_faults", "resolve_targets", "fault_summary",
+__all__ = ["FAULT_SCHEMA", "KINDS", "FaultKind", "Param", "install_faults", "resolve_targets", "fault_summary", "describe_matches",
            "killer"]
 
 
@@ -373,6 +373,18 @@ def fault_summary(plan: list[dict], log: list[dict]) -> list[dict]:
         row.update(fired=bool(counts), injected=sum(counts.values()), by_target=dict(sorted(counts.items())))
         out.append(row)
     return out
+
+
+def describe_matches(plan: list[dict], limit: int = 8) -> list[str]:
+    """Lines for ``emu explain --faults`` / ``emu validate``: what each fault of the plan matches."""
+    lines = []
+    for p in plan:
+        target = "link" if "link" in p else "actor"
+        names = p["targets"]
+        shown = ", ".join(names[:limit]) + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+        lines.append(f"faults[{p['index']}] {p['fault']} ({p['kind']}): {target} glob {p[target]!r} matches "
+                     f"{len(names)} {target}(s): {shown}")
+    return lines
 
 
 async def killer(system, at: int, fault: FaultKind, targets) -> None:
