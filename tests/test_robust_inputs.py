@@ -164,8 +164,8 @@ def test_a_fault_that_never_fired_is_reported(capsys):
     rc, out, _ = emu(capsys, "run", ROOT / "scenarios" / "faults" / "delay.yaml", "--no-bundle", "--json",
                      "--set", "faults.0.start=1s")
     res = json.loads(out)
-    assert res["faults"] == [{"index": 0, "fault": "delay@cube05/pe1.up->cube05/pe0.in", "kind": "delay",
-                              "link": "cube05/pe1.up->cube05/pe0.in", "matched": 1, "fired": False,
+    assert res["faults"] == [{"index": 0, "fault": "delay@cube15/pe0.up->cube14/pe0.in", "kind": "delay",
+                              "link": "cube15/pe0.up->cube14/pe0.in", "matched": 1, "fired": False,
                               "injected": 0, "by_target": {}}]
     rc, out, _ = emu(capsys, "run", ROOT / "scenarios" / "faults" / "delay.yaml", "--no-bundle",
                      "--set", "faults.0.start=1s")

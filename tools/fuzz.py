@@ -205,6 +205,8 @@ def _campaign_job(job):
 def campaign(n: int, seed: int, jobs: int, workdir: Path, timeout: float = 120.0) -> Counter:
     """``n`` mutants over every shipped scenario, on a local pool; a mutant with no answer in ``timeout`` is a hang."""
     workdir.mkdir(parents=True, exist_ok=True)
+    for prog in (ROOT / "scenarios" / "pccx").glob("*.pasm"):   # programs the mutants name relatively
+        (workdir / prog.name).write_bytes(prog.read_bytes())
     rnd = random.Random(seed)
     todo = [(str(SCENARIOS[i % len(SCENARIOS)]), rnd.choice(sorted(MUTATIONS)), rnd.randrange(10**9), str(workdir))
             for i in range(n)]
