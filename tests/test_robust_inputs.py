@@ -192,3 +192,10 @@ def test_all_errors_of_the_failing_instant_are_reported(capsys):
     assert all(f" failed at t={t} ps" in e for e in res["errors"])
     assert len({e.split(" failed")[0] for e in res["errors"]}) == 20  # 20 different links
     assert res["error"].startswith(f"{20 + res['more_errors']} errors at t={t} ps:")
+
+
+def test_pccx_asm_reads_through_the_same_limits(tmp_path, capsys):
+    prog = tmp_path / "bad.pasm"
+    prog.write_bytes(b"GEMV \0\n")
+    err = rejected(capsys, "pccx", "asm", prog)
+    assert f"{prog}:1: (top level): expected printable text, found a NUL byte at column 6" in err
