@@ -42,6 +42,9 @@ from emulator.rng import stream
 from emulator.trace import DONE, ERROR, Recorder, TraceOptions
 from emulator.units import format_time
 
+#: the last virtual time a run may reach: a run that would pass it ends with status ``time-limit``
+HORIZON_PS = 2**62
+
 #: a failing run lists at most this many errors of its failing instant, and counts the rest
 MAX_LISTED_ERRORS = 20
 
@@ -219,9 +222,10 @@ class System:
         t0_wall = time.perf_counter()
         self.recorder.open(self.header())
         clock.on_idle = self._on_idle
-        if until is not None:
-            clock.limit = until
-            clock.on_limit = lambda: self._wake("time-limit")
+        # the horizon: virtual time never passes 2**62 ps (~53 days), so every time the trace
+        # holds (an event's time plus a bounded duration) still fits msgpack's int64
+        clock.limit = min(until, HORIZON_PS) if until is not None else HORIZON_PS
+        clock.on_limit = lambda: self._wake("time-limit")
         maybe_flush = self.recorder.maybe_flush
         if self.on_step is not None:
             user_step = self.on_step

@@ -199,3 +199,13 @@ def test_pccx_asm_reads_through_the_same_limits(tmp_path, capsys):
     prog.write_bytes(b"GEMV \0\n")
     err = rejected(capsys, "pccx", "asm", prog)
     assert f"{prog}:1: (top level): expected printable text, found a NUL byte at column 6" in err
+
+
+def test_virtual_time_stops_at_the_engine_horizon_instead_of_overflowing(capsys):
+    # each quantity is in range (1000 s), but 10,000 of them in sequence would pass int64 ps
+    rc, out, _ = emu(capsys, "run", ROOT / "scenarios" / "demo" / "ring.yaml", "--no-bundle", "--json",
+                     "--set", "workload.params.service=1000s", "--set", "workload.params.nodes=2",
+                     "--set", "workload.params.hops=10000")
+    res = json.loads(out)
+    assert res["status"] == "time-limit" and rc == 4
+    assert res["end_time_ps"] == 2**62
