@@ -204,7 +204,7 @@ def test_pccx_asm_reads_through_the_same_limits(tmp_path, capsys):
 def test_virtual_time_stops_at_the_engine_horizon_instead_of_overflowing(capsys):
     # each quantity is in range (1000 s), but 10,000 of them in sequence would pass int64 ps
     rc, out, _ = emu(capsys, "run", ROOT / "scenarios" / "demo" / "ring.yaml", "--no-bundle", "--json",
-                     "--set", "workload.params.service=1000s", "--set", "workload.params.nodes=2",
+                     "--set", "workload.params.service=1000s", "--set", "workload.params.nodes=2", "--set", "workload.params.tokens=1",
                      "--set", "workload.params.hops=10000")
     res = json.loads(out)
     assert res["status"] == "time-limit" and rc == 4
