@@ -35,7 +35,7 @@ from trio.lowlevel import Abort, current_task, current_trio_token, reschedule, w
 
 from emulator.actor import Actor
 from emulator.clock import VirtualClock, current_clock, deterministic_scheduling
-from emulator.errors import ActorError, BuildError
+from emulator.errors import ActorError, BuildError, EmulatorError
 from emulator.faults import fault_summary, killer
 from emulator.link import InPort, Link, OutPort
 from emulator.rng import stream
@@ -212,7 +212,17 @@ class System:
         """Run on a fresh virtual clock, deterministically; returns the result."""
         clock = VirtualClock()
         with deterministic_scheduling():
-            return trio.run(self.run_async, until, wall_timeout, clock=clock, strict_exception_groups=True)
+            try:
+                return trio.run(self.run_async, until, wall_timeout, clock=clock, strict_exception_groups=True)
+            except (trio.TrioInternalError, OverflowError) as e:
+                cause = e if isinstance(e, OverflowError) else e.__cause__
+                if not isinstance(cause, OverflowError):
+                    raise
+                # the recorder packs every event as int64 (msgpack): a product of in-range parameters
+                # (cycles x period, bytes / bandwidth) passed it; say so instead of a traceback
+                raise EmulatorError(
+                    f"a time or size computed by the model passed the engine's 64-bit integer range near "
+                    f"t={clock.now} ps ({cause}): a parameter is too large for this machine") from None
 
     async def run_async(self, until: int | None = None, wall_timeout: float | None = None) -> RunResult:
         clock = current_clock()

@@ -209,3 +209,11 @@ def test_virtual_time_stops_at_the_engine_horizon_instead_of_overflowing(capsys)
     res = json.loads(out)
     assert res["status"] == "time-limit" and rc == 4
     assert res["end_time_ps"] == 2**62
+
+
+def test_a_model_product_beyond_int64_is_a_clear_error(capsys):
+    # each value is in range (an integer <= 2**62), but cycles x period is not
+    rc, _, err = emu(capsys, "run", ROOT / "scenarios" / "pccx" / "program.yaml", "--no-bundle",
+                     "--set", "machine.overrides.decoder_cycles=4611686018427387904")
+    assert rc == 1
+    assert "passed the engine's 64-bit integer range" in err and "a parameter is too large" in err
