@@ -384,19 +384,22 @@ class Quantity(Spec):
 
 
 class List(Spec):
-    def __init__(self, item: Spec, *, min_len: int = 0, **kw):
+    def __init__(self, item: Spec, *, min_len: int = 0, max_len: int | None = None, **kw):
         kw.setdefault("default", [])
         super().__init__(**kw)
         self.item = item
         self.min_len = min_len
+        self.max_len = max_len
         self.expected = f"a list of {item.describe()}"
 
     def check(self, value, path, ctx):
         if not isinstance(value, list):
             ctx.fail(path, self.expected, value)
             return []
-        if len(value) < self.min_len:
-            ctx.fail(path, f"at least {self.min_len} item(s)", value)
+        if len(value) < self.min_len or (self.max_len is not None and len(value) > self.max_len):
+            count = (f"exactly {self.min_len}" if self.max_len == self.min_len else
+                     f"at least {self.min_len}" if self.max_len is None else f"{self.min_len} to {self.max_len}")
+            ctx.fail(path, f"{count} item(s)", f"{len(value)} item(s)", verbatim=True)
         return [self.item.check(v, path + (i,), ctx) for i, v in enumerate(value)]
 
 

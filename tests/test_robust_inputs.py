@@ -217,3 +217,10 @@ def test_a_model_product_beyond_int64_is_a_clear_error(capsys):
                      "--set", "machine.overrides.decoder_cycles=4611686018427387904")
     assert rc == 1
     assert "passed the engine's 64-bit integer range" in err and "a parameter is too large" in err
+
+
+def test_a_list_of_the_wrong_length_is_a_validation_error(capsys):
+    # found by the fuzzing: a GEMM shape [m, k] (one deleted) crashed later as "not enough values to unpack"
+    err = rejected(capsys, "validate", ROOT / "scenarios" / "ahbm" / "microbench.yaml",
+                   "--set", "workload.params.gemm=[32, 64]")
+    assert "workload.params.gemm: expected exactly 3 item(s), found 2 item(s)" in err

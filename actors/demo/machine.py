@@ -214,7 +214,7 @@ REDUCE_PARAMS = Map({
     "merge": Quantity("time", default="8ns", doc="time to fold one child partial"),
     "G": Int(min=1, default=8, doc="rows of m, l, O (query heads folded in M)"),
     "d": Int(min=1, default=128, doc="head dimension"),
-    "root": List(Int(min=0), default=[1, 1], doc="centre CUBE [x, y] of the mesh reduce"),
+    "root": List(Int(min=0), min_len=2, max_len=2, default=[1, 1], doc="centre CUBE [x, y] of the mesh reduce"),
 })
 
 
