@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import signal
 from contextlib import contextmanager
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
