@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench bench-machine clean
+.PHONY: run test bench bench-machine clean fuzz-campaign
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,6 +24,16 @@ bench: $(STAMP)
 
 bench-machine: $(STAMP)
 	$(BIN)/emu bench machine --full
+
+# Robustness campaign (issue 15): >= 1,000 mutated scenario files over every shipped
+# scenario, then >= 1,000 random fault plans over the demo, AHBM and pccx families.
+# Outputs under runs/fuzz and runs/campaign/*; exits non-zero on any traceback or hang.
+fuzz-campaign: $(STAMP)
+	$(BIN)/python -m tools.fuzz --mutants 1000 --seed 1 --skip "microbench|16ranks|32ranks|_long|4sip|2sip" --workdir runs/fuzz
+	$(BIN)/emu faults campaign scenarios/demo/reduce.yaml --plans 500 --seed 1 --no-minimise --out runs/campaign/reduce
+	$(BIN)/emu faults campaign scenarios/ahbm/attention_decode.yaml --plans 200 --seed 2 --no-minimise --out runs/campaign/attention_decode
+	$(BIN)/emu faults campaign scenarios/pccx/program.yaml --plans 150 --seed 3 --no-minimise --out runs/campaign/pccx
+	$(BIN)/emu faults campaign scenarios/demo/ring.yaml --plans 150 --seed 4 --no-minimise --out runs/campaign/ring
 
 clean:
 	rm -rf $(VENV) runs

@@ -13,6 +13,19 @@ from typing import Callable, Optional
 
 from emulator.schema import Map
 
+#: ASSUMPTION: the arrays a data-mode run generates and holds at once must fit
+#: a workstation: 2 GiB of inputs; a workload asking for more is refused by
+#: ``emu validate`` with the bytes it would need (issue 15).
+HOST_DATA_BYTES = 2 * 2**30
+
+
+def format_bytes(n: int) -> str:
+    """``n`` bytes in the largest binary unit, for limit messages (``'128 GiB'``)."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit} ({n} B)"
+    return f"{n} B"
+
 FAMILIES = {
     "demo": "actors.demo.machine",
     "ahbm": "actors.ahbm.machine",
@@ -29,6 +42,11 @@ class Workload:
     #: optional ``check(system, profile, params, result) -> dict`` run after the
     #: run (e.g. error against a numpy reference); its keys join the result
     check: Optional[Callable] = None
+    #: optional ``limits(profile, params, mode) -> [(param, expected, found), ...]``: the
+    #: sizes this machine cannot hold or the host cannot generate, checked by
+    #: ``emu validate`` before anything is built (issue 15: a clear error with the
+    #: bytes it would need, never a MemoryError or an endless input generation)
+    limits: Optional[Callable] = None
 
 
 def family(name: str):

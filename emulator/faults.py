@@ -1,11 +1,17 @@
-"""Fault and delay injection, declared in the scenario.
+"""Fault and delay injection, declared in the scenario: one class per fault kind.
 
 Each entry of a scenario's ``faults:`` list targets links or actors by name
 glob and acts inside a virtual-time window, with a probability, drawn from its
 own seeded random stream (``faults/<index>``), so a fault plan is reproducible
 and adding one fault never changes the draws of another.
 
-Kinds (``link:`` targets links, ``actor:`` targets actors):
+Every kind is one subclass of :class:`FaultKind` registered in :data:`KINDS`
+under ``(kind, target)``: it declares its target (``link`` or ``actor``), its
+own keys with their schema and the range a fault campaign draws them from
+(:class:`Param`), and its hook (``on_send`` for links, ``on_busy`` for actors,
+``install`` for anything else).  The scenario schema (:data:`FAULT_SCHEMA`),
+``emu validate --schema`` and ``emu faults campaign`` are all derived from the
+registry, so a new kind is one class.
 
 =========  ======  ==========================================================
 kind       target  effect
@@ -32,74 +38,71 @@ kill       actor   at ``at``, the actor's task is cancelled for good (messages
 
 ``probability`` and ``count`` apply per message (link kinds) or per busy span
 (``slow`` on an actor); a stall always holds everything in its window and a
-kill happens once.  ``slow`` needs ``factor > 0`` and a link of finite
-bandwidth (on an infinite one it could not act: use ``delay``).
+kill happens once.  ``slow`` needs a link of finite bandwidth (on an
+``unlimited`` one it could not act: use ``delay``).
 
 Every time a fault takes effect it is recorded as a ``fault`` event in the
-trace and listed in the run's result.
+trace and in the run's fault log; :func:`fault_summary` condenses the log per
+fault (count by target) and names the faults that never fired.
 """
 from __future__ import annotations
 
 import fnmatch
+from dataclasses import dataclass
 
 from emulator.errors import BuildError
 from emulator.link import FaultEffect
 from emulator.rng import stream
-from emulator.schema import Enum, Float, Int, Map, Quantity, Str
+from emulator.schema import Enum, Float, Int, Map, Quantity, Spec, Str
 from emulator.trace import FAULT
 
-__all__ = ["FAULT_SCHEMA", "install_faults", "LinkFault", "ActorFault"]
-
-LINK_KINDS = {"delay", "drop", "corrupt", "slow"}
-ACTOR_KINDS = {"slow", "stall", "kill"}
+__all__ = ["FAULT_SCHEMA", "KINDS", "FaultKind", "Param", "install_faults", "resolve_targets", "fault_summary", "describe_matches",
+           "killer"]
 
 
-def _check_fault(f: dict):
-    problems = []
-    kind = f["kind"]
-    has_link, has_actor = f.get("link") is not None, f.get("actor") is not None
-    if has_link == has_actor:
-        problems.append((("link",), "exactly one of 'link: GLOB' or 'actor: GLOB'",
-                         "both" if has_link else "neither"))
-        return problems
-    if has_link and kind not in LINK_KINDS:
-        problems.append((("kind",), f"a link fault kind ({', '.join(sorted(LINK_KINDS))}) for a 'link:' target", kind))
-    if has_actor and kind not in ACTOR_KINDS:
-        problems.append((("kind",), f"an actor fault kind ({', '.join(sorted(ACTOR_KINDS))}) for an 'actor:' target",
-                         kind))
-    needs = {"delay": "delay", "corrupt": "bits", "slow": "factor", "kill": "at"}
-    if kind in needs and f.get(needs[kind]) is None:
-        problems.append(((needs[kind],), f"'{needs[kind]}' for a {kind} fault", "nothing (the key is missing)"))
-    if kind == "slow" and f.get("factor") is not None and f["factor"] <= 0:
-        problems.append((("factor",), "a slow-down factor > 0 (2 = twice as slow)", f"{f['factor']}"))
-    if kind == "stall" and f.get("end") is None:
-        problems.append((("end",), "'end' (the stall window's end) for a stall fault", "nothing (the key is missing)"))
-    if f.get("end") is not None and f["end"] <= f["start"]:
-        problems.append((("end",), f"a time after start ({f['start']} ps)", f"{f['end']} ps"))
-    return problems
+@dataclass(frozen=True)
+class Param:
+    """A kind-specific key: its schema, whether it is required, and the range a campaign draws it from.
+
+    ``low``/``high`` lie inside what the schema accepts; a campaign draws
+    log-uniformly between them (quantities in engine units).
+    """
+
+    spec: Spec
+    required: bool
+    low: float
+    high: float
+    doc: str = ""
 
 
-FAULT_SCHEMA = Map({
-    "kind": Enum(["delay", "drop", "corrupt", "stall", "slow", "kill"]),
-    "link": Str(default=None, doc="glob over link names (e.g. 'cube05/pe3.up->*')"),
-    "actor": Str(default=None, doc="glob over actor names (e.g. 'cube05/*')"),
-    "start": Quantity("time", default="0ps", doc="window start"),
-    "end": Quantity("time", default=None, doc="window end (default: end of run)"),
-    "at": Quantity("time", default=None, doc="kill time"),
-    "probability": Float(min=0.0, max=1.0, default=1.0, doc="chance per message / per busy span"),
-    "delay": Quantity("time", default=None, doc="extra delay (delay)"),
-    "bits": Int(min=1, max=4096, default=None, doc="bits to flip per message (corrupt)"),
-    "factor": Float(min=0.0, default=None, doc="slow-down factor (slow), > 1 is slower"),
-    "count": Int(min=1, default=None, doc="at most this many injections"),
-    "name": Str(default=None, doc="label in the trace and result (default: kind@target)"),
-}, check=_check_fault)
+#: every kind, by (kind name, target); filled by :func:`register`
+KINDS: dict[tuple[str, str], type["FaultKind"]] = {}
 
 
-class _Fault:
+def register(cls):
+    KINDS[(cls.kind, cls.target)] = cls
+    return cls
+
+
+class FaultKind:
+    """One fault of a scenario: window, probability, count and its seeded stream.
+
+    Subclasses set ``kind``, ``target``, ``params`` (:class:`Param` by key) and
+    implement a hook: ``on_send(link, t, seq, msg_name, data, nbytes)`` (link
+    kinds, returns a :class:`~emulator.link.FaultEffect` or None) or
+    ``on_busy(actor, t, duration, label)`` (actor kinds), or override
+    :meth:`install` for anything else.
+    """
+
+    kind = ""
+    target = ""          # "link" or "actor"
+    params: dict[str, Param] = {}
+    summary = ""
+    needs_window_end = False
+
     def __init__(self, index: int, spec: dict, system):
         self.index = index
         self.spec = spec
-        self.kind = spec["kind"]
         self.start = spec["start"]
         self.end = spec["end"]
         self.prob = spec["probability"]
@@ -107,6 +110,16 @@ class _Fault:
         self.rng = stream(system.seed, f"faults/{index}")
         self.system = system
         self.label = spec["name"] or f"{self.kind}@{spec.get('link') or spec.get('actor')}"
+
+    @classmethod
+    def check(cls, f: dict) -> list:
+        """Cross-field problems of one entry, as ``(path, expected, found)``."""
+        return []
+
+    def install(self, targets: list) -> None:
+        attr = "faults"
+        for t in targets:
+            getattr(t, attr).append(self)
 
     def active(self, t: int) -> bool:
         if t < self.start or (self.end is not None and t >= self.end):
@@ -120,40 +133,107 @@ class _Fault:
         return True
 
     def log(self, t: int, target: str, detail) -> None:
-        self.system.fault_log.append({"t_ps": t, "fault": self.label, "kind": self.kind, "target": target,
-                                      "detail": detail})
+        self.system.fault_log.append({"t_ps": t, "fault": self.label, "index": self.index, "kind": self.kind,
+                                      "target": target, "detail": detail})
 
 
-class LinkFault(_Fault):
-    """Link hook: see :class:`emulator.link.FaultEffect`."""
+# --------------------------------------------------------------------------- link kinds
+@register
+class DelayFault(FaultKind):
+    kind, target = "delay", "link"
+    summary = "each message arrives `delay` later"
+    params = {"delay": Param(Quantity("time", default=None, doc="extra delay (delay)"), True, 10**3, 10**7)}
 
     def on_send(self, link, t, seq, msg_name, data, nbytes):
         if not self.active(t):
             return None
-        kind = self.kind
-        if kind == "delay":
-            self.log(t, link.name, {"seq": seq, "message": msg_name, "delay_ps": self.spec["delay"]})
-            return FaultEffect(self.label, extra_delay=self.spec["delay"])
-        if kind == "drop":
-            self.log(t, link.name, {"seq": seq, "message": msg_name})
-            return FaultEffect(self.label, drop=True)
-        if kind == "corrupt":
-            buf = bytearray(data)
-            flipped = []
-            for _ in range(self.spec["bits"]):
-                pos = int(self.rng.integers(0, len(buf) * 8))
-                buf[pos // 8] ^= 1 << (pos % 8)
-                flipped.append(pos)
-            self.log(t, link.name, {"seq": seq, "message": msg_name, "bits": flipped})
-            return FaultEffect(self.label, data=bytes(buf))
-        if kind == "slow":
-            self.log(t, link.name, {"seq": seq, "message": msg_name, "factor": self.spec["factor"]})
-            return FaultEffect(self.label, bandwidth_factor=1.0 / self.spec["factor"])
-        return None
+        self.log(t, link.name, {"seq": seq, "message": msg_name, "delay_ps": self.spec["delay"]})
+        return FaultEffect(self.label, extra_delay=self.spec["delay"])
 
 
-class StallSendFault(_Fault):
+@register
+class DropFault(FaultKind):
+    kind, target = "drop", "link"
+    summary = "the message is lost"
+
+    def on_send(self, link, t, seq, msg_name, data, nbytes):
+        if not self.active(t):
+            return None
+        self.log(t, link.name, {"seq": seq, "message": msg_name})
+        return FaultEffect(self.label, drop=True)
+
+
+@register
+class CorruptFault(FaultKind):
+    kind, target = "corrupt", "link"
+    summary = "`bits` random bits of the encoded payload are flipped"
+    params = {"bits": Param(Int(min=1, max=4096, default=None, doc="bits to flip per message (corrupt)"),
+                            True, 1, 64)}
+
+    def on_send(self, link, t, seq, msg_name, data, nbytes):
+        if not self.active(t):
+            return None
+        buf = bytearray(data)
+        flipped = []
+        for _ in range(self.spec["bits"]):
+            pos = int(self.rng.integers(0, len(buf) * 8))
+            buf[pos // 8] ^= 1 << (pos % 8)
+            flipped.append(pos)
+        self.log(t, link.name, {"seq": seq, "message": msg_name, "bits": flipped})
+        return FaultEffect(self.label, data=bytes(buf))
+
+
+_FACTOR = Param(Float(min=0.0, max=10**6, default=None, doc="slow-down factor (slow), > 1 is slower"), True, 1.5, 100)
+
+
+def _positive_factor(f: dict) -> list:
+    if f.get("factor") is not None and f["factor"] <= 0:
+        return [(("factor",), "a slow-down factor > 0 (2 = twice as slow)", f"{f['factor']}")]
+    return []
+
+
+@register
+class SlowLinkFault(FaultKind):
+    kind, target = "slow", "link"
+    summary = "serialisation at bandwidth / `factor`"
+    params = {"factor": _FACTOR}
+    check = classmethod(lambda cls, f: _positive_factor(f))
+
+    def install(self, targets):
+        if all(l.bandwidth == 0 for l in targets):
+            raise BuildError(f"faults[{self.index}]: a slow fault scales serialisation, but "
+                             f"{self.spec['link']!r} matches only links of unlimited bandwidth; "
+                             "use a delay fault instead")
+        super().install(targets)
+
+    def on_send(self, link, t, seq, msg_name, data, nbytes):
+        if not self.active(t):
+            return None
+        self.log(t, link.name, {"seq": seq, "message": msg_name, "factor": self.spec["factor"]})
+        return FaultEffect(self.label, bandwidth_factor=1.0 / self.spec["factor"])
+
+
+# --------------------------------------------------------------------------- actor kinds
+@register
+class SlowActorFault(FaultKind):
+    kind, target = "slow", "actor"
+    summary = "busy spans take `factor` times longer"
+    params = {"factor": _FACTOR}
+    check = classmethod(lambda cls, f: _positive_factor(f))
+
+    def on_busy(self, actor, t, duration, label):
+        if not self.active(t):
+            return duration, label
+        new = int(round(duration * self.spec["factor"]))
+        self.log(t, actor.name, {"label": label, "from_ps": duration, "to_ps": new})
+        self.system.recorder.emit((FAULT, t, actor.name, self.label, new - duration))
+        return new, label
+
+
+class _StallSend(FaultKind):
     """The out-links of a stalled actor hold messages sent inside the window until its end."""
+
+    kind, target = "stall", "link"
 
     def on_send(self, link, t, seq, msg_name, data, nbytes):
         if not (self.start <= t < self.end):
@@ -162,23 +242,96 @@ class StallSendFault(_Fault):
         return FaultEffect(self.label, extra_delay=self.end - t)
 
 
-class ActorFault(_Fault):
-    """Actor hook on :meth:`emulator.actor.Actor.busy`."""
+@register
+class StallFault(FaultKind):
+    kind, target = "stall", "actor"
+    summary = "no progress in [start, end): busy spans and sends wait for the window's end"
+    needs_window_end = True
+
+    def install(self, targets):
+        send = _StallSend(self.index, self.spec, self.system)
+        for actor in targets:
+            actor.faults.append(self)
+            for port in actor.outputs.values():
+                if port.link is not None:
+                    port.link.faults.append(send)
 
     def on_busy(self, actor, t, duration, label):
-        if self.kind == "stall":
-            if self.start <= t < self.end:
-                wait = self.end - t
-                self.log(t, actor.name, {"label": label, "held_ps": wait})
-                self.system.recorder.emit((FAULT, t, actor.name, self.label, wait))
-                return duration + wait, f"{label} (stalled)"
-            return duration, label
-        if self.kind == "slow" and self.active(t):
-            new = int(round(duration * self.spec["factor"]))
-            self.log(t, actor.name, {"label": label, "from_ps": duration, "to_ps": new})
-            self.system.recorder.emit((FAULT, t, actor.name, self.label, new - duration))
-            return new, label
+        if self.start <= t < self.end:
+            wait = self.end - t
+            self.log(t, actor.name, {"label": label, "held_ps": wait})
+            self.system.recorder.emit((FAULT, t, actor.name, self.label, wait))
+            return duration + wait, f"{label} (stalled)"
         return duration, label
+
+
+@register
+class KillFault(FaultKind):
+    kind, target = "kill", "actor"
+    summary = "the actor's task is cancelled for good at `at`"
+    params = {"at": Param(Quantity("time", default=None, doc="kill time"), True, 0, 10**7)}
+
+    def install(self, targets):
+        self.system.kills.append((self.spec["at"], self, targets))
+
+
+# --------------------------------------------------------------------------- schema
+LINK_KINDS = sorted(k for k, t in KINDS if t == "link")
+ACTOR_KINDS = sorted(k for k, t in KINDS if t == "actor")
+
+
+def _check_fault(f: dict):
+    kind = f["kind"]
+    has_link, has_actor = f.get("link") is not None, f.get("actor") is not None
+    if has_link == has_actor:
+        return [(("link",), "exactly one of 'link: GLOB' or 'actor: GLOB'", "both" if has_link else "neither")]
+    target = "link" if has_link else "actor"
+    cls = KINDS.get((kind, target))
+    if cls is None:
+        names = LINK_KINDS if has_link else ACTOR_KINDS
+        article = "an" if target == "actor" else "a"
+        return [(("kind",), f"{article} {target} fault kind ({', '.join(names)}) for a '{target}:' target", kind)]
+    problems = []
+    for key, param in cls.params.items():
+        if param.required and f.get(key) is None:
+            problems.append(((key,), f"'{key}' for a {kind} fault", "nothing (the key is missing)"))
+    for key, other in _PARAM_SPECS.items():
+        if f.get(key) is not None and key not in cls.params:
+            problems.append(((key,), f"no '{key}' on a {kind} fault (it has: "
+                             f"{', '.join(cls.params) or 'no own keys'})", f"{key}: {f[key]!r}"))
+    if cls.needs_window_end and f.get("end") is None:
+        problems.append((("end",), f"'end' (the {kind} window's end) for a {kind} fault",
+                         "nothing (the key is missing)"))
+    if f.get("end") is not None and f["end"] <= f["start"]:
+        problems.append((("end",), f"a time after start ({f['start']} ps)", f"{f['end']} ps"))
+    return problems + cls.check(f)
+
+
+_PARAM_SPECS: dict[str, Spec] = {}
+for _cls in KINDS.values():
+    for _key, _param in _cls.params.items():
+        _PARAM_SPECS.setdefault(_key, _param.spec)
+
+FAULT_SCHEMA = Map({
+    "kind": Enum(sorted({k for k, _ in KINDS}, key=["delay", "drop", "corrupt", "stall", "slow", "kill"].index)),
+    "link": Str(default=None, doc="glob over link names (e.g. 'cube05/pe3.up->*')"),
+    "actor": Str(default=None, doc="glob over actor names (e.g. 'cube05/*')"),
+    "start": Quantity("time", default="0ps", doc="window start"),
+    "end": Quantity("time", default=None, doc="window end (default: end of run)"),
+    "at": _PARAM_SPECS["at"],
+    "probability": Float(min=0.0, max=1.0, default=1.0, doc="chance per message / per busy span"),
+    **{k: v for k, v in _PARAM_SPECS.items() if k != "at"},
+    "count": Int(min=1, default=None, doc="at most this many injections"),
+    "name": Str(default=None, doc="label in the trace and result (default: kind@target)"),
+}, check=_check_fault)
+
+
+# --------------------------------------------------------------------------- installing
+def resolve_targets(system, spec: dict) -> tuple[str, list]:
+    """``("link" | "actor", the links or actors of ``system`` that ``spec``'s glob matches)``."""
+    if spec.get("link") is not None:
+        return "link", [l for l in system.links if fnmatch.fnmatchcase(l.name, spec["link"])]
+    return "actor", [a for a in system.actors.values() if fnmatch.fnmatchcase(a.name, spec["actor"])]
 
 
 def install_faults(system, faults: list[dict], *, skip_unmatched: bool = False) -> None:
@@ -189,45 +342,52 @@ def install_faults(system, faults: list[dict], *, skip_unmatched: bool = False) 
     installs the scenario's faults into a system holding one actor, where the
     faults aimed elsewhere are expected not to match.  Fault ``i`` always
     draws from stream ``faults/<i>``, so skipping one changes no other.
+    ``system.fault_plan`` records what each fault matched (for the summary).
     """
+    plan = []
     for i, spec in enumerate(faults):
-        if spec.get("link") is not None:
-            glob = spec["link"]
-            targets = [l for l in system.links if fnmatch.fnmatchcase(l.name, glob)]
-            if not targets and skip_unmatched:
-                continue
-            if not targets:
-                raise BuildError(f"faults[{i}].link: no link matches {glob!r} "
-                                 f"(e.g. {', '.join(l.name for l in system.links[:3])})")
-            if spec["kind"] == "slow" and all(l.bandwidth == 0 for l in targets):
-                raise BuildError(f"faults[{i}]: a slow fault scales serialisation, but {glob!r} matches only links "
-                                 "of infinite bandwidth (bandwidth 0); use a delay fault instead")
-            fault = LinkFault(i, spec, system)
-            for link in targets:
-                link.faults.append(fault)
-            continue
-        glob = spec["actor"]
-        targets = [a for a in system.actors.values() if fnmatch.fnmatchcase(a.name, glob)]
+        target, targets = resolve_targets(system, spec)
+        glob = spec[target]
         if not targets and skip_unmatched:
             continue
         if not targets:
-            raise BuildError(f"faults[{i}].actor: no actor matches {glob!r} "
-                             f"(e.g. {', '.join(list(system.actors)[:3])})")
-        if spec["kind"] == "kill":
-            fault = _Fault(i, spec, system)
-            system.kills.append((spec["at"], fault, targets))
-            continue
-        fault = ActorFault(i, spec, system)
-        for actor in targets:
-            actor.faults.append(fault)
-            if spec["kind"] == "stall":
-                send_fault = StallSendFault(i, spec, system)
-                for port in actor.outputs.values():
-                    if port.link is not None:
-                        port.link.faults.append(send_fault)
+            known = [l.name for l in system.links] if target == "link" else list(system.actors)
+            raise BuildError(f"faults[{i}].{target}: no {target} matches {glob!r} (e.g. {', '.join(known[:3])})")
+        fault = KINDS[(spec["kind"], target)](i, spec, system)
+        fault.install(targets)
+        plan.append({"index": i, "fault": fault.label, "kind": spec["kind"], target: glob,
+                     "matched": len(targets), "targets": [t.name for t in targets]})
+    system.fault_plan = plan
 
 
-async def killer(system, at: int, fault: _Fault, targets) -> None:
+def fault_summary(plan: list[dict], log: list[dict]) -> list[dict]:
+    """Per fault of the plan: what it matched, how often it fired, on which targets; ``fired: false`` if never."""
+    by_index: dict[int, dict[str, int]] = {}
+    for entry in log:
+        counts = by_index.setdefault(entry.get("index", -1), {})
+        counts[entry["target"]] = counts.get(entry["target"], 0) + 1
+    out = []
+    for p in plan:
+        counts = by_index.get(p["index"], {})
+        row = {k: v for k, v in p.items() if k != "targets"}
+        row.update(fired=bool(counts), injected=sum(counts.values()), by_target=dict(sorted(counts.items())))
+        out.append(row)
+    return out
+
+
+def describe_matches(plan: list[dict], limit: int = 8) -> list[str]:
+    """Lines for ``emu explain --faults`` / ``emu validate``: what each fault of the plan matches."""
+    lines = []
+    for p in plan:
+        target = "link" if "link" in p else "actor"
+        names = p["targets"]
+        shown = ", ".join(names[:limit]) + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+        lines.append(f"faults[{p['index']}] {p['fault']} ({p['kind']}): {target} glob {p[target]!r} matches "
+                     f"{len(names)} {target}(s): {shown}")
+    return lines
+
+
+async def killer(system, at: int, fault: FaultKind, targets) -> None:
     """Cancel the targets' tasks at virtual time ``at`` (a kill fault)."""
     from emulator.clock import sleep_until
 

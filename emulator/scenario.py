@@ -147,9 +147,11 @@ def _parse_set(item: str) -> tuple[list, Any]:
         raise SchemaError([Problem("--set", None, item, "key.path=value", repr(item))])
     key, _, text = item.partition("=")
     try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError as e:
-        raise SchemaError([Problem("--set", None, key, "a YAML value", repr(text), str(e))]) from None
+        value = load_yaml(text, f"--set {key}").value if text.strip() else ""
+    except SchemaError as e:   # the same limits as a file (NUL, depth, aliases)
+        for p in e.problems:
+            p.path = key + (p.path and "." + p.path)
+        raise
     path = [int(p) if p.isdigit() else p for p in key.strip().split(".") if p != ""]
     if not path:
         raise SchemaError([Problem("--set", None, key, "a key path like machine.overrides.x", repr(item))])
@@ -296,6 +298,12 @@ def load_scenario(path: str, registry, sets: list[str] | None = None) -> Scenari
         for p in e.problems:
             p.path = "workload.params." + p.path if p.path else "workload.params"
         raise
+    limits = getattr(workloads[kind], "limits", None)
+    if limits is not None:
+        problems = [Problem(*params_doc.where((key,)), f"workload.params.{key}", expected, found)
+                    for key, expected, found in limits(profile, params, sc["mode"]) or []]
+        if problems:
+            raise SchemaError(problems)
 
     # -- faults ---------------------------------------------------------------
     faults = []

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import yaml
 
 from emulator.errors import EmulatorError
-from emulator.units import UnitError, parse_quantity
+from emulator.units import QUANTITY_RANGE, UNLIMITED, UnitError, format_quantity, parse_quantity
 
 __all__ = [
     "Problem", "SchemaError", "Spec", "Map", "List", "Int", "Float", "Bool", "Str", "Enum", "Quantity",
@@ -78,15 +80,58 @@ class Doc:
             path = path[:-1]
 
 
-def read_text(path: str) -> str:
-    """A YAML file's text; unreadable or non-UTF-8 files become a :class:`SchemaError` naming the file."""
+#: Input limits (issue 15): every file the tool reads is checked against them
+#: before it is parsed, so a hostile file is a clear error, never a traceback or a hang.
+MAX_FILE_BYTES = 4 * 2**20      # scenario, profile, fault list, sweep spec, .pasm: text files of a few KiB
+MAX_DEPTH = 64                  # nesting of maps and lists (the shipped files use < 8)
+MAX_NODES = 200_000             # values after alias expansion (a billion-laughs bomb needs 9**9)
+#: Integers and quantities must fit the engine's 64-bit integer picoseconds with
+#: room to add: a single value is at most 2**62, a virtual time at most 10**15 ps
+#: (1000 s), so thousands of them can be summed without leaving int64 (msgpack).
+MAX_INT = 2**62
+
+_BAD_CHAR = re.compile("[^\x09\x0A\x0D\x20-\x7E\x85\xA0-\uD7FF\uE000-\uFFFD\U00010000-\U0010FFFF]")
+
+
+def read_text(path: str, *, what: str = "a UTF-8 text file", max_bytes: int = MAX_FILE_BYTES) -> str:
+    """A text file's content within the input limits; any violation is a :class:`SchemaError` naming the file.
+
+    Checked: the size (``max_bytes``), the encoding (UTF-8) and the characters
+    (no NUL or other control characters YAML cannot hold), each reported with
+    the line and what was found.
+    """
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except UnicodeDecodeError as e:
-        raise SchemaError([Problem(str(path), None, "", "a UTF-8 text file", f"byte {e.start} is not UTF-8")]) from None
+        size = os.path.getsize(path)
+        if size > max_bytes:
+            raise SchemaError([Problem(str(path), None, "", f"{what} of at most {max_bytes} bytes",
+                                       f"{size} bytes")])
+        with open(path, "rb") as f:
+            raw = f.read(max_bytes + 1)
     except OSError as e:
         raise SchemaError([Problem(str(path), None, "", "a readable file", e.strerror or str(e))]) from None
+    return decode_text(raw, str(path), what=what)
+
+
+def decode_text(raw: bytes, file: str, *, what: str = "a UTF-8 text file") -> str:
+    """``raw`` as UTF-8 text without control characters, or a :class:`SchemaError` at the first bad byte."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise SchemaError([Problem(file, line, "", what, f"byte 0x{raw[e.start]:02x} at offset {e.start}, "
+                                   "which is not UTF-8")]) from None
+    check_characters(text, file)
+    return text
+
+
+def check_characters(text: str, file: str, origin_line: int | None = None) -> None:
+    """Reject NUL and the other control characters YAML cannot hold (``yaml.reader`` would raise)."""
+    m = _BAD_CHAR.search(text)
+    if m:
+        line = origin_line or text.count("\n", 0, m.start()) + 1
+        name = "a NUL byte" if m.group() == "\0" else f"control character U+{ord(m.group()):04X}"
+        raise SchemaError([Problem(file, line, "", "printable text", f"{name} at column "
+                                   f"{m.start() - text.rfind(chr(10), 0, m.start())}")])
 
 
 class _YamlShape(Exception):
@@ -94,50 +139,87 @@ class _YamlShape(Exception):
         self.line, self.path, self.expected, self.found = line, path, expected, found
 
 
+class _LimitedLoader(yaml.SafeLoader):
+    """A safe loader that refuses nesting deeper than :data:`MAX_DEPTH` while composing.
+
+    PyYAML composes recursively: a flow sequence 20,000 deep would end in a
+    ``RecursionError``; counting the depth here stops it at the limit.
+    """
+
+    depth = 0
+
+    def compose_node(self, parent, index):
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise _YamlShape(mark.line + 1, (), f"at most {MAX_DEPTH} levels of nested maps and lists",
+                                 f"more than {MAX_DEPTH}")
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
 def load_yaml(text: str, file: str) -> Doc:
     """Parse YAML keeping line numbers; a syntax error becomes a :class:`SchemaError`.
 
-    Also rejected: duplicate keys in a map (YAML would silently keep the last)
-    and recursive aliases (``&a [*a]``).
+    Also rejected, each as a clear problem: duplicate keys in a map (YAML would
+    silently keep the last), recursive aliases (``&a [*a]``), control
+    characters (NUL), nesting deeper than :data:`MAX_DEPTH`, and documents that
+    expand to more than :data:`MAX_NODES` values through aliases (an alias bomb
+    fails after MAX_NODES steps instead of expanding 9**9 values).
     """
-    loader = yaml.SafeLoader(text)
+    check_characters(text, file)
+    if len(text) > MAX_FILE_BYTES:
+        raise SchemaError([Problem(file, None, "", f"a text of at most {MAX_FILE_BYTES} bytes", f"{len(text)}")])
+    loader = _LimitedLoader(text)
     try:
         node = loader.get_single_node()
         lines: dict[tuple, int] = {}
-        value = _construct(loader, node, (), lines, set()) if node is not None else {}
+        value = _construct(loader, node, (), lines, set(), [0]) if node is not None else {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark else None
-        raise SchemaError([Problem(file, line, "", "valid YAML", str(getattr(e, "problem", e)))]) from None
+        raise SchemaError([Problem(file, line, "", "valid YAML", str(getattr(e, "problem", None) or e))]) from None
     except _YamlShape as e:
         raise SchemaError([Problem(file, e.line, _fmt_path(e.path), e.expected, e.found)]) from None
+    except (RecursionError, MemoryError, OverflowError, ValueError) as e:  # last resort: never a traceback
+        raise SchemaError([Problem(file, None, "", "a YAML document within the input limits",
+                                   f"{type(e).__name__}: {str(e)[:80]}")]) from None
     finally:
         loader.dispose()
     return Doc(value, lines, file)
 
 
-def _construct(loader, node, path, lines, active):
+def _construct(loader, node, path, lines, active, count):
     line = node.start_mark.line + 1
     lines[path] = line
+    count[0] += 1
+    if count[0] > MAX_NODES:
+        raise _YamlShape(line, path, f"at most {MAX_NODES} values after alias expansion",
+                         "more (an alias bomb?)")
+    if len(path) > MAX_DEPTH:
+        raise _YamlShape(line, path, f"at most {MAX_DEPTH} levels of nesting after alias expansion",
+                         "more")
     if id(node) in active:
         raise _YamlShape(line, path, "no recursive alias", "an alias that contains itself")
     if isinstance(node, yaml.MappingNode):
         active.add(id(node))
         out = {}
         for knode, vnode in node.value:
+            if not isinstance(knode, yaml.ScalarNode):
+                raise _YamlShape(knode.start_mark.line + 1, path, "a scalar key (a name)", "a map or list as a key")
             key = loader.construct_object(knode, deep=True)
-            if isinstance(key, (list, dict)):
-                key = str(key)
             if key in out:
                 raise _YamlShape(knode.start_mark.line + 1, path + (key,), "each key once in a map",
                                  f"{key!r} again (first at line {lines[path + (key,)]})")
             lines[path + (key,)] = knode.start_mark.line + 1
-            out[key] = _construct(loader, vnode, path + (key,), lines, active)
+            out[key] = _construct(loader, vnode, path + (key,), lines, active, count)
         active.discard(id(node))
         return out
     if isinstance(node, yaml.SequenceNode):
         active.add(id(node))
-        out = [_construct(loader, v, path + (i,), lines, active) for i, v in enumerate(node.value)]
+        out = [_construct(loader, v, path + (i,), lines, active, count) for i, v in enumerate(node.value)]
         active.discard(id(node))
         return out
     return loader.construct_object(node, deep=True)
@@ -217,6 +299,10 @@ class _Number(Spec):
             return None
         if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
             ctx.fail(path, self.expected, value)
+            return None
+        if abs(value) > MAX_INT:   # the engine's integer range, with room to add (see MAX_INT)
+            ctx.fail(path, f"{self.expected} of magnitude at most 2**62 (the engine's integer range)", value)
+            return None
         return self.convert(value)
 
 
@@ -270,11 +356,14 @@ class Quantity(Spec):
         super().__init__(**kw)
         self.kind = kind
         self.expected = {"time": "a time like '30ns'", "frequency": "a frequency like '1.2GHz'",
-                         "size": "a size like '64KiB'", "bandwidth": "a bandwidth like '256GB/s'"}[kind]
+                         "size": "a size like '64KiB'",
+                         "bandwidth": "a bandwidth like '256GB/s' or 'unlimited'"}[kind]
 
     def check(self, value, path, ctx):
+        if self.kind == "bandwidth" and value == UNLIMITED:
+            return 0          # the engine's "no serialisation delay"
         try:
-            return parse_quantity(value, self.kind)
+            out = parse_quantity(value, self.kind)
         except UnitError as e:
             hint = "the unit is missing" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
             msg = str(e)
@@ -282,22 +371,35 @@ class Quantity(Spec):
                 hint = msg.split(", found ")[-1] if ", found " in msg else msg
             ctx.fail(path, self.expected, value, hint)
             return None
+        low, high = QUANTITY_RANGE[self.kind]
+        if out < low:
+            hint = "write 'unlimited' for a link without serialisation delay" if self.kind == "bandwidth" else ""
+            ctx.fail(path, f"{self.expected} of at least {format_quantity(low, self.kind)}", value, hint)
+            return None
+        if out > high:
+            ctx.fail(path, f"{self.expected} of at most {format_quantity(high, self.kind)} "
+                     "(virtual time must fit the engine's integer picoseconds with room to add)", value)
+            return None
+        return out
 
 
 class List(Spec):
-    def __init__(self, item: Spec, *, min_len: int = 0, **kw):
+    def __init__(self, item: Spec, *, min_len: int = 0, max_len: int | None = None, **kw):
         kw.setdefault("default", [])
         super().__init__(**kw)
         self.item = item
         self.min_len = min_len
+        self.max_len = max_len
         self.expected = f"a list of {item.describe()}"
 
     def check(self, value, path, ctx):
         if not isinstance(value, list):
             ctx.fail(path, self.expected, value)
             return []
-        if len(value) < self.min_len:
-            ctx.fail(path, f"at least {self.min_len} item(s)", value)
+        if len(value) < self.min_len or (self.max_len is not None and len(value) > self.max_len):
+            count = (f"exactly {self.min_len}" if self.max_len == self.min_len else
+                     f"at least {self.min_len}" if self.max_len is None else f"{self.min_len} to {self.max_len}")
+            ctx.fail(path, f"{count} item(s)", f"{len(value)} item(s)", verbatim=True)
         return [self.item.check(v, path + (i,), ctx) for i, v in enumerate(value)]
 
 
@@ -359,7 +461,8 @@ class Map(Spec):
                 continue
             if spec.default is not _MISSING:
                 d = spec.default
-                out[key] = spec.check(d, path + (key,), ctx) if isinstance(d, (str, dict)) else d
+                # a default is written as in a file ("4KiB", ["4KiB"]): normalise it the same way
+                out[key] = spec.check(d, path + (key,), ctx) if isinstance(d, (str, dict, list)) else d
             elif isinstance(spec, Map) and not spec.required:
                 out[key] = spec.check({}, path + (key,), ctx)
             elif spec.required:

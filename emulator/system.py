@@ -37,8 +37,8 @@ from trio.lowlevel import Abort, current_task, current_trio_token, reschedule, w
 
 from emulator.actor import Actor
 from emulator.clock import VirtualClock, current_clock, deterministic_scheduling
-from emulator.errors import ActorError, BuildError
-from emulator.faults import killer
+from emulator.errors import ActorError, BuildError, EmulatorError
+from emulator.faults import fault_summary, killer
 from emulator.link import InPort, Link, OutPort
 from emulator.rng import stream
 from emulator.trace import DONE, ERROR, Recorder, TraceOptions
@@ -49,6 +49,12 @@ __all__ = ["System", "RunResult", "DeadlockReport", "BlockedActor", "versions", 
 #: start each link's task on its first message (else all at the start of the run);
 #: needs Trio's ``Runner.spawn_impl`` (tests/test_trio_internals.py)
 LAZY_LINK_TASKS = hasattr(_trio_run.Runner, "spawn_impl") and not os.environ.get("EMU_EAGER_LINKS")
+
+#: the last virtual time a run may reach: a run that would pass it ends with status ``time-limit``
+HORIZON_PS = 2**62
+
+#: a failing run lists at most this many errors of its failing instant, and counts the rest
+MAX_LISTED_ERRORS = 20
 
 
 def versions() -> dict:
@@ -111,7 +117,10 @@ class RunResult:
     reports: dict = field(default_factory=dict)
     deadlock: DeadlockReport | None = None
     error: str | None = None
-    faults: list = field(default_factory=list)
+    faults: list = field(default_factory=list)          # every injection (the bundle's faults.json)
+    fault_summary: list = field(default_factory=list)   # per fault: matched, fired or not, count by target
+    errors: list = field(default_factory=list)          # every error raised at the failing instant
+    more_errors: int = 0                                # errors raised after it (not listed)
 
     @property
     def ok(self) -> bool:
@@ -140,11 +149,13 @@ class System:
         self.clock: VirtualClock | None = None
         self.deliveries = 0
         self.fault_log: list = []
+        self.fault_plan: list = []     # what each fault matched (emulator.faults.install_faults)
         self.kills: list = []          # (time, fault, actors) from kill faults
         self._remaining = 0
         self._super_task = None
         self._wake_reason: str | None = None
-        self._error: ActorError | None = None
+        self._errors: list[ActorError] = []   # every error of the failing instant, in order
+        self._late_errors = 0
         self._nursery = None
         self.lazy_links = LAZY_LINK_TASKS
         self.on_step = None  # optional per-time-step callback (progress display)
@@ -208,7 +219,17 @@ class System:
         """Run on a fresh virtual clock, deterministically; returns the result."""
         clock = VirtualClock()
         with deterministic_scheduling():
-            return trio.run(self.run_async, until, wall_timeout, clock=clock, strict_exception_groups=True)
+            try:
+                return trio.run(self.run_async, until, wall_timeout, clock=clock, strict_exception_groups=True)
+            except (trio.TrioInternalError, OverflowError) as e:
+                cause = e if isinstance(e, OverflowError) else e.__cause__
+                if not isinstance(cause, OverflowError):
+                    raise
+                # the recorder packs every event as int64 (msgpack): a product of in-range parameters
+                # (cycles x period, bytes / bandwidth) passed it; say so instead of a traceback
+                raise EmulatorError(
+                    f"a time or size computed by the model passed the engine's 64-bit integer range near "
+                    f"t={clock.now} ps ({cause}): a parameter is too large for this machine") from None
 
     async def run_async(self, until: int | None = None, wall_timeout: float | None = None) -> RunResult:
         clock = current_clock()
@@ -218,9 +239,10 @@ class System:
         t0_wall = time.perf_counter()
         self.recorder.open(self.header())
         clock.on_idle = self._on_idle
-        if until is not None:
-            clock.limit = until
-            clock.on_limit = lambda: self._wake("time-limit")
+        # the horizon: virtual time never passes 2**62 ps (~53 days), so every time the trace
+        # holds (an event's time plus a bounded duration) still fits msgpack's int64
+        clock.limit = min(until, HORIZON_PS) if until is not None else HORIZON_PS
+        clock.on_limit = lambda: self._wake("time-limit")
         clock.events, clock.flush = self.recorder.events, self.recorder.flush  # buffer kept bounded per step
         clock.on_step = self.on_step
         self._remaining = sum(1 for a in self.actors.values() if not a.daemon)
@@ -247,6 +269,8 @@ class System:
                 for at, fault, targets in self.kills:
                     nursery.start_soon(killer, self, at, fault, targets, name=f"fault:{fault.label}")
                 reason = await self._park()
+                if reason == "error":
+                    await self._collect_errors_at_this_instant()
                 if reason == "deadlock":
                     report = self.deadlock_report()
                 nursery.cancel_scope.cancel()
@@ -264,9 +288,16 @@ class System:
         if status == "finished" and any(a.killed and not a.daemon for a in self.actors.values()):
             status = "killed"   # it ended only because unfinished workload actors were killed
         error_text = None
+        errors = [str(e) for e in self._errors[:MAX_LISTED_ERRORS]]
+        more = self._late_errors + max(0, len(self._errors) - MAX_LISTED_ERRORS)
         if reason == "error":
-            error_text = str(self._error)
-            self.recorder.emit((ERROR, clock.now, self._error.where, error_text))
+            for e, text in zip(self._errors, errors):
+                self.recorder.emit((ERROR, e.time_ps, e.where, text))
+            error_text = errors[0] if len(self._errors) == 1 else (
+                f"{len(self._errors)} errors at t={self._errors[0].time_ps} ps:\n" +
+                "\n".join(f"  {text}" for text in errors))
+            if more:
+                error_text += f"\n  (and {more} further error(s), not listed)"
         elif reason == "deadlock":
             self.recorder.emit((ERROR, clock.now, "deadlock", str(report)))
         end = clock.now
@@ -276,6 +307,8 @@ class System:
             status=status, end_time_ps=end, messages=sum(l.delivered for l in self.links),
             events=self.recorder.count, wall_s=wall, digest=digest, seed=self.seed, time_steps=clock.steps,
             reports=self.reports, deadlock=report, error=error_text, faults=list(self.fault_log),
+            fault_summary=fault_summary(self.fault_plan, self.fault_log), errors=errors,
+            more_errors=more,
         )
 
     async def _guard_actor(self, actor: Actor) -> None:
@@ -331,9 +364,28 @@ class System:
             self._fail(ActorError(f"link {link.name}", self.clock.now, e))
 
     def _fail(self, err: ActorError) -> None:
-        if self._error is None:
-            self._error = err
+        """Record an error; the first wakes the supervisor, which gathers the rest of that instant."""
+        if not self._errors or err.time_ps == self._errors[0].time_ps:
+            self._errors.append(err)
+        else:
+            self._late_errors += 1
         self._wake("error")
+
+    async def _collect_errors_at_this_instant(self) -> None:
+        """Let every task runnable at the failing instant run, so all its errors are reported (issue 15).
+
+        Virtual time is held at the instant (the clock's limit), and the
+        supervisor waits until the clock is idle or would pass it; errors raised
+        meanwhile at the same time join ``_errors``.
+        """
+        clock = self.clock
+        clock.limit = clock.now
+        clock.on_limit = lambda: self._wake("limit")
+        clock.on_idle = lambda: self._wake("idle")
+        while True:
+            self._wake_reason = None
+            if await self._park() != "error":   # idle, limit (or the wall-clock guard): the instant is over
+                return
 
     def _wake(self, reason: str) -> bool:
         if self._super_task is not None and self._wake_reason is None:

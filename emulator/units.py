@@ -31,6 +31,9 @@ __all__ = [
     "us",
     "ms",
     "PS_PER_S",
+    "QUANTITY_RANGE",
+    "UNLIMITED",
+    "format_quantity",
 ]
 
 PS_PER_S = 10**12
@@ -50,6 +53,19 @@ _BW.update({"bps": Fraction(1, 8), "Kbps": Fraction(10**3, 8), "Mbps": Fraction(
 
 KINDS = {"time": _TIME, "frequency": _FREQ, "size": _SIZE, "bandwidth": _BW}
 _EXAMPLES = {"time": "30ns", "frequency": "1.2GHz", "size": "64KiB", "bandwidth": "256GB/s"}
+
+#: The range a scenario may give each kind of quantity (engine units). Virtual
+#: time is an int64 count of ps in the trace (msgpack); capping a single time
+#: at 10**15 ps (1000 s) leaves a factor of ~9,000 for sums before 2**63.
+#: A bandwidth of 0 would silently mean "no serialisation delay": it is
+#: refused, and a link without one is written ``unlimited`` (issue 14 item 2).
+QUANTITY_RANGE = {
+    "time": (0, 10**15),
+    "frequency": (1, 10**13),
+    "size": (0, 2**50),
+    "bandwidth": (1, 10**15),
+}
+UNLIMITED = "unlimited"
 
 _NUM = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+)\s*([A-Za-zµ/]+)\s*$")
 
@@ -72,6 +88,9 @@ def parse_quantity(value, kind: str) -> int:
     if not m:
         raise UnitError(f"expected {expected}, found {value!r}")
     number, unit = m.groups()
+    exp = re.search(r"[eE]([+-]?[0-9]+)$", number)
+    if len(number) > 40 or (exp and abs(int(exp.group(1))) > 40):
+        raise UnitError(f"expected {expected}, found {value[:40]!r}... (a number beyond any machine's range)")
     if unit not in units:
         other = [k for k, table in KINDS.items() if unit in table]
         hint = f" ({unit!r} is a {other[0]} unit)" if other else ""
@@ -157,6 +176,21 @@ class ClockDomain:
 
     def __repr__(self) -> str:
         return f"ClockDomain({self.name}, {self.hz} Hz, period {self.period_ps} ps)"
+
+
+def format_quantity(value: int, kind: str) -> str:
+    """``value`` (engine units of ``kind``) written back with a unit, for messages."""
+    if kind == "time":
+        return format_time(value)
+    if kind == "bandwidth" and value == 0:
+        return UNLIMITED
+    units = {"frequency": (("THz", 10**12), ("GHz", 10**9), ("MHz", 10**6), ("kHz", 10**3)),
+             "size": (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)),
+             "bandwidth": (("PB/s", 10**15), ("TB/s", 10**12), ("GB/s", 10**9), ("MB/s", 10**6))}[kind]
+    for unit, scale in units:
+        if value >= scale:
+            return f"{Fraction(value, scale).__float__():g}{unit}"
+    return f"{value}{ {'frequency': 'Hz', 'size': 'B', 'bandwidth': 'B/s'}[kind] }"
 
 
 def format_time(ps: int) -> str:

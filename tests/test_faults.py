@@ -46,18 +46,38 @@ def fault_events(trace):
 LINK = "cube05/pe1.up->cube05/pe0.in"
 
 
-def test_delay_shifts_delivery_by_the_delay(tmp_path):
+CRITICAL = "cube15/pe0.up->cube14/pe0.in"   # the farthest CUBE's mesh link: on the reduce's critical path
+BASE_END = 6_138_051                          # the fault-free end time of the three examples below
+
+
+def round_latencies(result):
+    return result.reports["cube05/pe0"]["round_latency_ps"]
+
+
+def test_delay_example_shifts_the_end_of_the_run_by_the_delay(tmp_path):
     _, base_r, base = run(tmp_path, "delay", "faults=[]", tag="-base")
     res, r, tr = run(tmp_path, "delay")
-    assert r.status == base_r.status == "finished"
-    d0, d1 = times(base, DELIVER, LINK), times(tr, DELIVER, LINK)
+    assert r.status == base_r.status == "finished" and base_r.end_time_ps == BASE_END
+    d0, d1 = times(base, DELIVER, CRITICAL), times(tr, DELIVER, CRITICAL)
+    assert d1[1] == d0[1]                     # round 0: outside the window
+    assert d1[2] - d0[2] == 200_000           # round 1: +200 ns
+    assert times(tr, SEND, CRITICAL) == times(base, SEND, CRITICAL)
+    # what the comment of delay.yaml promises: the run (round 1) ends 200ns later, round 0 unchanged
+    assert r.end_time_ps - base_r.end_time_ps == 200_000
+    assert round_latencies(r) == [round_latencies(base_r)[0], round_latencies(base_r)[1] + 200_000]
+    (f,) = fault_events(tr)
+    assert f[2] == CRITICAL and f[3] == "delay@" + CRITICAL and f[4] == 2
+    assert r.faults == [{"t_ps": f[1], "fault": "delay@" + CRITICAL, "index": 0, "kind": "delay",
+                         "target": CRITICAL, "detail": {"seq": 2, "message": "Partial", "delay_ps": 200_000}}]
+
+
+def test_delay_count_limits_the_injections(tmp_path):
+    _, _, base = run(tmp_path, "delay", "faults=[]", tag="-base")
+    _, r, tr = run(tmp_path, "delay", "faults.0.start=0ns", "faults.0.count=1")
+    d0, d1 = times(base, DELIVER, CRITICAL), times(tr, DELIVER, CRITICAL)
     assert d1[1] - d0[1] == 200_000           # the first message: +200 ns
     assert d1[2] == d0[2]                     # count: 1 -> the second is on time
-    assert times(tr, SEND, LINK) == times(base, SEND, LINK)
-    (f,) = fault_events(tr)
-    assert f[2] == LINK and f[3] == "delay@" + LINK and f[4] == 1
-    assert res["faults"] == [{"t_ps": f[1], "fault": "delay@" + LINK, "kind": "delay", "target": LINK,
-                              "detail": {"seq": 1, "message": "Partial", "delay_ps": 200_000}}]
+    assert len(r.faults) == 1
 
 
 def test_drop_ends_in_a_deadlock_report_naming_the_waiting_actor(tmp_path, emu):
@@ -81,13 +101,13 @@ def test_corrupt_changes_the_content_and_the_result(tmp_path):
     li = link_id(tr, LINK)
     sent = {ev[3]: ev[5] for ev in tr.events if ev[0] == SEND and ev[2] == li}
     clean = {ev[3]: ev[5] for ev in base.events if ev[0] == SEND and ev[2] == li}
-    for entry in res["faults"]:
+    for entry in r.faults:
         seq, bits = entry["detail"]["seq"], entry["detail"]["bits"]
         expect = bytearray(clean[seq])
         for pos in bits:
             expect[pos // 8] ^= 1 << (pos % 8)
         assert sent[seq] == bytes(expect) != clean[seq]   # exactly the logged bits were flipped
-    assert len(res["faults"]) == 2
+    assert len(r.faults) == 2
     assert res["max_abs_err"] > 100 * base_res["max_abs_err"]
 
 
@@ -100,16 +120,18 @@ def test_corrupt_that_breaks_decoding_is_a_protocol_error_naming_link_and_messag
     assert "Traceback" not in p.stderr
 
 
-def test_slow_link_stretches_serialisation(tmp_path):
-    _, _, base = run(tmp_path, "slow-link", "faults=[]", tag="-base")
+def test_slow_link_example_stretches_serialisation_and_the_run(tmp_path):
+    _, base_r, base = run(tmp_path, "slow-link", "faults=[]", tag="-base")
     _, r, tr = run(tmp_path, "slow-link")
     assert r.status == "finished"
-    nbytes = next(ev[4] for ev in tr.events if ev[0] == SEND and ev[2] == link_id(tr, LINK))
-    ser, slow = transfer_ps(nbytes, 64_000_000_000), transfer_ps(nbytes, 16_000_000_000)
+    nbytes = next(ev[4] for ev in tr.events if ev[0] == SEND and ev[2] == link_id(tr, CRITICAL))
+    ser, slow = transfer_ps(nbytes, 32_000_000_000), transfer_ps(nbytes, 8_000_000_000)
     assert 4 * ser - 4 <= slow <= 4 * ser     # a quarter of the bandwidth (ps rounded up)
-    d0, d1 = times(base, DELIVER, LINK), times(tr, DELIVER, LINK)
-    assert d1[1] - d0[1] == slow - ser        # window 0-5us: round 0 only
-    assert d1[2] == d0[2]
+    d0, d1 = times(base, DELIVER, CRITICAL), times(tr, DELIVER, CRITICAL)
+    assert d1[1] == d0[1]                     # window 5-10us: round 1 only
+    assert d1[2] - d0[2] == slow - ser
+    # the comment of slow-link.yaml: the run ends 3 x 131.3 ns later
+    assert r.end_time_ps - base_r.end_time_ps == slow - ser == 393_843
 
 
 def busy_spans(trace, actor):
@@ -126,23 +148,25 @@ def test_slow_actor_stretches_its_busy_spans_only(tmp_path):
     assert {lbl for *_, lbl in slow} == {"produce", "merge"}
     other = "cube05/pe1"
     assert [e - s for s, e, _ in busy_spans(tr, other)] == [e - s for s, e, _ in busy_spans(base, other)]
-    assert len(res["faults"]) == len(slow)
+    assert len(r.faults) == len(slow)
     assert r.end_time_ps > base.footer["end_time_ps"]
 
 
-def test_stall_holds_the_actor_until_the_window_ends(tmp_path):
-    _, _, base = run(tmp_path, "stall", "faults=[]", tag="-base")
+def test_stall_example_holds_the_actor_and_the_run_ends_a_window_later(tmp_path):
+    _, base_r, base = run(tmp_path, "stall", "faults=[]", tag="-base")
     res, r, tr = run(tmp_path, "stall")
     assert r.status == "finished"
-    (s, e, label), *_ = busy_spans(tr, "cube05/pe7")
-    assert (s, e, label) == (0, 1_000_000 + 100_000, "produce (stalled)")   # held 1us, then 100ns of work
-    up = "cube05/pe7.up->cube05/pe3.in"
-    assert times(base, SEND, up)[1] == 100_000
-    assert times(tr, SEND, up)[1] == 1_100_000
-    assert times(tr, DELIVER, up)[1] - times(base, DELIVER, up)[1] == 1_000_000
-    # round 1 (at 5us) is outside the window: unchanged
-    assert times(tr, SEND, up)[2] == times(base, SEND, up)[2]
-    assert res["faults"][0]["detail"] == {"label": "produce", "held_ps": 1_000_000}
+    spans = busy_spans(tr, "cube15/pe7")
+    assert spans[0] == busy_spans(base, "cube15/pe7")[0]                        # round 0: outside the window
+    assert spans[1] == (5_000_000, 6_000_000 + 100_000, "produce (stalled)")   # held 1us, then 100ns of work
+    up = "cube15/pe7.up->cube15/pe3.in"
+    assert times(base, SEND, up)[2] == 5_100_000
+    assert times(tr, SEND, up)[2] == 6_100_000
+    assert times(tr, DELIVER, up)[2] - times(base, DELIVER, up)[2] == 1_000_000
+    assert times(tr, SEND, up)[1] == times(base, SEND, up)[1]
+    assert r.faults[0]["detail"] == {"label": "produce", "held_ps": 1_000_000}
+    # the comment of stall.yaml: the run ends exactly 1us later
+    assert r.end_time_ps - base_r.end_time_ps == 1_000_000
 
 
 def test_kill_stops_the_actor_and_the_others_deadlock(tmp_path, emu):
@@ -210,6 +234,6 @@ def test_bad_fault_entry_from_the_command_line_and_unmatched_glob(tmp_path, emu)
 
 def test_slow_on_an_infinite_bandwidth_link_is_refused(tmp_path):
     sc = load_scenario(str(FAULTS / "slow-link.yaml"), registry,
-                       ["machine.overrides.pe_link.bandwidth=0B/s"])
-    with pytest.raises(BuildError, match="matches only links of infinite bandwidth"):
+                       ["machine.overrides.mesh_link.bandwidth=unlimited"])
+    with pytest.raises(BuildError, match="matches only links of unlimited bandwidth"):
         run_scenario(sc, trace_path=str(tmp_path / "t.emutrace"))

@@ -35,6 +35,9 @@ class Bundle:
             yaml.safe_dump({"source": scenario.source, "resolved": scenario.resolved()}, f, sort_keys=False)
         with open(d / "result.json", "w") as f:
             json.dump(res, f, indent=1)
+        if result.faults:   # every injection; result.json holds the per-fault summary
+            with open(d / "faults.json", "w") as f:
+                json.dump(result.faults, f, indent=None)
         end = result.end_time_ps
         _csv(d / "actors.csv", system.actor_metrics(end))
         _csv(d / "links.csv", system.link_metrics(end))

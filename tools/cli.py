@@ -60,8 +60,14 @@ def cmd_validate(args) -> int:
         print("emu validate: give a scenario file (or --schema)", file=sys.stderr)
         return 2
     sc = _load(args.scenario, args.set)
+    from tools.runner import build_system   # every check short of running: build, resolve fault targets
+    system, _ = build_system(sc)
     print(f"{args.scenario}: ok (machine {sc.profile_name} [{sc.family}], workload {sc.workload}, "
-          f"mode {sc.mode}, seed {sc.seed}, {len(sc.faults)} fault(s))")
+          f"mode {sc.mode}, seed {sc.seed}, {len(system.actors)} actors, {len(system.links)} links, "
+          f"{len(sc.faults)} fault(s))")
+    from emulator.faults import describe_matches
+    for line in describe_matches(system.fault_plan, limit=3):
+        print("  " + line)
     return 0
 
 
@@ -70,6 +76,10 @@ def cmd_explain(args) -> int:
 
     sc = _load(args.scenario, args.set)
     system, _ = build_system(sc)
+    if args.faults:
+        from emulator.faults import describe_matches
+        print("\n".join(describe_matches(system.fault_plan, limit=10**9) or ["no faults"]))
+        return 0
     if args.json:
         print(json.dumps({
             "scenario": sc.name, "profile": sc.profile, "workload": {"kind": sc.workload, "params": sc.params},
@@ -93,7 +103,7 @@ def cmd_explain(args) -> int:
     print(f"links ({len(system.links)}):")
     for l in system.links:
         print(f"  {l.name}: capacity {l.capacity}, latency {format_time(l.latency)}, "
-              f"bandwidth {l.bandwidth / 1e9:g} GB/s")
+              f"bandwidth {f'{l.bandwidth / 1e9:g} GB/s' if l.bandwidth else 'unlimited'}")
     return 0
 
 
@@ -107,8 +117,10 @@ def _summary(res: dict) -> str:
     for key in ("max_abs_err", "max_rel_err"):
         if key in res:
             lines.append(f"  {key:<14} {res[key]:.3g}")
-    if res.get("faults"):
-        lines.append(f"  faults         {len(res['faults'])} injected")
+    for f in res.get("faults") or []:
+        fired = (f"{f['injected']} injection(s) on {len(f['by_target'])} of {f['matched']} target(s)"
+                 if f["fired"] else f"never fired ({f['matched']} target(s) matched)")
+        lines.append(f"  fault          {f['fault']} ({f['kind']}): {fired}")
     if res.get("bundle"):
         lines.append(f"  bundle         {res['bundle']}")
     for name, rows in (res.get("tables") or {}).items():
@@ -224,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("scenario")
     e.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
     e.add_argument("--json", action="store_true")
+    e.add_argument("--faults", action="store_true", help="list what each fault's target glob matches")
     e.set_defaults(func=cmd_explain)
 
     b = sub.add_parser("bench", help="benchmarks (engine: emulator vs SimPy on the same model; machine: AHBM/pccx)")
@@ -238,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     trace_tools.add_parser(sub)
     compare.add_parser(sub)
     import importlib
+    from tools import campaign
+    campaign.add_parser(sub)   # emu faults campaign
     for extra in ("tools.pccx_cli", "tools.ahbm_cli"):  # machine-specific subcommands, when present
         try:
             importlib.import_module(extra).add_parser(sub)

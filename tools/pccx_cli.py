@@ -36,10 +36,13 @@ def cmd_disasm(args) -> int:
 
 
 def cmd_asm(args) -> int:
-    try:
-        text = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()
-    except OSError as e:
-        print(f"error: cannot read {args.file}: {e.strerror}", file=sys.stderr)
+    from emulator.schema import SchemaError, decode_text, read_text
+
+    try:   # the input limits of every file the tool reads (size, UTF-8, no NUL)
+        text = (decode_text(sys.stdin.buffer.read(), "<stdin>", what="a UTF-8 .pasm program") if args.file == "-"
+                else read_text(args.file, what="a UTF-8 .pasm program"))
+    except SchemaError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     try:
         words = isa.assemble(text)

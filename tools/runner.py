@@ -108,11 +108,14 @@ def run_scenario(scenario: Scenario, *, trace_path: str | None = None, progress=
         "links": len(system.links),
         "reports": jsonable(result.reports),
         **jsonable(checks),
-        "faults": jsonable(result.faults),
+        "faults": jsonable(result.fault_summary),   # per fault; every injection is in the bundle's faults.json
         "versions": versions(),
     }
     if result.deadlock is not None:
         out["deadlock"] = result.deadlock.as_dict()
     if error:
         out["error"] = error
+    if len(result.errors) > 1 or result.more_errors:
+        out["errors"] = result.errors
+        out["more_errors"] = result.more_errors
     return out, system, result

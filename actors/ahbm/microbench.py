@@ -56,9 +56,9 @@ from actors.ahbm.tiles import plan
 
 MICRO_PARAMS = Map({
     "dma_sizes": List(Quantity("size"), default=["4KiB", "64KiB", "256KiB"], doc="DMA load sizes (own HBM)"),
-    "gemm": List(Int(min=1), default=[32, 64, 32], doc="m, k, n of a direct GEMM command"),
+    "gemm": List(Int(min=1), min_len=3, max_len=3, default=[32, 64, 32], doc="m, k, n of a direct GEMM command"),
     "math_elements": Int(min=1, default=4096, doc="elements of the MATH exp / rowmax benchmark"),
-    "composite": List(Int(min=1), default=[64, 256, 64], doc="M, K, N of the composite GEMM"),
+    "composite": List(Int(min=1), min_len=3, max_len=3, default=[64, 256, 64], doc="M, K, N of the composite GEMM"),
     "ipcq_bytes": List(Quantity("size"), default=["128B", "4KiB"], doc="IPCQ payload sizes"),
     "noc_bytes": Quantity("size", default="4KiB", doc="NOC payload size"),
     "noc_gap": Quantity("time", default="5us", doc="spacing of the NOC flows (zero load)"),

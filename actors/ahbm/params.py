@@ -19,10 +19,10 @@ OPPOSITE = {"N": "S", "S": "N", "E": "W", "W": "E"}
 PROFILE_SCHEMA = Map({
     "family": Enum(["ahbm"]),
     "description": Str(),
-    "sips": Int(min=1, doc="SIPs, joined in a line over UCIe (seed §0: shipped topology.yaml has 2)"),
-    "cubes": Map({"x": Int(min=1), "y": Int(min=1)}, doc="CUBE mesh per SIP (seed §0: 4x4)"),
-    "pes_per_cube": Int(min=1, doc="P (seed §0: 64 PCs / 8 per PE)"),
-    "pe_grid": Map({"x": Int(min=1), "y": Int(min=1)},
+    "sips": Int(min=1, max=64, doc="SIPs, joined in a line over UCIe (seed §0: shipped topology.yaml has 2)"),
+    "cubes": Map({"x": Int(min=1, max=64), "y": Int(min=1, max=64)}, doc="CUBE mesh per SIP (seed §0: 4x4)"),
+    "pes_per_cube": Int(min=1, max=256, doc="P (seed §0: 64 PCs / 8 per PE)"),
+    "pe_grid": Map({"x": Int(min=1, max=256), "y": Int(min=1, max=256)},
                    doc="PE placement inside a CUBE for IPCQ N/S/E/W neighbours (x*y = pes_per_cube)"),
     "clock": Map({"pe": Quantity("frequency"), "noc": Quantity("frequency")}),
     "hbm": Map({

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from actors.registry import Workload
+from actors.registry import HOST_DATA_BYTES, Workload, format_bytes
 from emulator.actor import Actor
 from emulator.schema import Enum, Int, List, Map, Quantity, Str
 from protocols.codec import TensorDesc
@@ -40,9 +40,9 @@ LINK = Map({
 PROFILE_SCHEMA = Map({
     "family": Enum(["demo"]),
     "description": Str(default=""),
-    "cubes_x": Int(min=1, default=4),
-    "cubes_y": Int(min=1, default=4),
-    "pes_per_cube": Int(min=1, default=8),
+    "cubes_x": Int(min=1, max=64, default=4),
+    "cubes_y": Int(min=1, max=64, default=4),
+    "pes_per_cube": Int(min=1, max=256, default=8),
     "pe_link": LINK,
     "mesh_link": LINK,
 })
@@ -80,7 +80,7 @@ class RingNode(Actor):
 
 
 RING_PARAMS = Map({
-    "nodes": Int(min=2, default=64),
+    "nodes": Int(min=2, max=100_000, default=64),
     "tokens": Int(min=1, default=1, doc="tokens in flight, spread evenly (1 = sparse, nodes = dense)"),
     "hops": Int(min=1, default=1000, doc="hops each token makes"),
     "service": Quantity("time", default="0ns", doc="busy time per token per node"),
@@ -214,7 +214,7 @@ REDUCE_PARAMS = Map({
     "merge": Quantity("time", default="8ns", doc="time to fold one child partial"),
     "G": Int(min=1, default=8, doc="rows of m, l, O (query heads folded in M)"),
     "d": Int(min=1, default=128, doc="head dimension"),
-    "root": List(Int(min=0), default=[1, 1], doc="centre CUBE [x, y] of the mesh reduce"),
+    "root": List(Int(min=0), min_len=2, max_len=2, default=[1, 1], doc="centre CUBE [x, y] of the mesh reduce"),
 })
 
 
@@ -281,8 +281,18 @@ def check_reduce(system, profile: dict, p: dict, result) -> dict:
     return {"max_abs_err": float(err.max()), "max_rel_err": float((err / np.maximum(np.abs(ref), 1e-6)).max())}
 
 
+def limits_reduce(profile: dict, p: dict, mode: str) -> list:
+    """A data-mode reduce holds one (m, l, O) float32 partial per PE: refuse what the host cannot hold."""
+    pes = profile["cubes_x"] * profile["cubes_y"] * profile["pes_per_cube"]
+    need = pes * p["G"] * (p["d"] + 2) * 4
+    if mode == "data" and need > HOST_DATA_BYTES:
+        return [("G", f"partials of at most {format_bytes(HOST_DATA_BYTES)} in host memory",
+                 f"{format_bytes(need)} needed ({pes} PEs x G={p['G']} x (d+2)={p['d'] + 2} x 4 B)")]
+    return []
+
+
 WORKLOADS = {
     "ring": Workload("ring", "tokens travel round a ring of nodes", RING_PARAMS, build_ring),
     "reduce": Workload("reduce", "2-level reduce-to-root of (m, l, O) partials: PE tree, then centre-root CUBE mesh",
-                       REDUCE_PARAMS, build_reduce, check_reduce),
+                       REDUCE_PARAMS, build_reduce, check_reduce, limits_reduce),
 }

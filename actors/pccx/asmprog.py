@@ -31,7 +31,7 @@ from actors.pccx.numerics import from_bf16, to_bf16
 from actors.pccx.program import ProgramBuilder, weight_blob
 from emulator.errors import BuildError
 from emulator.rng import stream as rng_stream
-from emulator.schema import Int, Map, Str
+from emulator.schema import Int, Map, Str, read_text
 from emulator.units import parse_time
 from protocols import pccx_isa as isa
 
@@ -150,7 +150,8 @@ def build(system, profile: dict, p: dict) -> None:
     from actors.pccx.machine import build_machine
 
     path = _resolve(p["source"], system)
-    b, outs = parse_program(path.read_text(encoding="utf-8"), profile, seed=system.seed, name=str(path),
+    text = read_text(str(path), what="a UTF-8 .pasm program")   # the input limits of every file (size, NUL)
+    b, outs = parse_program(text, profile, seed=system.seed, name=str(path),
                             kv_max_tokens=p["kv_max_tokens"])
     build_machine(system, profile, b.steps, b.ddr if system.mode == "data" else None)
     system.pccx_out = outs

@@ -39,7 +39,7 @@ from actors.ahbm.params import Params, pe_name
 from actors.ahbm.placement import Placement
 from actors.ahbm.tl.cpu import register_kernel
 from actors.ahbm.tl.launcher import kernel_launches
-from actors.registry import Workload
+from actors.registry import HOST_DATA_BYTES, Workload, format_bytes
 from emulator.errors import BuildError
 from emulator.schema import Enum, Int, Map
 from emulator.units import format_time
@@ -218,6 +218,23 @@ def _check(system, profile: dict, p: dict, result) -> dict:
     return out
 
 
+def _limits(profile: dict, p: dict, mode: str) -> list:
+    """Sizes refused before the build: a rank's q, K, V, O must fit its HBM; data-mode inputs the host."""
+    n, d, S, M = p["ranks"], p["d"], p["s_per_rank"], p["rows"]
+    cap = profile["hbm"]["capacity"]
+    per_rank = _align(M * d * 2) + 2 * _align(S * d * 2) + M * d * 4
+    out = []
+    if per_rank > cap:
+        key = "rows" if M * d * 2 >= S * d * 2 else "s_per_rank"
+        out.append((key, f"a per-rank footprint (q {M}x{d} bf16, K and V {S}x{d} bf16, O {M}x{d} fp32) that fits "
+                         f"one PE's HBM (hbm.capacity = {format_bytes(cap)})", f"{format_bytes(per_rank)} needed"))
+    host = n * per_rank
+    if mode == "data" and host > HOST_DATA_BYTES:
+        out.append(("ranks", f"data-mode inputs of at most {format_bytes(HOST_DATA_BYTES)} in host memory",
+                    f"{format_bytes(host)} needed ({n} ranks x {format_bytes(per_rank)})"))
+    return out
+
+
 def build_decode(system, profile, p):
     _build("decode", system, profile, p)
 
@@ -229,8 +246,8 @@ def build_prefill(system, profile, p):
 WORKLOADS = {
     "attention_decode": Workload(
         "attention_decode", "baseline decode attention: partial per rank, all-to-all (m, l, O) fan-out, LSE merge",
-        DECODE_PARAMS, build_decode, _check),
+        DECODE_PARAMS, build_decode, _check, _limits),
     "attention_prefill": Workload(
         "attention_prefill", "baseline prefill attention: bidirectional open-mesh K/V propagation, online softmax",
-        PREFILL_PARAMS, build_prefill, _check),
+        PREFILL_PARAMS, build_prefill, _check, _limits),
 }
