@@ -36,7 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["local_coords", "rank_of", "coords_of_rank", "valid_len", "slot_to_global", "global_to_rank_slot",
-           "writer_rank", "place_s0", "writer_s21_literal", "GroupLayout", "centre_tree", "tree_depth"]
+           "writer_rank", "place_s0", "writer_s21_literal", "GroupLayout", "centre_tree", "tree_depth",
+           "snake", "chain_tree", "reduce_tree", "children_of", "root_of"]
 
 
 # -- §2.1 / P5 (kept) -----------------------------------------------------------------------------
@@ -169,3 +170,45 @@ def tree_depth(parent: dict[int, int | None]) -> int:
             n, d = parent[n], d + 1
         return d
     return max(depth(n) for n in parent)
+
+
+def snake(w: int, h: int) -> list[int]:
+    """Boustrophedon order of a ``w x h`` mesh (row 0 west->east, row 1 east->west, ...): consecutive
+    nodes are 1-hop neighbours."""
+    out = []
+    for y in range(h):
+        xs = range(w) if y % 2 == 0 else range(w - 1, -1, -1)
+        out += [y * w + x for x in xs]
+    return out
+
+
+def chain_tree(w: int, h: int) -> dict[int, int | None]:
+    """Ring option of seed §4.4 as a reduce-to-root: the snake path of the mesh, both halves passing
+    towards its middle node (the root).  Every pair is 1-hop; depth ``ceil((n-1)/2)``."""
+    order = snake(w, h)
+    mid = (len(order) - 1) // 2
+    parent: dict[int, int | None] = {order[mid]: None}
+    for i, n in enumerate(order):
+        if i < mid:
+            parent[n] = order[i + 1]
+        elif i > mid:
+            parent[n] = order[i - 1]
+    return parent
+
+
+def reduce_tree(topology: str, w: int, h: int) -> dict[int, int | None]:
+    """Parent map of the reduction over a ``w x h`` mesh: ``tree``/``mesh`` = :func:`centre_tree`,
+    ``ring`` = :func:`chain_tree`."""
+    if topology in ("tree", "mesh"):
+        return centre_tree(w, h)
+    if topology == "ring":
+        return chain_tree(w, h)
+    raise ValueError(f"reduction topology must be tree|mesh|ring, found {topology!r}")
+
+
+def children_of(parent: dict[int, int | None], node: int) -> list[int]:
+    return sorted(n for n, p in parent.items() if p == node)
+
+
+def root_of(parent: dict[int, int | None]) -> int:
+    return next(n for n, p in parent.items() if p is None)
