@@ -105,11 +105,13 @@ def _sweep(tl, q, tiles, *, M, d, scale, composite, k_ptr, v_ptr, base):
         return tl.composite("gemm", a=q, b=tl.ref(kt_addr(t[0]), (d, t[1])), epilogue=[("scale", scale)])
 
     S_next = scores(tiles[0]) if composite else None
+    ahead = 0
     for j, (slot0, n, mask) in enumerate(tiles):
         with tl.scratch_scope():
             if composite:
                 Sj = S_next
                 if j + 1 < len(tiles):   # next tile's Q·Kᵀ before this tile's scores are used (seed §3)
+                    ahead += Sj.pending is not None    # Sj not yet waited for: the issue is really ahead
                     S_next = scores(tiles[j + 1])
                 v = tl.ref(v_ptr + (slot0 - base) * d * F2, (n, d))
             else:
@@ -119,6 +121,7 @@ def _sweep(tl, q, tiles, *, M, d, scale, composite, k_ptr, v_ptr, base):
             if mask is not None:
                 Sj = Sj + tl.causal_mask(M, n, **mask)
             m, l, O = fold_tile(tl, m, l, O, Sj, v, composite)
+    tl.report("composites_issued_ahead", ahead)
     return m, l, O
 
 
