@@ -227,4 +227,6 @@ PREFILL_HOOKS = KernelHooks(
     _place_line(lambda data, r: data["q"][r], lambda k, p, T: k), _outputs, _reference(lambda data, r: data["q"][r]),
     _metrics(lambda p: "prefill"))
 
-WORKLOADS = {h.name: kernel_workload(h) for h in (DECODE_HOOKS, PREFILL_HOOKS, gqa_workload.GQA)}
+from actors.ahbm.tl import gqa_vs_baseline  # noqa: E402  (uses the baseline hooks above)
+
+WORKLOADS = {h.name: kernel_workload(h) for h in (DECODE_HOOKS, PREFILL_HOOKS, gqa_workload.GQA, gqa_vs_baseline.HOOKS)}
