@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench clean
+.PHONY: run test bench clean gqa-llama
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/emu bench engine
+
+# Llama3-70B-shape GQA attention runs (timing mode, minutes each): not part of the tests
+gqa-llama: $(STAMP)
+	for f in scenarios/ahbm/gqa/llama70b_*.yaml; do $(BIN)/emu run $$f --no-bundle || exit 1; done
 
 clean:
 	rm -rf $(VENV) runs
