@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench bench-machine clean fuzz-campaign
+.PHONY: run test bench bench-machine clean fuzz-campaign gqa-llama
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,10 @@ fuzz-campaign: $(STAMP)
 	$(BIN)/emu faults campaign scenarios/ahbm/attention_decode.yaml --plans 200 --seed 2 --no-minimise --out runs/campaign/attention_decode
 	$(BIN)/emu faults campaign scenarios/pccx/program.yaml --plans 150 --seed 3 --no-minimise --out runs/campaign/pccx
 	$(BIN)/emu faults campaign scenarios/demo/ring.yaml --plans 150 --seed 4 --no-minimise --out runs/campaign/ring
+
+# Llama3-70B-shape GQA attention runs (timing mode, minutes each): not part of the tests
+gqa-llama: $(STAMP)
+	for f in scenarios/ahbm/gqa/llama70b_*.yaml; do $(BIN)/emu run $$f --no-bundle || exit 1; done
 
 clean:
 	rm -rf $(VENV) runs
