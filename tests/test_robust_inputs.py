@@ -224,3 +224,15 @@ def test_a_list_of_the_wrong_length_is_a_validation_error(capsys):
     err = rejected(capsys, "validate", ROOT / "scenarios" / "ahbm" / "microbench.yaml",
                    "--set", "workload.params.gemm=[32, 64]")
     assert "workload.params.gemm: expected exactly 3 item(s), found 2 item(s)" in err
+
+
+GQA_DECODE = ROOT / "scenarios" / "ahbm" / "gqa" / "decode.yaml"
+
+
+@pytest.mark.parametrize("item,words", [
+    ("workload.params.context=100000000000", "workload.params.context: expected a per-rank k of at most 512 MiB"),
+    ("workload.params.G=100000000", "workload.params.G: expected a per-rank q of at most 64 MiB"),
+])
+def test_gqa_sizes_beyond_their_hbm_regions_give_the_bytes_needed(capsys, item, words):
+    err = rejected(capsys, "validate", GQA_DECODE, "--set", item)
+    assert words in err and "needed" in err

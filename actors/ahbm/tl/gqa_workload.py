@@ -44,6 +44,7 @@ from actors.ahbm.dma import REGION_BITS
 from actors.ahbm.params import pe_name
 from actors.ahbm.tl.cpu import register_kernel
 from actors.ahbm.tl.kernel_workload import KernelHooks, KernelLayout, Output, kernel_workload
+from actors.registry import HOST_DATA_BYTES, format_bytes
 from emulator.errors import BuildError
 from emulator.schema import Enum, Int, Map
 from emulator.units import format_time
@@ -122,6 +123,34 @@ def _layout(prm, p) -> KernelLayout:
     info = {"group": lay, "l2_depth": tree_depth(reduce_tree(p["l2"], prm.gx, prm.gy)) if P > 1 else 0,
             "l1_depth": tree_depth(reduce_tree(p["l1"], w, h_)) if C > 1 else 0}
     return KernelLayout(coords, lambda c: args, lambda c: (c[2], c[1], c[0]), (prm.P, prm.cubes, prm.sips), info)
+
+
+def _limits(profile: dict, p: dict, mode: str) -> list:
+    """Sizes refused before the build (``emu validate``): each rank's q, O, K, V must fit its
+    region of the PE's HBM (:data:`ADDR`), and data-mode inputs the host's memory."""
+    G, d, S, R = p["G"], p["d"], p["context"], p["C"] * p["P"]
+    if p["case"] == "decode":
+        rows, keys = G, -(-S // R)
+    elif R == 1:
+        rows, keys = G * p["chunk"], S
+    else:
+        rows, keys = G * (S // R), S // R
+    cap = profile["hbm"]["capacity"]
+    need = {"q": rows * d * 2, "o": rows * d * 4, "k": keys * d * 2, "v": keys * d * 2}
+    room = {"q": ADDR["o"] - ADDR["q"], "o": ADDR["k"] - ADDR["o"], "k": ADDR["v"] - ADDR["k"],
+            "v": cap - ADDR["v"]}
+    out = []
+    for name in ("q", "o", "k", "v"):
+        if need[name] > room[name]:
+            key = "context" if name in "kv" else "G" if p["case"] == "decode" else "chunk"
+            out.append((key, f"a per-rank {name} of at most {format_bytes(max(room[name], 0))} (its HBM region; "
+                             f"hbm.capacity = {format_bytes(cap)})", f"{format_bytes(need[name])} needed"))
+    T = 1 if p["case"] == "decode" else p["chunk"]
+    host = p["heads"] * (G * T * d + 2 * S * d) * 2
+    if mode == "data" and host > HOST_DATA_BYTES:
+        out.append(("context", f"data-mode inputs of at most {format_bytes(HOST_DATA_BYTES)} in host memory",
+                    f"{format_bytes(host)} needed"))
+    return out
 
 
 def _inputs(rng, lay: KernelLayout, p) -> dict:
@@ -320,5 +349,5 @@ def _metrics(ctx, system, res) -> dict:
 
 
 GQA = KernelHooks("gqa_attention", "seed ADR-0060 GQA fused attention: CUBE Groups, 2-level reduce-to-root, Ring",
-                  PARAMS, KERNEL, _layout, _inputs, _place, _outputs, _reference, _metrics)
+                  PARAMS, KERNEL, _layout, _inputs, _place, _outputs, _reference, _metrics, limits=_limits)
 WORKLOAD = kernel_workload(GQA)
