@@ -1,7 +1,7 @@
 """Helpers to run ``tl`` kernels on a small AHBM machine (tests and notebooks; virtual time only).
 
-``profile(overrides)`` validates an AHBM profile: the schema's sourced defaults
-(actors/ahbm/params.py) on a small mesh, :data:`SMALL` (one SIP of 2 x 1 CUBEs,
+``profile(overrides)`` validates an AHBM profile: the base profile's sourced values
+(scenarios/machines/ahbm.yaml) on a small mesh, :data:`SMALL` (one SIP of 2 x 1 CUBEs,
 so a test builds 16 PEs rather than a whole SIP), with nested ``overrides``
 merged in.  ``machine(...)`` builds that machine with the standard builder
 (actors/ahbm/builder.py) and has its host launch a kernel on some PEs of CUBE 0
@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.scenario import deep_merge
-from emulator.schema import Doc, Map, validate
+from emulator.scenario import deep_merge, load_profile
 from emulator.system import System
 
 from actors.ahbm.builder import build_machine
@@ -27,20 +26,9 @@ __all__ = ["SMALL", "profile", "params", "machine", "hbm_place", "hbm_fetch"]
 SMALL = {"sips": 1, "cubes": {"x": 2, "y": 1}}
 
 
-def skeleton(spec=None) -> dict:
-    """Every required map of the AHBM profile schema, empty: the schema fills in its sourced defaults."""
-    spec = PROFILE_SCHEMA if spec is None else spec
-    out = {}
-    for key, sub in spec.fields.items():
-        if isinstance(sub, Map):
-            out[key] = skeleton(sub)
-    return out
-
-
 def profile(overrides: dict | None = None) -> dict:
-    """The validated AHBM profile: schema defaults on the :data:`SMALL` mesh + ``overrides``."""
-    doc = Doc(deep_merge(deep_merge({**skeleton(), "family": "ahbm"}, SMALL), overrides or {}), {}, "<tl profile>")
-    return validate(PROFILE_SCHEMA, doc)
+    """The validated AHBM profile: the base profile on the :data:`SMALL` mesh + ``overrides``."""
+    return load_profile("ahbm", PROFILE_SCHEMA, deep_merge(SMALL, overrides or {}))
 
 
 def params(overrides: dict | None = None) -> Params:
