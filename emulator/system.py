@@ -15,10 +15,17 @@ A run ends in exactly one of these ways (``RunResult.status``):
 * ``wall-timeout``: the optional wall-clock guard fired;
 * ``killed``: nothing was left to run because workload actors were killed by a
   fault (the workload did not complete);
-* ``error``: an actor or link raised (``RunResult.error`` names it).
+* ``error``: an actor or link raised (``RunResult.error`` names it);
+* ``interrupted``: stopped from outside (Ctrl-C, SIGTERM: :meth:`System.request_stop`,
+  wired to signals by :class:`emulator.interrupt.StopSwitch`); the result is partial
+  (virtual time reached, events and messages so far) and the trace still gets its footer.
 
-The supervisor task parks until one of these happens; the clock's idle hook
-and the actor wrappers wake it.  Nothing polls.
+The supervisor task parks until one of these happens; the clock's idle hook,
+the actor wrappers and :meth:`System.request_stop` wake it.  Nothing polls.
+
+``run(footer=False)`` leaves the trace footer to :meth:`System.finish_trace`, so
+that a caller that decides the final status after the run (a workload check
+turning ``finished`` into ``error``) writes that one status in the footer.
 """
 from __future__ import annotations
 
@@ -37,6 +44,7 @@ from emulator.actor import Actor
 from emulator.clock import VirtualClock, current_clock, deterministic_scheduling
 from emulator.errors import ActorError, BuildError
 from emulator.faults import killer
+from emulator.interrupt import RunStopped
 from emulator.link import InPort, Link, OutPort
 from emulator.rng import stream
 from emulator.trace import DONE, ERROR, Recorder, TraceOptions
@@ -140,6 +148,9 @@ class System:
         self._wake_reason: str | None = None
         self._error: ActorError | None = None
         self._nursery = None
+        self._stop_reason: str | None = None
+        self._token = None
+        self._t0_wall = 0.0
         self.on_step = None  # optional per-time-step callback (progress display)
 
     # -- building -------------------------------------------------------------
@@ -197,40 +208,70 @@ class System:
         }
 
     # -- running --------------------------------------------------------------
-    def run(self, *, until: int | None = None, wall_timeout: float | None = None) -> RunResult:
-        """Run on a fresh virtual clock, deterministically; returns the result."""
+    def run(self, *, until: int | None = None, wall_timeout: float | None = None, footer: bool = True) -> RunResult:
+        """Run on a fresh virtual clock, deterministically; returns the result.
+
+        ``footer=False``: the trace file is left without its footer; call
+        :meth:`finish_trace` with the final status.
+        """
         clock = VirtualClock()
         with deterministic_scheduling():
-            return trio.run(self.run_async, until, wall_timeout, clock=clock, strict_exception_groups=True)
+            try:
+                return trio.run(self.run_async, until, wall_timeout, footer, clock=clock,
+                                strict_exception_groups=True)
+            except BaseException as e:
+                # a hard stop (RunStopped raised where the main thread was, see
+                # emulator.interrupt) may surface wrapped by Trio; anything else is a bug
+                reason = self._stop_reason or (e.reason if isinstance(e, RunStopped) else None)
+                if reason is None:
+                    raise
+                self._stop_reason = reason
+                return self._result(reason, None, None, footer)
 
-    async def run_async(self, until: int | None = None, wall_timeout: float | None = None) -> RunResult:
+    def request_stop(self, reason: str = "interrupted") -> None:
+        """Ask the running system to stop (``interrupted``, ``wall-timeout``); safe from a signal handler.
+
+        Sets a flag the clock's per-step hook reads and wakes the supervisor
+        through ``TrioToken.run_sync_soon`` (signal- and thread-safe), so the
+        stop takes whether or not virtual time moves.
+        """
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        token = self._token
+        if token is not None:
+            _safe_soon(token, self._wake, self._stop_reason)
+
+    async def run_async(self, until: int | None = None, wall_timeout: float | None = None,
+                        footer: bool = True) -> RunResult:
         clock = current_clock()
         self.clock = clock
         for link in self.links:
             link.clock = clock
-        t0_wall = time.perf_counter()
+        self._t0_wall = time.perf_counter()
         self.recorder.open(self.header())
         clock.on_idle = self._on_idle
         if until is not None:
             clock.limit = until
             clock.on_limit = lambda: self._wake("time-limit")
         maybe_flush = self.recorder.maybe_flush
-        if self.on_step is not None:
-            user_step = self.on_step
+        user_step = self.on_step
 
-            def on_step(t):
-                maybe_flush()
+        def on_step(t):
+            maybe_flush()   # keeps the in-memory event buffer bounded
+            if self._stop_reason is not None:
+                self._wake(self._stop_reason)
+            if user_step is not None:
                 user_step(t)
 
-            clock.on_step = on_step
-        else:
-            clock.on_step = lambda t: maybe_flush()  # keeps the in-memory event buffer bounded
+        clock.on_step = on_step
         self._remaining = sum(1 for a in self.actors.values() if not a.daemon)
         self._super_task = current_task()
+        self._token = current_trio_token()
+        if self._stop_reason is not None:      # asked to stop before the run began
+            self._wake(self._stop_reason)
         guard = None
         if wall_timeout:
-            token = current_trio_token()
-            guard = threading.Timer(wall_timeout, lambda: _safe_soon(token, self._wake, "wall-timeout"))
+            guard = threading.Timer(wall_timeout, self.request_stop, ("wall-timeout",))
             guard.daemon = True
             guard.start()
         gc_state = gc.get_threshold()
@@ -251,6 +292,7 @@ class System:
                     report = self.deadlock_report()
                 nursery.cancel_scope.cancel()
         finally:
+            self._token = None
             gc.set_threshold(*gc_state)
             gc.unfreeze()
             clock.on_idle = None
@@ -268,14 +310,33 @@ class System:
             self.recorder.emit((ERROR, clock.now, self._error.where, error_text))
         elif reason == "deadlock":
             self.recorder.emit((ERROR, clock.now, "deadlock", str(report)))
-        end = clock.now
-        wall = time.perf_counter() - t0_wall
-        digest = self.recorder.close({"end_time_ps": end, "status": status})
+        return self._result(status, report, error_text, footer)
+
+    def _result(self, status: str, report, error_text, footer: bool) -> RunResult:
+        end = self.clock.now if self.clock is not None else 0
+        wall = time.perf_counter() - self._t0_wall if self._t0_wall else 0.0
+        self.recorder.flush()
+        digest = self.recorder.digest
+        if footer:
+            self.finish_trace(status, end)
         return RunResult(
             status=status, end_time_ps=end, messages=sum(l.delivered for l in self.links),
-            events=self.recorder.count, wall_s=wall, digest=digest, seed=self.seed, time_steps=clock.steps,
+            events=self.recorder.count, wall_s=wall, digest=digest, seed=self.seed,
+            time_steps=self.clock.steps if self.clock is not None else 0,
             reports=self.reports, deadlock=report, error=error_text, faults=list(self.fault_log),
         )
+
+    def stop_result(self, status: str) -> RunResult:
+        """The partial result of a run stopped from outside, now, with the trace footer written.
+
+        For a watchdog thread while the main thread is stuck in one C call
+        (:mod:`emulator.interrupt`): it reads the clock and counters as they are.
+        """
+        return self._result(status, None, None, True)
+
+    def finish_trace(self, status: str, end_time_ps: int) -> str:
+        """Write the trace footer with the run's final ``status`` (once); returns the digest."""
+        return self.recorder.close({"end_time_ps": end_time_ps, "status": status})
 
     async def _guard_actor(self, actor: Actor) -> None:
         try:
@@ -283,9 +344,16 @@ class System:
                 await actor.run()
         except trio.Cancelled:
             raise
+        except RunStopped as e:       # a hard stop landed in this actor's code
+            self.request_stop(e.reason)
+            self._wake(e.reason)
+            return
         except BaseException as e:  # report, do not crash the runner
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
+            if self._stop_reason is not None:   # e.g. RunStopped inside an actor's own nursery
+                self._wake(self._stop_reason)
+                return
             self._fail(ActorError(f"actor {actor.name}", self.clock.now, e))
             return
         if actor.killed:

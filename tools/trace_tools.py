@@ -7,6 +7,7 @@ user error (missing or corrupt file, bad filter, unknown actor) is a clear
 one-line message with a non-zero exit status, never a traceback.
 
 Exit status: 0 ok / identical / replay matches, 1 differs / diverges / tool error,
+2 bad input (a missing or corrupt trace file: the ValueError reaches tools/cli.py),
 2 bad usage.
 """
 from __future__ import annotations
