@@ -13,9 +13,10 @@ How the stop takes effect depends on the phase:
 * **inside the Trio run**: raising at an arbitrary bytecode could land inside
   Trio's scheduler, so the handler first asks the run to stop cleanly
   (``System.request_stop``: a flag the clock's per-step hook reads, plus
-  ``TrioToken.run_sync_soon``, which is signal-safe, to wake the supervisor
-  even when virtual time does not move).  The supervisor cancels the actors and
-  the run ends normally, with the trace footer written.  If the run has not
+  ``TrioToken.run_sync_soon``, which is signal-safe, to reach the run even when
+  virtual time does not move).  Both pull the clock's virtual-time limit down to
+  now, so the run ends exactly like a ``time-limit`` stop, between time steps:
+  the actors are cancelled and the trace footer is written.  If the run has not
   stopped :data:`GRACE_S` later (an actor stuck in one long synchronous
   computation, or a loop that neither steps the clock nor polls for I/O), the
   SIGALRM re-armed by the handler raises :class:`RunStopped` where the main

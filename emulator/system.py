@@ -231,15 +231,23 @@ class System:
     def request_stop(self, reason: str = "interrupted") -> None:
         """Ask the running system to stop (``interrupted``, ``wall-timeout``); safe from a signal handler.
 
-        Sets a flag the clock's per-step hook reads and wakes the supervisor
-        through ``TrioToken.run_sync_soon`` (signal- and thread-safe), so the
-        stop takes whether or not virtual time moves.
+        Sets a flag the clock's per-step hook reads and, through
+        ``TrioToken.run_sync_soon`` (signal- and thread-safe), pulls the clock's
+        virtual-time limit down to now, so the stop takes whether or not virtual
+        time moves.  The run then ends the way a ``time-limit`` does (the clock
+        stops before the next event and wakes the supervisor): a stop never
+        cancels tasks in the middle of a time step.
         """
         if self._stop_reason is None:
             self._stop_reason = reason
         token = self._token
         if token is not None:
-            _safe_soon(token, self._wake, self._stop_reason)
+            _safe_soon(token, self._limit_now)
+
+    def _limit_now(self) -> None:
+        clock = self.clock
+        if clock is not None and clock.limit > clock.now:
+            clock.limit = clock.now
 
     async def run_async(self, until: int | None = None, wall_timeout: float | None = None,
                         footer: bool = True) -> RunResult:
@@ -252,14 +260,14 @@ class System:
         clock.on_idle = self._on_idle
         if until is not None:
             clock.limit = until
-            clock.on_limit = lambda: self._wake("time-limit")
+        clock.on_limit = lambda: self._wake(self._stop_reason or "time-limit")
         maybe_flush = self.recorder.maybe_flush
         user_step = self.on_step
 
         def on_step(t):
             maybe_flush()   # keeps the in-memory event buffer bounded
             if self._stop_reason is not None:
-                self._wake(self._stop_reason)
+                self._limit_now()
             if user_step is not None:
                 user_step(t)
 
@@ -268,7 +276,7 @@ class System:
         self._super_task = current_task()
         self._token = current_trio_token()
         if self._stop_reason is not None:      # asked to stop before the run began
-            self._wake(self._stop_reason)
+            self._limit_now()
         guard = None
         if wall_timeout:
             guard = threading.Timer(wall_timeout, self.request_stop, ("wall-timeout",))
@@ -346,13 +354,13 @@ class System:
             raise
         except RunStopped as e:       # a hard stop landed in this actor's code
             self.request_stop(e.reason)
-            self._wake(e.reason)
+            self._limit_now()
             return
         except BaseException as e:  # report, do not crash the runner
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
             if self._stop_reason is not None:   # e.g. RunStopped inside an actor's own nursery
-                self._wake(self._stop_reason)
+                self._limit_now()
                 return
             self._fail(ActorError(f"actor {actor.name}", self.clock.now, e))
             return
@@ -393,6 +401,8 @@ class System:
 
     def _on_idle(self) -> bool:
         self.recorder.maybe_flush()
+        if self._stop_reason is not None:
+            return self._wake(self._stop_reason)
         if self._remaining > 0:
             return self._wake("deadlock")
         return self._wake("finished")
