@@ -90,8 +90,8 @@ def plan_run(scenario: Scenario, *, out: str | None = None, bundle: bool = True,
     not enable is the *default* trace: kept only up to :data:`DEFAULT_TRACE_KEEP_MB`
     (larger ones are deleted after the run, with a note) and exported to
     Perfetto JSON only on request.  Plots: ``plots`` (``--plots``) or the
-    scenario's explicit ``output.plots``; off by default (they cost more than
-    most runs; ``emu trace ...`` works on the bundle's trace).
+    scenario's ``output.plots``; off by default (they cost more than most runs;
+    ``emu trace ...`` works on the bundle's trace).
     """
     fam = registry.family(scenario.family)
     workload = fam.WORKLOADS[scenario.workload]
@@ -114,7 +114,7 @@ def plan_run(scenario: Scenario, *, out: str | None = None, bundle: bool = True,
     stop = scenario.stop or {}
     wall = stop.get("wall_timeout")
     if plots is None:
-        plots = bool(_explicit(scenario, "output", "plots"))
+        plots = bool(scenario.output.get("plots", False))
     return RunPlan(scenario=scenario, family=fam, workload=workload, out_dir=out_dir, trace=topts,
                    trace_requested=requested, max_time=stop.get("max_time"),
                    wall_timeout_s=(wall / 1e12) if wall else DEFAULT_WALL_TIMEOUT_S, plots=bool(plots),
