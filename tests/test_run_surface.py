@@ -105,6 +105,8 @@ def test_a_directory_that_is_not_a_bundle_is_refused_before_the_run(emu, tmp_pat
     blocker.write_text("")
     p = emu("run", RING, "--out", blocker / "sub", check=2)
     assert "--out" in p.stderr and "cannot create" in p.stderr and p.stdout == ""
+    p = emu("run", RING, "--no-bundle", "--trace", blocker / "t.emutrace", check=2)
+    assert "trace file" in p.stderr and "cannot create" in p.stderr and p.stdout == ""
 
 
 def test_the_bundle_scenario_is_runnable_and_reproduces_the_digest(emu, tmp_path):

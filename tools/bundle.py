@@ -31,7 +31,7 @@ import yaml
 
 from emulator.errors import EmulatorError
 
-__all__ = ["Bundle", "BundleError", "prepare_bundle", "BUNDLE_FILES"]
+__all__ = ["Bundle", "BundleError", "prepare_bundle", "check_trace_path", "BUNDLE_FILES"]
 
 BUNDLE_FILES = ("scenario.yaml", "scenario.resolved.yaml", "result.json", "actors.csv", "links.csv",
                 "trace.emutrace", "trace.perfetto.json")
@@ -64,6 +64,20 @@ def prepare_bundle(plan) -> "Bundle":
     for p in entries:      # an earlier run's bundle: start clean
         p.unlink()
     return Bundle(d)
+
+
+def check_trace_path(path: str) -> None:
+    """An explicit trace file (``--trace``, ``trace.path``) must be writable: say so before the run."""
+    p = Path(path)
+    if p.is_dir():
+        raise BundleError(f"trace file {p}: is a directory")
+    parent = p.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BundleError(f"trace file {p}: cannot create its directory ({e.strerror})") from None
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise BundleError(f"trace file {p}: not writable")
 
 
 class Bundle:

@@ -157,10 +157,13 @@ def cmd_run(args) -> int:
     sc = _load(args.scenario, args.set)
     plan = plan_run(sc, out=args.out, bundle=not args.no_bundle, trace_path=args.trace,
                     plots=True if args.plots else None)
+    from tools.bundle import check_trace_path, prepare_bundle
+
     bundle = None
     if plan.out_dir is not None:
-        from tools.bundle import prepare_bundle
         bundle = prepare_bundle(plan)          # before the run: an unusable --out is an error now
+    if plan.trace is not None:
+        check_trace_path(plan.trace.path)
     if not args.quiet:
         for note in plan.notes:
             print(f"note: {note}", file=sys.stderr)

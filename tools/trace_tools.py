@@ -131,9 +131,12 @@ def cmd_diff(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from tools.replay import replay_actor
+    from tools.replay import ReplayError, replay_actor
 
-    res = replay_actor(_read(args.trace), args.actor, sets=args.set)
+    try:
+        res = replay_actor(_read(args.trace), args.actor, sets=args.set)
+    except ReplayError as e:     # the replay cannot be set up (unknown actor, ...): bad input
+        raise _Usage(str(e)) from None
     print(res.text())
     return 0 if res.ok else 1
 
