@@ -71,7 +71,9 @@ SCENARIO_SCHEMA = Map({
     }),
     "faults": List(AnyValue(), default=[], doc="fault and delay injections (emulator/faults.py)"),
     "trace": Map({
-        "enabled": Bool(default=False, doc="write a binary trace file"),
+        "enabled": Bool(default=False, doc="true: keep the trace whatever its size and export Perfetto JSON; "
+                                           "false: no trace; unset: a bundle keeps a trace up to 256 MB "
+                                           "(docs/outputs.md)"),
         "path": Str(default=None, doc="defaults to <output dir>/trace.emutrace"),
         "payloads": Bool(default=True, doc="store message payloads (needed by emu trace replay)"),
         "kinds": List(Enum(sorted(KIND_CODES)), default=None, doc="event kinds to keep (default: all)"),
@@ -80,11 +82,12 @@ SCENARIO_SCHEMA = Map({
     }, required=False),
     "stop": Map({
         "max_time": Quantity("time", default=None, doc="stop when virtual time would pass this"),
-        "wall_timeout": Quantity("time", default=None, doc="wall-clock guard"),
+        "wall_timeout": Quantity("time", default=None, doc="wall-clock guard over build, run and check "
+                                                           "(unset: 1h); status wall-timeout, exit 5"),
     }, required=False),
     "output": Map({
         "dir": Str(default=None, doc="result bundle directory (default runs/<name>)"),
-        "plots": Bool(default=True),
+        "plots": Bool(default=False, doc="write PNG plots into the bundle (also: emu run --plots)"),
     }, required=False),
 })
 

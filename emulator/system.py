@@ -15,10 +15,17 @@ A run ends in exactly one of these ways (``RunResult.status``):
 * ``wall-timeout``: the optional wall-clock guard fired;
 * ``killed``: nothing was left to run because workload actors were killed by a
   fault (the workload did not complete);
-* ``error``: an actor or link raised (``RunResult.error`` names it).
+* ``error``: an actor or link raised (``RunResult.error`` names it);
+* ``interrupted``: stopped from outside (Ctrl-C, SIGTERM: :meth:`System.request_stop`,
+  wired to signals by :class:`emulator.interrupt.StopSwitch`); the result is partial
+  (virtual time reached, events and messages so far) and the trace still gets its footer.
 
-The supervisor task parks until one of these happens; the clock's idle hook
-and the actor wrappers wake it.  Nothing polls.
+The supervisor task parks until one of these happens; the clock's idle hook,
+the actor wrappers and :meth:`System.request_stop` wake it.  Nothing polls.
+
+``run(footer=False)`` leaves the trace footer to :meth:`System.finish_trace`, so
+that a caller that decides the final status after the run (a workload check
+turning ``finished`` into ``error``) writes that one status in the footer.
 """
 from __future__ import annotations
 
@@ -39,6 +46,7 @@ from emulator.actor import Actor
 from emulator.clock import VirtualClock, current_clock, deterministic_scheduling
 from emulator.errors import ActorError, BuildError, EmulatorError
 from emulator.faults import fault_summary, killer
+from emulator.interrupt import RunStopped
 from emulator.link import InPort, Link, OutPort
 from emulator.rng import stream
 from emulator.trace import DONE, ERROR, Recorder, TraceOptions
@@ -158,6 +166,9 @@ class System:
         self._late_errors = 0
         self._nursery = None
         self.lazy_links = LAZY_LINK_TASKS
+        self._stop_reason: str | None = None
+        self._token = None
+        self._t0_wall = 0.0
         self.on_step = None  # optional per-time-step callback (progress display)
 
     # -- building -------------------------------------------------------------
@@ -215,42 +226,79 @@ class System:
         }
 
     # -- running --------------------------------------------------------------
-    def run(self, *, until: int | None = None, wall_timeout: float | None = None) -> RunResult:
-        """Run on a fresh virtual clock, deterministically; returns the result."""
+    def run(self, *, until: int | None = None, wall_timeout: float | None = None, footer: bool = True) -> RunResult:
+        """Run on a fresh virtual clock, deterministically; returns the result.
+
+        ``footer=False``: the trace file is left without its footer; call
+        :meth:`finish_trace` with the final status.
+        """
         clock = VirtualClock()
         with deterministic_scheduling():
             try:
-                return trio.run(self.run_async, until, wall_timeout, clock=clock, strict_exception_groups=True)
-            except (trio.TrioInternalError, OverflowError) as e:
+                return trio.run(self.run_async, until, wall_timeout, footer, clock=clock,
+                                strict_exception_groups=True)
+            except BaseException as e:
+                # a hard stop (RunStopped raised where the main thread was, see
+                # emulator.interrupt) may surface wrapped by Trio
+                reason = self._stop_reason or (e.reason if isinstance(e, RunStopped) else None)
+                if reason is not None:
+                    self._stop_reason = reason
+                    return self._result(reason, None, None, footer)
                 cause = e if isinstance(e, OverflowError) else e.__cause__
-                if not isinstance(cause, OverflowError):
-                    raise
-                # the recorder packs every event as int64 (msgpack): a product of in-range parameters
-                # (cycles x period, bytes / bandwidth) passed it; say so instead of a traceback
-                raise EmulatorError(
-                    f"a time or size computed by the model passed the engine's 64-bit integer range near "
-                    f"t={clock.now} ps ({cause}): a parameter is too large for this machine") from None
+                if isinstance(e, (trio.TrioInternalError, OverflowError)) and isinstance(cause, OverflowError):
+                    # the recorder packs every event as int64 (msgpack): a product of in-range parameters
+                    # (cycles x period, bytes / bandwidth) passed it; say so instead of a traceback
+                    raise EmulatorError(
+                        f"a time or size computed by the model passed the engine's 64-bit integer range near "
+                        f"t={clock.now} ps ({cause}): a parameter is too large for this machine") from None
+                raise
 
-    async def run_async(self, until: int | None = None, wall_timeout: float | None = None) -> RunResult:
+    def request_stop(self, reason: str = "interrupted") -> None:
+        """Ask the running system to stop (``interrupted``, ``wall-timeout``); safe from a signal handler.
+
+        Sets a flag the clock's per-step hook reads and, through
+        ``TrioToken.run_sync_soon`` (signal- and thread-safe), pulls the clock's
+        virtual-time limit down to now, so the stop takes whether or not virtual
+        time moves.  The run then ends the way a ``time-limit`` does (the clock
+        stops before the next event and wakes the supervisor): a stop never
+        cancels tasks in the middle of a time step.
+        """
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        token = self._token
+        if token is not None:
+            _safe_soon(token, self._limit_now)
+
+    def _limit_now(self) -> None:
+        clock = self.clock
+        if clock is not None and clock.limit > clock.now:
+            clock.limit = clock.now
+
+    async def run_async(self, until: int | None = None, wall_timeout: float | None = None,
+                        footer: bool = True) -> RunResult:
         clock = current_clock()
         self.clock = clock
         for link in self.links:
             link.clock = clock
-        t0_wall = time.perf_counter()
+        self._t0_wall = time.perf_counter()
         self.recorder.open(self.header())
         clock.on_idle = self._on_idle
         # the horizon: virtual time never passes 2**62 ps (~53 days), so every time the trace
         # holds (an event's time plus a bounded duration) still fits msgpack's int64
         clock.limit = min(until, HORIZON_PS) if until is not None else HORIZON_PS
-        clock.on_limit = lambda: self._wake("time-limit")
+        # a stop request (emulator.interrupt) pulls the limit down to now through run_sync_soon,
+        # which the clock's I/O poll serves within a bounded wall time (emulator/clock.py)
+        clock.on_limit = lambda: self._wake(self._stop_reason or "time-limit")
         clock.events, clock.flush = self.recorder.events, self.recorder.flush  # buffer kept bounded per step
         clock.on_step = self.on_step
         self._remaining = sum(1 for a in self.actors.values() if not a.daemon)
         self._super_task = current_task()
+        self._token = current_trio_token()
+        if self._stop_reason is not None:      # asked to stop before the run began
+            self._limit_now()
         guard = None
         if wall_timeout:
-            token = current_trio_token()
-            guard = threading.Timer(wall_timeout, lambda: _safe_soon(token, self._wake, "wall-timeout"))
+            guard = threading.Timer(wall_timeout, self.request_stop, ("wall-timeout",))
             guard.daemon = True
             guard.start()
         gc_state = gc.get_threshold()
@@ -275,6 +323,7 @@ class System:
                     report = self.deadlock_report()
                 nursery.cancel_scope.cancel()
         finally:
+            self._token = None
             gc.set_threshold(*gc_state)
             gc.unfreeze()
             clock.on_idle = None
@@ -300,16 +349,35 @@ class System:
                 error_text += f"\n  (and {more} further error(s), not listed)"
         elif reason == "deadlock":
             self.recorder.emit((ERROR, clock.now, "deadlock", str(report)))
-        end = clock.now
-        wall = time.perf_counter() - t0_wall
-        digest = self.recorder.close({"end_time_ps": end, "status": status})
+        return self._result(status, report, error_text, footer)
+
+    def _result(self, status: str, report, error_text, footer: bool) -> RunResult:
+        end = self.clock.now if self.clock is not None else 0
+        wall = time.perf_counter() - self._t0_wall if self._t0_wall else 0.0
+        self.recorder.flush()
+        digest = self.recorder.digest
+        if footer:
+            self.finish_trace(status, end)
         return RunResult(
             status=status, end_time_ps=end, messages=sum(l.delivered for l in self.links),
-            events=self.recorder.count, wall_s=wall, digest=digest, seed=self.seed, time_steps=clock.steps,
+            events=self.recorder.count, wall_s=wall, digest=digest, seed=self.seed,
+            time_steps=self.clock.steps if self.clock is not None else 0,
             reports=self.reports, deadlock=report, error=error_text, faults=list(self.fault_log),
             fault_summary=fault_summary(self.fault_plan, self.fault_log), errors=errors,
             more_errors=more,
         )
+
+    def stop_result(self, status: str) -> RunResult:
+        """The partial result of a run stopped from outside, now, with the trace footer written.
+
+        For a watchdog thread while the main thread is stuck in one C call
+        (:mod:`emulator.interrupt`): it reads the clock and counters as they are.
+        """
+        return self._result(status, None, None, True)
+
+    def finish_trace(self, status: str, end_time_ps: int) -> str:
+        """Write the trace footer with the run's final ``status`` (once); returns the digest."""
+        return self.recorder.close({"end_time_ps": end_time_ps, "status": status})
 
     async def _guard_actor(self, actor: Actor) -> None:
         try:
@@ -319,9 +387,16 @@ class System:
             if self._wake_reason is not None:
                 return   # the run is over: end quietly (a Cancelled per task costs Trio a formatted reason)
             raise
+        except RunStopped as e:       # a hard stop landed in this actor's code
+            self.request_stop(e.reason)
+            self._limit_now()
+            return
         except BaseException as e:  # report, do not crash the runner
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
+            if self._stop_reason is not None:   # e.g. RunStopped inside an actor's own nursery
+                self._limit_now()
+                return
             self._fail(ActorError(f"actor {actor.name}", self.clock.now, e))
             return
         if actor.killed:
@@ -396,6 +471,8 @@ class System:
 
     def _on_idle(self) -> bool:
         self.recorder.maybe_flush()
+        if self._stop_reason is not None:
+            return self._wake(self._stop_reason)
         if self._remaining > 0:
             return self._wake("deadlock")
         return self._wake("finished")

@@ -10,7 +10,7 @@ from conftest import ROOT
 def test_run_writes_a_complete_bundle(emu, tmp_path):
     out = tmp_path / "bundle"
     proc = emu("run", ROOT / "scenarios/demo/reduce.yaml", "--out", out, "--set", "trace.enabled=true",
-               "--set", "workload.params.rounds=1", check=0)
+               "--set", "workload.params.rounds=1", "--plots", check=0)
     assert f"bundle         {out}" in proc.stdout
     names = {p.name for p in out.iterdir()}
     assert {"scenario.yaml", "result.json", "actors.csv", "links.csv", "trace.emutrace", "trace.perfetto.json",
@@ -19,9 +19,10 @@ def test_run_writes_a_complete_bundle(emu, tmp_path):
     for key in ("digest", "seed", "versions", "wall_s", "events_per_s", "peak_rss_mib", "end_time_ps",
                 "max_abs_err"):
         assert key in res, key
+    resolved = yaml.safe_load((out / "scenario.resolved.yaml").read_text())
+    assert resolved["machine"]["resolved"]["pe_link"]["latency"] == 20_000   # units parsed
     sc = yaml.safe_load((out / "scenario.yaml").read_text())
-    assert sc["resolved"]["machine"]["resolved"]["pe_link"]["latency"] == 20_000   # units parsed
-    assert sc["source"]["workload"]["params"]["rounds"] == 1                      # as run, after --set
+    assert sc["workload"]["params"]["rounds"] == 1                          # as run, after --set
     actors = list(csv.DictReader(open(out / "actors.csv")))
     assert len(actors) == 128 and float(actors[0]["utilisation"]) > 0
     links = list(csv.DictReader(open(out / "links.csv")))

@@ -145,7 +145,7 @@ def test_cli_disasm_and_asm(emu, tmp_path):
     src.write_text(p.stdout)
     a = emu("pccx", "asm", str(src), check=0)
     assert a.stdout.split() == [f"0x{w1:016X}", f"0x{w2:016X}"]
-    bad = emu("pccx", "disasm", "0x5000000000000000", "zz", check=1)
+    bad = emu("pccx", "disasm", "0x5000000000000000", "zz", check=2)
     assert bad.stdout.splitlines() == ["error: 0x5000000000000000: reserved opcode 0x5",
                                        "error: 'zz' is not a hexadecimal word"]
     assert "Traceback" not in bad.stderr

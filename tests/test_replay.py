@@ -112,7 +112,7 @@ def test_replay_of_a_deadlocked_run_and_with_faults(tmp_path):
 
 def test_replay_errors_are_clear(reduce_trace, emu, tmp_path):
     path, tr = reduce_trace
-    p = emu("trace", "replay", path, "--actor", "cube03/pe9", check=1)
+    p = emu("trace", "replay", path, "--actor", "cube03/pe9", check=2)
     assert "no actor named 'cube03/pe9'" in p.stderr and "did you mean" in p.stderr
     p = emu("trace", "replay", path, "--actor", "cube03/pe1", "--set", "workload.params.merge=fast", check=2)
     assert "workload.params.merge" in p.stderr and "Traceback" not in p.stderr

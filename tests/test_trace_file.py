@@ -55,10 +55,10 @@ def test_cli_tools_refuse_a_truncated_trace_without_a_traceback(good, tmp_path, 
     cut.write_bytes(data[: len(data) // 2])
     for cmd in (["summary", cut], ["perfetto", cut, "-o", tmp_path / "o.json"], ["replay", cut, "--actor", "src"]):
         p = emu("trace", *cmd)
-        assert p.returncode == 1 and "truncated trace" in p.stderr and "Traceback" not in p.stderr
+        assert p.returncode == 2 and "truncated trace" in p.stderr and "Traceback" not in p.stderr
     cut.write_bytes(data[:20])
     p = emu("trace", "summary", cut)
-    assert p.returncode == 1 and "no complete header" in p.stderr
+    assert p.returncode == 2 and "no complete header" in p.stderr
 
 
 def test_event_buffer_stays_bounded_when_time_stands_still():

@@ -99,11 +99,11 @@ def test_perfetto_bad_arguments_are_clear(reduce_trace, emu, tmp_path):
     assert "unknown event kind(s) bussy" in p.stderr
     p = emu("trace", "perfetto", path, "--start", "5 parsecs", check=2)
     assert "--start" in p.stderr and "Traceback" not in p.stderr
-    p = emu("trace", "perfetto", tmp_path / "missing.emutrace", check=1)
+    p = emu("trace", "perfetto", tmp_path / "missing.emutrace", check=2)
     assert "no such trace file" in p.stderr
     junk = tmp_path / "junk.emutrace"
     junk.write_bytes(b"\x93\x01\x02")
-    p = emu("trace", "summary", junk, check=1)
+    p = emu("trace", "summary", junk, check=2)
     assert "not an emulator trace" in p.stderr and "Traceback" not in p.stderr
 
 

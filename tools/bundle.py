@@ -1,54 +1,135 @@
 """Result bundles: everything about one run in one directory.
 
 ``emu run`` writes, by default to ``runs/<scenario name>/`` (``--out DIR`` to
-choose):
+choose; docs/outputs.md describes every file and column):
 
-* ``scenario.yaml``  -- the scenario as written (after ``--set``) and, under
-  ``resolved:``, with the machine profile merged in and every unit parsed;
+* ``scenario.yaml``  -- the scenario as run (after ``--set``), itself runnable:
+  ``emu run runs/x/scenario.yaml`` reproduces the digest (the machine profile and
+  workload files it names are rewritten relative to the bundle);
+* ``scenario.resolved.yaml`` -- the same with the profile merged in and every unit parsed;
 * ``result.json``    -- status, digest, seed, metrics, checks, faults, versions,
   host speed (wall seconds, events/s, peak memory);
 * ``actors.csv``, ``links.csv`` -- per-actor and per-link metrics;
-* ``trace.emutrace`` -- the binary trace, when the scenario enables it, and
-  ``trace.perfetto.json`` -- the same for ui.perfetto.dev (trimmed at 100 MB);
-* ``*.png``          -- utilisation and link-bandwidth plots (from the trace
-  when there is one, from the aggregate metrics otherwise).
+* ``trace.emutrace`` -- the binary trace (the run plan's size policy, tools/runner.py);
+* ``trace.perfetto.json`` -- the trace for ui.perfetto.dev, when the scenario enables
+  the trace (trimmed at 100 MB; otherwise ``emu trace perfetto`` makes it on demand);
+* ``*.png`` -- plots, with ``--plots`` or ``output.plots: true``.
+
+The directory is prepared before the run (:func:`prepare_bundle`): an
+unwritable one is a clear error before anything runs, and the files of an
+earlier run are removed so that no stale trace sits beside a new result.  A
+directory holding files that are not a bundle's is refused.
 """
 from __future__ import annotations
 
 import csv
 import json
+import os
 from pathlib import Path
 
 import yaml
 
-from tools.runner import default_out_dir
+from emulator.errors import EmulatorError
+
+__all__ = ["Bundle", "BundleError", "prepare_bundle", "check_trace_path", "BUNDLE_FILES"]
+
+BUNDLE_FILES = ("scenario.yaml", "scenario.resolved.yaml", "result.json", "actors.csv", "links.csv",
+                "trace.emutrace", "trace.perfetto.json")
+
+
+class BundleError(EmulatorError):
+    """The bundle directory cannot be used (exit status 2: bad input)."""
+
+
+def _ours(p: Path) -> bool:
+    return p.is_file() and (p.name in BUNDLE_FILES or p.suffix == ".png")
+
+
+def prepare_bundle(plan) -> "Bundle":
+    """Make ``plan.out_dir`` ready for this run: created, writable, emptied of an earlier run's files."""
+    d = plan.out_dir
+    if d.exists() and not d.is_dir():
+        raise BundleError(f"--out {d}: exists and is not a directory")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BundleError(f"--out {d}: cannot create the bundle directory ({e.strerror})") from None
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise BundleError(f"--out {d}: the bundle directory is not writable")
+    entries = list(d.iterdir())
+    foreign = [p.name for p in entries if not _ours(p)]
+    if foreign:
+        raise BundleError(f"--out {d}: holds files that are not from an emu run ({', '.join(sorted(foreign)[:5])}"
+                          f"{', ...' if len(foreign) > 5 else ''}); choose a new or empty directory")
+    for p in entries:      # an earlier run's bundle: start clean
+        p.unlink()
+    return Bundle(d)
+
+
+def check_trace_path(path: str) -> None:
+    """An explicit trace file (``--trace``, ``trace.path``) must be writable: say so before the run."""
+    p = Path(path)
+    if p.is_dir():
+        raise BundleError(f"trace file {p}: is a directory")
+    parent = p.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BundleError(f"trace file {p}: cannot create its directory ({e.strerror})") from None
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise BundleError(f"trace file {p}: not writable")
 
 
 class Bundle:
     def __init__(self, directory: Path):
         self.dir = directory
-        self.trace_path = str(directory / "trace.emutrace")
 
-    def write(self, scenario, res: dict, system, result, trace_path: str | None) -> None:
-        d = self.dir
+    def write(self, plan, outcome, *, step=None) -> None:
+        """Write the bundle of a finished (or stopped) run; ``step(name)`` announces each slow step."""
+        d, sc, res = self.dir, plan.scenario, outcome.res
         with open(d / "scenario.yaml", "w") as f:
-            yaml.safe_dump({"source": scenario.source, "resolved": scenario.resolved()}, f, sort_keys=False)
-        with open(d / "result.json", "w") as f:
-            json.dump(res, f, indent=1)
-        if result.faults:   # every injection; result.json holds the per-fault summary
+            yaml.safe_dump(runnable_scenario(sc, d), f, sort_keys=False)
+        with open(d / "scenario.resolved.yaml", "w") as f:
+            yaml.safe_dump(sc.resolved(), f, sort_keys=False)
+        system, result = outcome.system, outcome.result
+        if system is not None and result is not None:
+            end = result.end_time_ps
+            _csv(d / "actors.csv", system.actor_metrics(end))
+            _csv(d / "links.csv", system.link_metrics(end))
+        if result is not None and result.faults:   # every injection; result.json holds the per-fault summary
             with open(d / "faults.json", "w") as f:
                 json.dump(result.faults, f, indent=None)
-        end = result.end_time_ps
-        _csv(d / "actors.csv", system.actor_metrics(end))
-        _csv(d / "links.csv", system.link_metrics(end))
-        have_trace = bool(trace_path) and Path(trace_path).exists()
-        if have_trace:
+        trace_path, trace = outcome.trace_path, None
+        if trace_path and plan.trace_requested and Path(trace_path).resolve().parent == d.resolve():
+            if step:
+                step("trace.perfetto.json")
             from emulator.trace import read_trace
             from tools.perfetto import export_perfetto
-            export_perfetto(read_trace(trace_path), str(d / "trace.perfetto.json"), max_mb=100, trim=True)
-        if scenario.output.get("plots", True):
+            trace = read_trace(trace_path)      # read once: Perfetto and the plots share it
+            export_perfetto(trace, str(d / "trace.perfetto.json"), max_mb=100, trim=True)
+        if plan.plots and system is not None and result is not None:
+            if step:
+                step("plots")
             from tools.plots import make_plots
-            make_plots(d, system, result, trace_path if have_trace else None)
+            make_plots(d, system, result, trace_path, trace=trace)
+        with open(d / "result.json", "w") as f:       # last: a bundle with result.json is complete
+            json.dump(res, f, indent=1)
+
+
+def runnable_scenario(scenario, bundle_dir: Path) -> dict:
+    """The scenario as run, with the files it names (profile, workload inputs) found from ``bundle_dir``."""
+    src = json.loads(json.dumps(scenario.source, default=str))
+    base = Path(scenario.file).resolve().parent
+    here = bundle_dir.resolve()
+    machine = src.setdefault("machine", {})
+    if scenario.profile_file:
+        machine["profile"] = os.path.relpath(Path(scenario.profile_file).resolve(), here)
+    params = (src.get("workload") or {}).get("params") or {}
+    for key, value in params.items():
+        if isinstance(value, str) and not os.path.isabs(value) and (base / value).is_file():
+            params[key] = os.path.relpath(base / value, here)
+    src.setdefault("name", scenario.name)
+    return src
 
 
 def _csv(path: Path, rows: list[dict]) -> None:
@@ -58,9 +139,3 @@ def _csv(path: Path, rows: list[dict]) -> None:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-
-
-def prepare_bundle(scenario, out: str | None) -> Bundle:
-    d = Path(out) if out else default_out_dir(scenario)
-    d.mkdir(parents=True, exist_ok=True)
-    return Bundle(d)

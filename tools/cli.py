@@ -5,14 +5,19 @@ diff, replay), ``bench``.  Errors a user can cause (a bad scenario, a model
 error, a deadlock) are printed as clear messages with a non-zero exit status,
 never as a traceback; ``--debug`` shows the traceback too.
 
-Exit status: 0 finished, 1 model or tool error, 2 bad input (scenario, usage),
-3 deadlock, 4 virtual time limit reached, 5 wall-clock guard fired, 6 workload
-actors killed by a fault (the workload did not complete).
+Exit status, the same table for every subcommand (docs/exit-codes.md):
+0 finished / ok, 1 model or tool error (``trace diff``: differ, ``trace replay``:
+diverges), 2 bad input (scenario, usage, a missing or corrupt input file, an
+unusable ``--out``), 3 deadlock, 4 virtual time limit reached, 5 wall-clock guard
+fired, 6 workload actors killed by a fault (the workload did not complete),
+130 interrupted (Ctrl-C or SIGTERM).  Output into a closed pipe
+(``emu trace summary T | head -1``) ends quietly with status 0.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 
@@ -114,6 +119,8 @@ def _summary(res: dict) -> str:
     lines.append(f"  events         {res['events']}")
     lines.append(f"  wall           {res['wall_s']:.3f} s ({res['events_per_s']:,.0f} events/s)")
     lines.append(f"  digest         {res['digest']}")
+    if res.get("trace"):
+        lines.append(f"  trace          {res['trace']}")
     for key in ("max_abs_err", "max_rel_err"):
         if key in res:
             lines.append(f"  {key:<14} {res[key]:.3g}")
@@ -157,38 +164,65 @@ def _numeric(s: str) -> bool:
 
 
 def cmd_run(args) -> int:
-    from tools.runner import EXIT_CODES, run_scenario
+    from tools.runner import execute, plan_run
 
     sc = _load(args.scenario, args.set)
-    progress = None
+    plan = plan_run(sc, out=args.out, bundle=not args.no_bundle, trace_path=args.trace,
+                    plots=True if args.plots else None)
+    from tools.bundle import check_trace_path, prepare_bundle
+
     bundle = None
-    if not args.no_bundle:
-        from tools.bundle import prepare_bundle
-        bundle = prepare_bundle(sc, args.out)
-    trace_path = args.trace or sc.trace.get("path") or (bundle.trace_path if bundle and sc.trace.get("enabled")
-                                                         else None)
-    if sc.trace.get("enabled") and not trace_path and not args.quiet:
-        print("note: the scenario enables the trace but --no-bundle gives it no place: no trace file written "
-              "(use --trace FILE)", file=sys.stderr)
+    if plan.out_dir is not None:
+        bundle = prepare_bundle(plan)          # before the run: an unusable --out is an error now
+    if plan.trace is not None:
+        check_trace_path(plan.trace.path)
+    if not args.quiet:
+        for note in plan.notes:
+            print(f"note: {note}", file=sys.stderr)
+    progress = None
     if sys.stderr.isatty() and not args.json and not args.quiet:
         from tools.progress import Progress
         progress = Progress(sys.stderr)
-    try:
-        res, system, result = run_scenario(sc, trace_path=trace_path, progress=progress)
-    finally:
+
+    def finish(outcome) -> int:
         if progress is not None:
             progress.close()
+        return _report_run(args, plan, bundle, outcome)
+
+    try:
+        outcome = execute(plan, progress=progress, finish=finish)
+    except BaseException:
+        if progress is not None:
+            progress.close()
+        raise
+    return finish(outcome)
+
+
+def _report_run(args, plan, bundle, outcome) -> int:
+    """Write the bundle and print the outcome of ``emu run``; returns the exit status."""
+    from tools.runner import EXIT_CODES
+
+    res = outcome.res
+    chatty = not args.json and not args.quiet
     if bundle is not None:
-        bundle.write(sc, res, system, result, trace_path)
+        from tools.progress import step_announcer
         res["bundle"] = str(bundle.dir)
+        bundle.write(plan, outcome, step=step_announcer(sys.stderr) if chatty else None)
     if args.json:
         print(json.dumps(res, indent=None if args.compact else 1))
     else:
         print(_summary(res))
-        if result.deadlock is not None:
-            print(str(result.deadlock), file=sys.stderr)
+        if outcome.result is not None and outcome.result.deadlock is not None:
+            print(str(outcome.result.deadlock), file=sys.stderr)
         if res.get("error"):
             print(f"error: {res['error']}", file=sys.stderr)
+        if res.get("stopped_in"):
+            print(f"{res['status']} during {res['stopped_in']}: partial result", file=sys.stderr)
+    if not args.quiet:
+        for note in outcome.notes[len(plan.notes):]:
+            print(f"note: {note}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
     return EXIT_CODES.get(res["status"], 1)
 
 
@@ -212,6 +246,7 @@ def cmd_trace(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="emu", description="Actor-based emulator of AI accelerators.")
     p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="cmd", required=True)
 
     r = sub.add_parser("run", help="run a scenario")
@@ -222,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="result bundle directory (default: runs/<scenario name>)")
     r.add_argument("--no-bundle", action="store_true", help="write no result bundle")
     r.add_argument("--trace", help="write the binary trace to this file")
+    r.add_argument("--plots", action="store_true", help="also write PNG plots into the bundle")
     r.add_argument("--quiet", action="store_true", help="no progress display")
     r.set_defaults(func=cmd_run)
 
@@ -262,27 +298,60 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: OSErrors about a file the user named: bad input, not a tool failure
+_BAD_PATH = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+def _version() -> str:
+    from emulator import __version__
+
+    return f"emu {__version__} (python {sys.version.split()[0]})"
+
+
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:          # argparse: usage errors exit 2, --help/--version 0
+        return e.code if isinstance(e.code, int) else EXIT_BAD_INPUT
+    try:
+        return _dispatch(args)
+    except BrokenPipeError:
+        # the reader went away (emu trace summary T | head -1): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _dispatch(args) -> int:
+    from tools.bundle import BundleError
+
     try:
         return args.func(args)
-    except (SchemaError, BuildError) as e:
+    except (SchemaError, BuildError, BundleError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except EmulatorError as e:
         if args.debug:
             traceback.print_exc()
         print(f"error: {e}", file=sys.stderr)
-        return 1
-    except (OSError, ValueError) as e:
+        return EXIT_ERROR
+    except BrokenPipeError:
+        raise
+    except (ValueError, *_BAD_PATH) as e:   # a missing, corrupt or unreadable input file, a bad value
         if args.debug:
             traceback.print_exc()
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return EXIT_BAD_INPUT
+    except OSError as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 * ``emu pccx disasm WORD...`` — hex words (``0x`` optional, ``_`` allowed) -> one line
   each: the mnemonic and ``field=value`` pairs (protocols/pccx_isa.py); an illegal
-  word prints ``error: 0x...: <reason>`` and the exit status is 1.
+  word prints ``error: 0x...: <reason>`` and the exit status is 2 (bad input).
 * ``emu pccx asm FILE|-`` — that text (one instruction per line, ``#`` comments)
   -> one ``0x%016X`` word per line; errors name the line, exit status 2.
 """
@@ -22,15 +22,15 @@ def cmd_disasm(args) -> int:
             word = int(tok.replace("_", ""), 16)
         except ValueError:
             print(f"error: {tok!r} is not a hexadecimal word")
-            status = 1
+            status = 2
             continue
         if not 0 <= word < 1 << 64:
             print(f"error: {tok!r} does not fit in 64 bits")
-            status = 1
+            status = 2
             continue
         line = isa.disasm_word(word)
         if line.startswith("error:"):
-            status = 1
+            status = 2
         print(line)
     return status
 

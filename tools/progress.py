@@ -39,3 +39,13 @@ class Progress:
         if self.shown:
             self.stream.write("\r" + " " * 79 + "\r")
             self.stream.flush()
+
+
+def step_announcer(stream):
+    """``step(name)``: one line per slow bundle step (Perfetto JSON, plots) so a long write is not silent."""
+
+    def step(name: str) -> None:
+        stream.write(f"  writing {name} ...\n")
+        stream.flush()
+
+    return step

@@ -1,51 +1,140 @@
-"""Scenario -> built system -> run -> result: the path every ``emu run`` takes.
+"""Scenario -> run plan -> built system -> run -> one final status: the path every ``emu run`` takes.
 
-``build_system`` asks the machine family (``actors.registry``) to build the
-workload's actors and links, installs the scenario's faults, and configures the
-trace.  ``run_scenario`` runs it and assembles the result dictionary printed by
-``emu run --json`` and written to ``result.json``.  A workload's ``check()`` may
-return ``error`` (the machine ran to the end but the workload failed, e.g. a
-halted driver): the result's status is then ``error``.
+:func:`plan_run` decides, once, everything a run needs before it starts: the
+machine family and workload, the bundle directory, where and what the binary
+trace records, the virtual-time limit and the wall-clock guard.
+:func:`execute` carries the plan out: it builds the machine, runs it under a
+:class:`~emulator.interrupt.StopSwitch` (Ctrl-C, SIGTERM and the wall-clock
+guard stop the build, the input generation and the run alike), runs the
+workload's ``check()``, decides the final status once (:func:`final_status`)
+and writes it both into the trace footer and into the result dictionary
+printed by ``emu run --json`` and written to ``result.json``.
+
+Status policy: a stop from outside (``interrupted``, ``wall-timeout``) wins;
+otherwise the engine's status, except that a workload check reporting an
+``error`` turns ``finished`` into ``error`` (the machine ran to the end but the
+workload failed, e.g. a halted driver).  A stopped run gets no check (its
+outputs are incomplete) and a partial result: virtual time reached, events,
+messages, and ``stopped_in`` (``build``, ``run`` or ``check``).
 """
 from __future__ import annotations
 
+import os
 import resource
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from actors import registry
 from emulator.faults import install_faults
+from emulator.interrupt import RunStopped, StopSwitch
 from emulator.scenario import Scenario
 from emulator.system import RunResult, System, versions
 from emulator.trace import TraceOptions
 
-__all__ = ["build_system", "run_scenario", "default_out_dir", "jsonable", "scenario_from_resolved", "EXIT_CODES"]
+__all__ = ["RunPlan", "RunOutcome", "plan_run", "execute", "final_status", "build_system", "run_scenario",
+           "default_out_dir", "jsonable", "scenario_from_resolved", "EXIT_CODES", "EXIT_BAD_INPUT",
+           "DEFAULT_WALL_TIMEOUT_S", "DEFAULT_TRACE_KEEP_MB"]
 
-EXIT_CODES = {"finished": 0, "error": 1, "deadlock": 3, "time-limit": 4, "wall-timeout": 5, "killed": 6}
+#: exit status of ``emu run`` per final status (docs/exit-codes.md has the table for every command)
+EXIT_CODES = {"finished": 0, "error": 1, "deadlock": 3, "time-limit": 4, "wall-timeout": 5, "killed": 6,
+              "interrupted": 130}
+EXIT_BAD_INPUT = 2
+#: the wall-clock guard when the scenario sets no ``stop.wall_timeout`` (``--set stop.wall_timeout=10h``)
+DEFAULT_WALL_TIMEOUT_S = 3600.0
+#: a trace the user did not ask for (the bundle's default trace) is kept up to this size
+DEFAULT_TRACE_KEEP_MB = 256.0
+STOPPED = ("interrupted", "wall-timeout")
 
 
 def default_out_dir(scenario: Scenario) -> Path:
     return Path(scenario.output.get("dir") or Path("runs") / scenario.name)
 
 
-def build_system(scenario: Scenario, *, trace_path: str | None = None) -> tuple[System, object]:
-    family = registry.family(scenario.family)
-    workload = family.WORKLOADS[scenario.workload]
-    topts = None
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything decided before a run, once: read by the runner, the bundle and the CLI."""
+
+    scenario: Scenario
+    family: Any                      # the machine family's module (actors.registry)
+    workload: Any                    # its registry.Workload
+    out_dir: Path | None             # the result bundle, None for no bundle
+    trace: TraceOptions | None       # where and what the binary trace records, None for no file
+    trace_requested: bool            # the user asked for it: kept whatever its size, Perfetto JSON too
+    max_time: int | None             # virtual-time limit (ps)
+    wall_timeout_s: float | None     # wall-clock guard over build + run + check
+    plots: bool
+    notes: tuple = ()                # things the user should know about the plan
+
+
+def _explicit(scenario: Scenario, *path) -> Any:
+    """A value the scenario file (after ``--set``) states itself, None when it relies on the default."""
+    node = scenario.source
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def plan_run(scenario: Scenario, *, out: str | None = None, bundle: bool = True, trace_path: str | None = None,
+             plots: bool | None = None) -> RunPlan:
+    """The plan of one run.
+
+    Trace policy: ``trace_path`` (``--trace``) or the scenario's ``trace.path``
+    wins; otherwise, with a bundle, the trace goes to ``<bundle>/trace.emutrace``
+    unless the scenario says ``trace.enabled: false``.  A trace the scenario did
+    not enable is the *default* trace: kept only up to :data:`DEFAULT_TRACE_KEEP_MB`
+    (larger ones are deleted after the run, with a note) and exported to
+    Perfetto JSON only on request.  Plots: ``plots`` (``--plots``) or the
+    scenario's ``output.plots``; off by default (they cost more than most runs;
+    ``emu trace ...`` works on the bundle's trace).
+    """
+    fam = registry.family(scenario.family)
+    workload = fam.WORKLOADS[scenario.workload]
     t = scenario.trace
-    if not trace_path and t.get("enabled"):
-        trace_path = t.get("path")   # None: enabled, but no bundle to put it in (emu run --no-bundle)
-    if trace_path:
-        Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
-        topts = TraceOptions(path=str(trace_path), payloads=t.get("payloads", True),
+    out_dir = (Path(out) if out else default_out_dir(scenario)) if bundle else None
+    enabled = _explicit(scenario, "trace", "enabled")
+    path = trace_path or t.get("path")
+    requested = bool(path) or enabled is True
+    notes = []
+    if not path and out_dir is not None and enabled is not False:
+        path = str(out_dir / "trace.emutrace")
+    if enabled and not path:
+        notes.append("the scenario enables the trace but --no-bundle gives it no place: no trace file written "
+                     "(use --trace FILE)")
+    topts = None
+    if path:
+        topts = TraceOptions(path=str(path), payloads=t.get("payloads", True),
                              kinds=set(t["kinds"]) if t.get("kinds") else None, actors=t.get("actors"),
                              links=t.get("links"))
-    system = System(scenario.name, seed=scenario.seed, mode=scenario.mode, trace=topts, scenario=scenario.resolved())
-    context = workload.build(system, scenario.profile, scenario.params)
-    install_faults(system, scenario.faults)
-    return system, workload.bind(context)
+    stop = scenario.stop or {}
+    wall = stop.get("wall_timeout")
+    if plots is None:
+        plots = bool(scenario.output.get("plots", False))
+    return RunPlan(scenario=scenario, family=fam, workload=workload, out_dir=out_dir, trace=topts,
+                   trace_requested=requested, max_time=stop.get("max_time"),
+                   wall_timeout_s=(wall / 1e12) if wall else DEFAULT_WALL_TIMEOUT_S, plots=bool(plots),
+                   notes=tuple(notes))
+
+
+def _build(plan: RunPlan) -> tuple[System, Any]:
+    """The built system and the workload bound to the context its ``build`` returned (DESIGN.md §7)."""
+    sc = plan.scenario
+    if plan.trace is not None:
+        Path(plan.trace.path).parent.mkdir(parents=True, exist_ok=True)
+    system = System(sc.name, seed=sc.seed, mode=sc.mode, trace=plan.trace, scenario=sc.resolved())
+    context = plan.workload.build(system, sc.profile, sc.params)
+    install_faults(system, sc.faults)
+    return system, plan.workload.bind(context)
+
+
+def build_system(scenario: Scenario, *, trace_path: str | None = None) -> tuple[System, object]:
+    """Build ``scenario``'s machine (no bundle), tracing to ``trace_path`` if given; returns (system, workload)."""
+    return _build(plan_run(scenario, bundle=False, trace_path=trace_path))
 
 
 def scenario_from_resolved(d: dict) -> Scenario:
@@ -71,51 +160,139 @@ def jsonable(x):
     return x
 
 
-def run_scenario(scenario: Scenario, *, trace_path: str | None = None, progress=None) -> tuple[dict, System, RunResult]:
-    """Build and run; returns (result dict, system, RunResult)."""
-    t0 = time.perf_counter()
-    system, workload = build_system(scenario, trace_path=trace_path)
-    build_s = time.perf_counter() - t0
-    if progress is not None:
-        system.on_step = progress
-        progress.events = lambda: system.recorder.count + len(system.recorder.events)
-    stop = scenario.stop or {}
-    wall = stop.get("wall_timeout")
-    result = system.run(until=stop.get("max_time"), wall_timeout=(wall / 1e12) if wall else None)
-    checks = {}
-    if workload.check is not None:
-        checks = workload.check(system, scenario.profile, scenario.params, result) or {}
+@dataclass
+class RunOutcome:
+    """What :func:`execute` returns: the result dictionary and the objects behind it."""
+
+    res: dict
+    system: System | None            # None when stopped while building
+    result: RunResult | None         # None when stopped while building
+    trace_path: str | None           # the trace file written (with its footer), None for none
+    notes: list = field(default_factory=list)
+
+
+def final_status(result: RunResult | None, checks: dict, stopped: str | None) -> tuple[str, str | None]:
+    """The run's one final status and error text (see the module docstring); pops ``checks['error']``."""
+    if stopped is not None:
+        return stopped, None
     status, error = result.status, result.error
     if status == "finished" and checks.get("error"):
-        # the machine ran to the end but the workload failed (e.g. a halted driver)
         status, error = "error", checks.pop("error")
+    return status, error
+
+
+def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
+    """Build, run and check per ``plan``; the final status goes into the trace footer and the result.
+
+    ``finish(outcome) -> exit status``: how the caller reports an outcome (print,
+    bundle).  Given, it is also the last resort when a stop request finds the
+    main thread stuck in one C call (:mod:`emulator.interrupt`): a watchdog
+    thread reports the partial outcome and ends the process with that status.
+    """
+    sc = plan.scenario
+    system = result = None
+    checks: dict = {}
+    phase = "build"
+    t0 = time.perf_counter()
+    build_s = 0.0
+
+    def stuck(reason: str) -> None:
+        partial = system.stop_result(reason) if system is not None else None
+        trace_path = plan.trace.path if partial is not None and plan.trace is not None else None
+        res = _result_dict(plan, system, partial, reason, None, {}, time.perf_counter() - t0, trace_path)
+        res["stopped_in"] = phase
+        os._exit(finish(RunOutcome(res=res, system=system, result=partial, trace_path=trace_path,
+                                   notes=list(plan.notes))))
+
+    with StopSwitch(plan.wall_timeout_s, on_stuck=stuck if finish is not None else None) as switch:
+        try:
+            system, workload = _build(plan)
+            build_s = time.perf_counter() - t0
+            phase = "run"
+            if progress is not None:
+                system.on_step = progress
+                progress.events = lambda: system.recorder.count + len(system.recorder.events)
+            with switch.soft(system.request_stop):
+                result = system.run(until=plan.max_time, footer=False,
+                                    wall_timeout=None if switch.active else plan.wall_timeout_s)
+            switch.check()
+            phase = "check"
+            if workload.check is not None and result.status not in STOPPED:
+                checks = workload.check(system, sc.profile, sc.params, result) or {}
+            switch.check()
+        except RunStopped:
+            pass
+    stopped = switch.reason or (result.status if result is not None and result.status in STOPPED else None)
+    if phase == "build" and stopped:
+        build_s = time.perf_counter() - t0
+    status, error = final_status(result, checks, stopped)
+    trace_path = None
+    if system is not None and result is not None:
+        system.finish_trace(status, result.end_time_ps)
+        trace_path = plan.trace.path if plan.trace is not None else None
+    notes = list(plan.notes)
+    trace_path = _apply_trace_policy(plan, trace_path, notes)
+    res = _result_dict(plan, system, result, status, error, checks, build_s, trace_path)
+    if stopped:
+        res["stopped_in"] = phase
+    return RunOutcome(res=res, system=system, result=result, trace_path=trace_path, notes=notes)
+
+
+def _apply_trace_policy(plan: RunPlan, trace_path: str | None, notes: list) -> str | None:
+    if trace_path is None or plan.trace_requested or not os.path.exists(trace_path):
+        return trace_path
+    mb = os.path.getsize(trace_path) / 1e6
+    if mb <= DEFAULT_TRACE_KEEP_MB:
+        return trace_path
+    os.remove(trace_path)
+    notes.append(f"the default trace ({mb:.0f} MB) is larger than {DEFAULT_TRACE_KEEP_MB:g} MB and was not kept "
+                 "(--set trace.enabled=true keeps it)")
+    return None
+
+
+def _result_dict(plan: RunPlan, system, result, status, error, checks, build_s, trace_path) -> dict:
+    sc = plan.scenario
+    if result is not None:
+        run = {"digest": result.digest, "seed": result.seed, "end_time_ps": result.end_time_ps,
+               "messages": result.messages, "events": result.events, "time_steps": result.time_steps,
+               "wall_s": round(result.wall_s, 6), "events_per_s": round(result.events_per_s, 1)}
+    else:   # stopped while building: nothing ran
+        run = {"digest": None, "seed": sc.seed, "end_time_ps": 0, "messages": 0, "events": 0, "time_steps": 0,
+               "wall_s": 0.0, "events_per_s": 0.0}
     out = {
-        "scenario": scenario.name,
-        "file": scenario.file,
+        "scenario": sc.name,
+        "file": sc.file,
         "status": status,
-        "digest": result.digest,
-        "seed": result.seed,
-        "mode": scenario.mode,
-        "end_time_ps": result.end_time_ps,
-        "messages": result.messages,
-        "events": result.events,
-        "time_steps": result.time_steps,
-        "wall_s": round(result.wall_s, 6),
+        "digest": run["digest"],
+        "seed": run["seed"],
+        "mode": sc.mode,
+        "end_time_ps": run["end_time_ps"],
+        "messages": run["messages"],
+        "events": run["events"],
+        "time_steps": run["time_steps"],
+        "wall_s": run["wall_s"],
         "build_s": round(build_s, 6),
-        "events_per_s": round(result.events_per_s, 1),
+        "events_per_s": run["events_per_s"],
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "actors": len(system.actors),
-        "links": len(system.links),
-        "reports": jsonable(result.reports),
+        "actors": len(system.actors) if system is not None else 0,
+        "links": len(system.links) if system is not None else 0,
+        "reports": jsonable(result.reports) if result is not None else {},
         **jsonable(checks),
-        "faults": jsonable(result.fault_summary),   # per fault; every injection is in the bundle's faults.json
+        "faults": jsonable(result.fault_summary) if result is not None else [],   # per fault; every
+        "trace": trace_path,                                                       # injection: faults.json
         "versions": versions(),
     }
-    if result.deadlock is not None:
+    if result is not None and result.deadlock is not None:
         out["deadlock"] = result.deadlock.as_dict()
     if error:
         out["error"] = error
-    if len(result.errors) > 1 or result.more_errors:
+    if result is not None and (len(result.errors) > 1 or result.more_errors):
         out["errors"] = result.errors
         out["more_errors"] = result.more_errors
-    return out, system, result
+    return out
+
+
+def run_scenario(scenario: Scenario, *, trace_path: str | None = None, progress=None) -> tuple[dict, System, RunResult]:
+    """Build and run without a bundle; returns (result dict, system, RunResult)."""
+    outcome = execute(plan_run(scenario, bundle=False, trace_path=trace_path), progress=progress)
+    return outcome.res, outcome.system, outcome.result

@@ -7,6 +7,7 @@ user error (missing or corrupt file, bad filter, unknown actor) is a clear
 one-line message with a non-zero exit status, never a traceback.
 
 Exit status: 0 ok / identical / replay matches, 1 differs / diverges / tool error,
+2 bad input (a missing or corrupt trace file: the ValueError reaches tools/cli.py),
 2 bad usage.
 """
 from __future__ import annotations
@@ -130,9 +131,12 @@ def cmd_diff(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from tools.replay import replay_actor
+    from tools.replay import ReplayError, replay_actor
 
-    res = replay_actor(_read(args.trace), args.actor, sets=args.set)
+    try:
+        res = replay_actor(_read(args.trace), args.actor, sets=args.set)
+    except ReplayError as e:     # the replay cannot be set up (unknown actor, ...): bad input
+        raise _Usage(str(e)) from None
     print(res.text())
     return 0 if res.ok else 1
 

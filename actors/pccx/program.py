@@ -120,7 +120,7 @@ PARAMS = Map({
     "N": Int(min=2, max=2047, default=64, doc="GEMV output rows (also the softmax length)"),
     "parallel_lane": Int(min=0, max=31, default=1, doc="GEMV parallel_lane field (lanes used; 0 = all)"),
     "gemm": Bool(default=True, doc="include a GEMM (HP0/HP1 weights)"),
-    "kv_max_tokens": Int(min=1, default=8192, doc="pccx_kv_init cap (seed §2 step 4)"),
+    "kv_max_tokens": Int(min=1, default=8192, doc="pccx_kv_init cap (pccx driver API docs, pccxai/pccx)"),
 })
 
 

@@ -59,19 +59,19 @@ COMMON = {
     "cubes": Int(min=1, default=1, doc="CUBEs used, along a snake through the machine's CUBE mesh (row 0 of"
                                        " every SIP first); the line crosses CUBEs over the CUBE NOC and SIPs"
                                        " over UCIe"),
-    "d": Int(min=1, default=64, doc="head dimension (seed validation scale: 64)"),
-    "s_per_rank": Int(min=1, default=16, doc="keys per rank (seed validation scale: 16)"),
+    "d": Int(min=1, default=64, doc="head dimension (kernbench2 ADR-0060 validation scale: 64)"),
+    "s_per_rank": Int(min=1, default=16, doc="keys per rank (kernbench2 ADR-0060 validation scale: 16)"),
     "tile": Int(min=0, default=0, doc="keys per tile, 0 = the whole slice in one shot; must divide s_per_rank"),
 }
 DECODE_PARAMS = Map({
     **COMMON,
-    "rows": Int(min=1, default=1, doc="query rows M = G x T_q (seed validation: h_q = 1, T_q = 1)"),
+    "rows": Int(min=1, default=1, doc="query rows M = G x T_q (kernbench2 ADR-0060 validation: h_q = 1, T_q = 1)"),
     "gemm": Enum(["dot", "composite"], default="dot",
-                 doc="dot: blocking tl.dot (the baseline); composite: non-blocking tl.composite (seed hybrid)"),
+                 doc="dot: blocking tl.dot (the baseline); composite: non-blocking tl.composite (kernbench2 ADR-0060 hybrid)"),
 })
 PREFILL_PARAMS = Map({
     **COMMON,
-    "rows": Int(min=1, default=16, doc="query rows per rank (seed validation: S_q = 16)"),
+    "rows": Int(min=1, default=16, doc="query rows per rank (kernbench2 ADR-0060 validation: S_q = 16)"),
 })
 
 
