@@ -363,8 +363,9 @@ class System:
             events=self.recorder.count, wall_s=wall, digest=digest, seed=self.seed,
             time_steps=self.clock.steps if self.clock is not None else 0,
             reports=self.reports, deadlock=report, error=error_text, faults=list(self.fault_log),
-            fault_summary=fault_summary(self.fault_plan, self.fault_log), errors=errors,
-            more_errors=more,
+            fault_summary=fault_summary(self.fault_plan, self.fault_log),
+            errors=[str(e) for e in self._errors[:MAX_LISTED_ERRORS]],
+            more_errors=self._late_errors + max(0, len(self._errors) - MAX_LISTED_ERRORS),
         )
 
     def stop_result(self, status: str) -> RunResult:
