@@ -1,7 +1,7 @@
 """``emu``: the one command of the emulator.
 
 Subcommands: ``run``, ``validate``, ``explain``, ``trace`` (perfetto, summary,
-diff, replay), ``bench``.  Errors a user can cause (a bad scenario, a model
+diff, replay), ``sweep``, ``bench``.  Errors a user can cause (a bad scenario, a model
 error, a deadlock) are printed as clear messages with a non-zero exit status,
 never as a traceback; ``--debug`` shows the traceback too.
 
@@ -59,6 +59,10 @@ def cmd_validate(args) -> int:
     if not args.scenario:
         print("emu validate: give a scenario file (or --schema)", file=sys.stderr)
         return 2
+    from tools.sweep_spec import looks_like_sweep
+    if looks_like_sweep(args.scenario):
+        from tools.sweep import validate_sweep
+        return validate_sweep(args.scenario)
     sc = _load(args.scenario, args.set)
     print(f"{args.scenario}: ok (machine {sc.profile_name} [{sc.family}], workload {sc.workload}, "
           f"mode {sc.mode}, seed {sc.seed}, {len(sc.faults)} fault(s))")
@@ -231,8 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--scale", type=float, default=1.0, help="multiply workload sizes")
     b.set_defaults(func=cmd_bench)
 
-    from tools import trace_tools
+    from tools import sweep, trace_tools
     trace_tools.add_parser(sub)
+    sweep.add_parser(sub)
     import importlib
     for extra in ("tools.pccx_cli", "tools.ahbm_cli"):  # machine-specific subcommands, when present
         try:
