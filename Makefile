@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/pip install -q -e '.[test,bench,ray]'
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -14,9 +14,9 @@ overrunning point.  Here a dead worker fails only its own point, and a point
 still running ``kill_after_s`` after it started is killed and recorded as
 ``wall-timeout``.
 
-**Ray.** Each point is a Ray task (``num_cpus=1``, ``max_calls=1`` so each runs in
-a fresh worker process and its peak memory is its own, ``max_retries=0`` so a
-failing point is reported, not re-run).  Without ``address`` a local Ray instance
+**Ray.** Each point is a Ray task (``num_cpus=1``; ``max_retries=0`` so a failing
+point is reported, not re-run; workers are reused, and the point resets the
+peak-memory counter, see tools.sweep_point).  Without ``address`` a local Ray instance
 with ``jobs`` CPUs is started (and shut down at the end); with ``address`` the
 sweep joins that cluster.  A task returns its bundle's files, so the workers
 need no shared file system -- only the project installed.  An already
@@ -85,7 +85,7 @@ class PoolBackend:
                 now = time.monotonic()
                 for r, (task, p, t0) in list(running.items()):
                     limit = task.get("kill_after_s")
-                    if limit and now - t0 > limit:
+                    if limit is not None and now - t0 > limit:
                         p.kill()
                         p.join()
                         r.close()
@@ -121,7 +121,7 @@ class RayBackend:
                 ray.init(num_cpus=self.jobs, include_dashboard=False, log_to_driver=False,
                          logging_level=logging.WARNING)
         try:
-            remote = ray.remote(num_cpus=1, max_calls=1, max_retries=0)(run_point_collect)
+            remote = ray.remote(num_cpus=1, max_retries=0)(run_point_collect)
             refs = {remote.remote(task): task for task in tasks}
             cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
             pending = list(refs)

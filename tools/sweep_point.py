@@ -6,8 +6,10 @@ runner as ``emu run`` (tools.runner) and writes the usual result bundle.  Every
 failure of the point -- a model error, a deadlock, a time limit, an exception in
 the workload -- becomes the record's status; nothing escapes to stop the sweep.
 
-Each point runs in a fresh process, so ``peak_rss_mib`` (the process's peak
-resident memory, from the runner) is the point's own.
+``peak_rss_mib`` (the runner reads the process's peak resident memory) is the
+point's own even in a reused worker process (Ray): the worker resets the
+kernel's peak counter before the point (Linux ``/proc/self/clear_refs``, value
+5; where that is not possible the figure is the worker's peak so far).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ def run_point(task: dict, directory: str) -> dict:
     """
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
+    _reset_peak_memory()
     t0 = time.perf_counter()
     try:
         sc = scenario_from_resolved(task["resolved"])
@@ -45,6 +48,14 @@ def run_point(task: dict, directory: str) -> dict:
         res = {"status": "error", "error": f"{type(e).__name__}: {e}",
                "traceback": traceback.format_exc(limit=8), "wall_s": round(time.perf_counter() - t0, 6)}
     return {"result": res}
+
+
+def _reset_peak_memory() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
 
 
 def run_point_collect(task: dict) -> dict:
