@@ -76,6 +76,15 @@ def test_spec_errors_in_the_sweep_keys_themselves(tmp_path, capsys):
     assert f"{bad}:3: vary.seed: expected each key varied or set once, found 'seed' again (also at set.seed)" \
         in capsys.readouterr().err
 
+    bad = write(tmp_path / "bad5.yaml", "base: scenarios/demo/reduce.yaml\n"
+                                        "vary: {seed: [1, 2], workload.params.rounds: [1]}\n"
+                                        "best:\n"
+                                        "  minimize: end_time_ps\n"
+                                        "  over: [workload.params.round]\n")
+    assert main(["validate", str(bad)]) == 2
+    assert (f"{bad}:5: best.over[0]: expected a varied key (seed, workload.params.rounds), found "
+            "'workload.params.round' (did you mean 'workload.params.rounds'?)") in capsys.readouterr().err
+
 
 def test_expansion_ranges_zip_seeds_product(tmp_path):
     spec = load_sweep(str(write(tmp_path / "s.yaml", "base: scenarios/demo/reduce.yaml\n"
@@ -140,6 +149,11 @@ def test_a_deadlocking_point_is_recorded_and_the_others_finish(tmp_path, capsys)
     assert "deadlock" in table and "5 finished, 1 deadlock" in table
     jl = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert jl[1]["status"] == "deadlock" and "ring/n0 (send)" in jl[1]["error"]
+    # best capacity per token count: the deadlocked point ended earliest but must not win
+    with open(out / "best.csv", newline="") as f:
+        best = {r["workload.params.tokens"]: r["machine.overrides.pe_link.capacity"] for r in csv.DictReader(f)}
+    assert best == {"2": "1", "8": "2"}
+    assert "best machine.overrides.pe_link.capacity by end_time_ps" in table
 
 
 def test_a_point_whose_worker_dies_fails_alone(tmp_path, monkeypatch):

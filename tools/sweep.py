@@ -23,9 +23,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+from tools.sweep_best import best_rows, write_best
 
 from tools.sweep_backends import default_jobs, make_backend
 from tools.sweep_plots import plot_sweep
@@ -33,7 +36,16 @@ from tools.sweep_progress import SweepProgress
 from tools.sweep_results import default_metrics, format_rows, make_row, write_results
 from tools.sweep_spec import Point, SweepSpec, load_sweep
 
-__all__ = ["run_sweep", "add_parser", "validate_sweep"]
+__all__ = ["run_sweep", "add_parser", "validate_sweep", "SweepRun"]
+
+
+@dataclass
+class SweepRun:
+    spec: SweepSpec
+    directory: Path
+    rows: list[dict]
+    metrics: list[str]
+    best: list[dict]
 
 
 def _write_json_atomic(path: Path, obj) -> None:
@@ -70,8 +82,8 @@ def _label(p: Point) -> str:
 
 def run_sweep(spec_path: str, out: str | None = None, *, backend: str = "pool", jobs: int | None = None,
               address: str | None = None, retry_failed: bool = False, quiet: bool = False,
-              plots: bool = True, registry=None) -> tuple[SweepSpec, Path, list[dict]]:
-    """Run (or resume) a sweep; returns the spec, the sweep directory and the rows."""
+              plots: bool = True, registry=None) -> SweepRun:
+    """Run (or resume) a sweep: its spec, directory, rows, metric names and best choices."""
     be = make_backend(backend, jobs, address)
     spec = load_sweep(spec_path, registry)
     directory = Path(out) if out else Path("runs") / "sweeps" / spec.name
@@ -128,9 +140,13 @@ def run_sweep(spec_path: str, out: str | None = None, *, backend: str = "pool", 
         rows = [make_row(p, results[p.key], metrics, spec.keys) for p in done_points]
         errors = {p.index: _why(results[p.key]) for p in done_points if _why(results[p.key])}
         write_results(directory, rows, errors)
+    best = []
+    if spec.best:
+        best = best_rows(rows, spec.best["minimize"], spec.best["over"], spec.best["per"], metrics)
+        write_best(directory / "best.csv", best)
     if plots and rows:
         plot_sweep(directory, rows, spec.keys, metrics, spec.name)
-    return spec, directory, rows
+    return SweepRun(spec, directory, rows, metrics, best)
 
 
 def validate_sweep(path: str) -> int:
@@ -144,12 +160,13 @@ def cmd_sweep(args) -> int:
     from tools.cli import format_table
 
     try:
-        spec, directory, rows = run_sweep(args.spec, args.out, backend=args.backend, jobs=args.jobs,
+        run = run_sweep(args.spec, args.out, backend=args.backend, jobs=args.jobs,
                                           address=args.address, retry_failed=args.retry_failed,
                                           quiet=args.quiet or args.json, plots=not args.no_plots)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    spec, directory, rows = run.spec, run.directory, run.rows
     if args.json:
         for r in rows:
             print(json.dumps(r, default=str))
@@ -159,6 +176,12 @@ def cmd_sweep(args) -> int:
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; results in {directory / 'results.csv'}")
+    if run.best:
+        b = spec.best
+        print()
+        print(format_table(f"best {', '.join(b['over'])} by {b['minimize']} (smallest), per "
+                           f"{', '.join(b['per']) or 'sweep'} ({directory / 'best.csv'})",
+                           format_rows(run.best, spec.keys)))
     return 0
 
 

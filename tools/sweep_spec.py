@@ -15,6 +15,7 @@ A sweep file names a base scenario and the keys to vary::
     metrics: [end_time_ps, max_abs_err] # keys of result.json or of a workload report
     timeout: 10m                       # wall-clock limit of one point
     point_plots: false                 # per-point bundle plots (off: sweeps stay fast)
+    best: {minimize: end_time_ps, over: [workload.params.G]}   # the winner per case (tools.sweep_best)
 
 A key of ``vary``, ``zip`` or ``set`` is any ``emu run --set`` path.  Every point is
 resolved through the same loader and schemas as ``emu run`` (emulator.scenario),
@@ -27,6 +28,7 @@ not run again.
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import json
@@ -113,6 +115,11 @@ SWEEP_SCHEMA = Map({
                         "workload's scalar checks"),
     "timeout": Quantity("time", default=None, doc="wall-clock limit of one point (the engine's guard, then a kill)"),
     "point_plots": Bool(default=False, doc="write the per-point bundle plots"),
+    "best": Map({
+        "minimize": Str(doc="the metric to minimise"),
+        "over": List(Str(), min_len=1, doc="the varied keys whose values are the choices compared"),
+        "per": List(Str(), default=None, doc="one winner per combination of these varied keys (default: the others)"),
+    }, default=None, doc="name the best choice per case (tools/sweep_best.py), written to best.csv"),
 })
 
 SWEEP_ONLY_KEYS = {"base", "vary", "zip", "seeds", "metrics", "point_plots"}
@@ -140,6 +147,7 @@ class SweepSpec:
     metrics: list[str] | None
     timeout_ps: int | None
     point_plots: bool
+    best: dict | None = None     # {minimize, over, per} with per filled in
     source: dict = field(default_factory=dict)
 
 
@@ -230,6 +238,18 @@ def load_sweep(path: str, registry) -> SweepSpec:
     if spec["seeds"] is not None:
         claim("seed", ("seeds",))
         axes.append((["seed"], [(s,) for s in spec["seeds"]], [("seeds", i) for i in range(len(spec["seeds"]))]))
+    keys = [k for ks, _, _ in axes for k in ks]
+    best = spec["best"]
+    if best is not None:
+        for part in ("over", "per"):
+            for i, k in enumerate(best[part] or []):
+                if k not in keys:
+                    close = difflib.get_close_matches(k, keys, n=1)
+                    problems.append(Problem(*doc.where(("best", part, i)), f"best.{part}[{i}]",
+                                            "a varied key (" + ", ".join(keys) + ")", repr(k),
+                                            f"did you mean {close[0]!r}?" if close else ""))
+        if best["per"] is None:
+            best = {**best, "per": [k for k in keys if k not in best["over"]]}
     if problems:
         raise SchemaError(problems)
 
@@ -238,7 +258,6 @@ def load_sweep(path: str, registry) -> SweepSpec:
     origin = {item: ("set", k) for item, k in zip(fixed, _flatten(spec["set"]))}
     from actors import registry as default_registry
     registry = registry or default_registry
-    keys = [k for ks, _, _ in axes for k in ks]
     points: list[Point] = []
     seen_problems: dict[tuple, Problem] = {}
     combos = itertools.product(*[list(zip(vals, wheres)) for _, vals, wheres in axes]) if axes else [()]
@@ -263,7 +282,7 @@ def load_sweep(path: str, registry) -> SweepSpec:
         raise SchemaError(list(seen_problems.values()))
     return SweepSpec(file=file, name=spec["name"] or Path(file).stem, description=spec["description"],
                      base=str(base_path), keys=keys, points=points, metrics=spec["metrics"],
-                     timeout_ps=spec["timeout"], point_plots=spec["point_plots"], source=doc.value)
+                     timeout_ps=spec["timeout"], point_plots=spec["point_plots"], best=best, source=doc.value)
 
 
 def _path(where: tuple) -> str:
