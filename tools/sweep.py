@@ -6,7 +6,8 @@ The sweep directory (``--out DIR``, default ``runs/sweeps/<sweep name>``) holds:
     points/<key>/         one result bundle per point (scenario.yaml, result.json, ...)
     points/<key>/point.json   the point's record, written last: the point is done
     results.csv, results.jsonl   one row per point (tools.sweep_results)
-    plots/*.png           each metric against each varied key (tools.sweep_plots)
+    plots/*.png           each metric against each varied key, and the panel (tools.sweep_plots)
+    best.csv              the best choice per case, when the sweep file asks (tools.sweep_best)
 
 ``<key>`` is the hash of the point's resolved scenario (tools.sweep_spec), so a
 sweep that was interrupted runs only the points that have no ``point.json`` yet,
@@ -31,7 +32,7 @@ import yaml
 from tools.sweep_best import best_rows, write_best
 
 from tools.sweep_backends import default_jobs, make_backend
-from tools.sweep_plots import plot_sweep
+from tools.sweep_plots import plot_panel, plot_sweep
 from tools.sweep_progress import SweepProgress
 from tools.sweep_results import default_metrics, format_rows, make_row, write_results
 from tools.sweep_spec import Point, SweepSpec, load_sweep
@@ -146,6 +147,8 @@ def run_sweep(spec_path: str, out: str | None = None, *, backend: str = "pool", 
         write_best(directory / "best.csv", best)
     if plots and rows:
         plot_sweep(directory, rows, spec.keys, metrics, spec.name)
+        if spec.panel:
+            plot_panel(directory, rows, spec.panel, spec.name)
     return SweepRun(spec, directory, rows, metrics, best)
 
 

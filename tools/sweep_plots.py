@@ -5,14 +5,15 @@ axis, one line per combination of the other varied keys (named in the legend).
 Numeric keys are plotted at their values (on a log2 axis when they span a factor
 of 8 or more, e.g. C = 1..8 or contexts 8K..128K); other keys (topology names)
 at evenly spaced categories.  Points that did not finish are left out and
-counted in the title.  Files: ``plots/<metric>_vs_<key>.png``.
+counted in the title.  Files: ``plots/<metric>_vs_<key>.png``, and with a
+``panel:`` in the sweep file ``plots/panel.png`` (:func:`plot_panel`).
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-__all__ = ["plot_sweep"]
+__all__ = ["plot_sweep", "plot_panel"]
 
 MAX_LINES = 12
 
@@ -83,3 +84,69 @@ def _hashable(v):
 
 def _order(v):
     return (0, v, "") if _num(v) else (1, 0, str(v))
+
+
+def plot_panel(directory: Path, rows: list[dict], panel: dict, title: str) -> Path | None:
+    """One figure for a sweep "panel": ``y`` against ``x``, a line per value of ``lines``.
+
+    Each line point is the best (smallest ``y``) finished row over every other
+    varied key (e.g. the best TILE and topology for this C and context); with
+    ``bound`` the chosen rows' bounds are drawn dashed in the same colour and a
+    second row of axes shows the ratio ``y / bound`` (>= 1 for a sound model).
+    ``split`` draws one column of axes per value (e.g. 1 SIP | 4 SIPs).
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x, y, lines, split, bound = panel["x"], panel["y"], panel.get("lines"), panel.get("split"), panel.get("bound")
+    ok = [r for r in rows if r.get("status") == "finished" and _num(r.get(y)) and _num(r.get(x))]
+    if not ok:
+        return None
+    splits = sorted({_hashable(r[split]) for r in ok}, key=_order) if split else [None]
+    nrows = 2 if bound else 1
+    fig, axes = plt.subplots(nrows, len(splits), figsize=(5.2 * len(splits), 3.6 * nrows), squeeze=False,
+                             sharex="col")
+    for c, sv in enumerate(splits):
+        sub = [r for r in ok if split is None or _hashable(r[split]) == sv]
+        best: dict = {}
+        for r in sub:
+            k = (_hashable(r[lines]) if lines else None, r[x])
+            if k not in best or (r[y], r["point"]) < (best[k][y], best[k]["point"]):
+                best[k] = r
+        ax, rax = axes[0][c], axes[1][c] if bound else None
+        for n, lv in enumerate(sorted({k[0] for k in best}, key=_order)):
+            pts = sorted(((xv, r) for (l, xv), r in best.items() if l == lv), key=lambda p: p[0])
+            colour = f"C{n % 10}"
+            label = f"{lines.rsplit('.', 1)[-1]}={lv}" if lines else y
+            ax.plot([p for p, _ in pts], [r[y] for _, r in pts], marker="o", color=colour, label=label)
+            if bound:
+                bpts = [(p, r) for p, r in pts if _num(r.get(bound)) and r[bound] > 0]
+                ax.plot([p for p, _ in bpts], [r[bound] for _, r in bpts], linestyle="--", color=colour,
+                        linewidth=1, label=f"{label} bound")
+                rax.plot([p for p, _ in bpts], [r[y] / r[bound] for _, r in bpts], marker="o", color=colour,
+                         label=label)
+        xs = sorted({r[x] for r in sub})
+        for a in [ax] + ([rax] if rax is not None else []):
+            if xs and min(xs) > 0 and max(xs) / min(xs) >= 8:
+                a.set_xscale("log", base=2)
+            a.set_xticks(xs)
+            a.set_xticklabels([str(v) for v in xs], fontsize=7)
+            a.grid(True, alpha=0.3)
+        ax.set_yscale("log")
+        ax.set_ylabel(y)
+        ax.set_title((f"{split.rsplit('.', 1)[-1]}={sv}" if split else title), fontsize=9)
+        ax.legend(fontsize=6, ncol=2)
+        if rax is not None:
+            rax.axhline(1.0, color="k", linewidth=0.8)
+            rax.set_ylabel(f"{y} / {bound}")
+            rax.set_xlabel(x)
+        else:
+            ax.set_xlabel(x)
+    fig.suptitle(f"{title}: best {y} per {lines.rsplit('.', 1)[-1] if lines else x}", fontsize=10)
+    fig.tight_layout()
+    out = directory / "plots" / "panel.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -16,6 +16,7 @@ A sweep file names a base scenario and the keys to vary::
     timeout: 10m                       # wall-clock limit of one point
     point_plots: false                 # per-point bundle plots (off: sweeps stay fast)
     best: {minimize: end_time_ps, over: [workload.params.G]}   # the winner per case (tools.sweep_best)
+    panel: {x: workload.params.G, y: end_time_ps, lines: seed}  # plots/panel.png (tools.sweep_plots)
 
 A key of ``vary``, ``zip`` or ``set`` is any ``emu run --set`` path.  Every point is
 resolved through the same loader and schemas as ``emu run`` (emulator.scenario),
@@ -120,6 +121,13 @@ SWEEP_SCHEMA = Map({
         "over": List(Str(), min_len=1, doc="the varied keys whose values are the choices compared"),
         "per": List(Str(), default=None, doc="one winner per combination of these varied keys (default: the others)"),
     }, default=None, doc="name the best choice per case (tools/sweep_best.py), written to best.csv"),
+    "panel": Map({
+        "x": Str(doc="the varied key on the x axis"),
+        "y": Str(doc="the metric (log y axis); each line point is the best row over the other keys"),
+        "lines": Str(default=None, doc="a varied key: one line per value"),
+        "split": Str(default=None, doc="a varied key: one column of axes per value"),
+        "bound": Str(default=None, doc="a metric drawn dashed, with a second row of axes for y / bound"),
+    }, default=None, doc="one summary figure, plots/panel.png (tools/sweep_plots.py)"),
 })
 
 SWEEP_ONLY_KEYS = {"base", "vary", "zip", "seeds", "metrics", "point_plots"}
@@ -148,6 +156,7 @@ class SweepSpec:
     timeout_ps: int | None
     point_plots: bool
     best: dict | None = None     # {minimize, over, per} with per filled in
+    panel: dict | None = None    # {x, y, lines, split, bound}
     source: dict = field(default_factory=dict)
 
 
@@ -250,6 +259,13 @@ def load_sweep(path: str, registry) -> SweepSpec:
                                             f"did you mean {close[0]!r}?" if close else ""))
         if best["per"] is None:
             best = {**best, "per": [k for k in keys if k not in best["over"]]}
+    panel = spec["panel"]
+    for part in ("x", "lines", "split"):
+        k = (panel or {}).get(part)
+        if k is not None and k not in keys:
+            close = difflib.get_close_matches(k, keys, n=1)
+            problems.append(Problem(*doc.where(("panel", part)), f"panel.{part}", "a varied key (" + ", ".join(keys)
+                                    + ")", repr(k), f"did you mean {close[0]!r}?" if close else ""))
     if problems:
         raise SchemaError(problems)
 
@@ -282,7 +298,8 @@ def load_sweep(path: str, registry) -> SweepSpec:
         raise SchemaError(list(seen_problems.values()))
     return SweepSpec(file=file, name=spec["name"] or Path(file).stem, description=spec["description"],
                      base=str(base_path), keys=keys, points=points, metrics=spec["metrics"],
-                     timeout_ps=spec["timeout"], point_plots=spec["point_plots"], best=best, source=doc.value)
+                     timeout_ps=spec["timeout"], point_plots=spec["point_plots"], best=best, panel=panel,
+                     source=doc.value)
 
 
 def _path(where: tuple) -> str:
