@@ -14,7 +14,7 @@ import pytest
 
 from tools.cli import main
 from tools.sweep_results import HOST_COLUMNS
-from tools.sweep_spec import load_sweep
+from tools.sweep_spec import load_sweep, looks_like_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -210,3 +210,10 @@ def test_a_killed_sweep_resumes_and_skips_finished_points(tmp_path):
     clean = tmp_path / "clean"
     assert main(["sweep", str(spec), "--out", str(clean), "--no-plots", "-q"]) == 0
     assert deterministic(read_rows(clean)) == deterministic(rows)
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for p in (ROOT / "scenarios").rglob("*.yaml")
+                                        if looks_like_sweep(str(p))))
+def test_every_shipped_sweep_file_validates(path):
+    spec = load_sweep(str(ROOT / path), None)
+    assert spec.points
