@@ -133,7 +133,7 @@ def test_minimal_form_runs_verbatim_and_rerun_does_nothing(tmp_path, capsys):
     # a finished sweep run again runs nothing
     marks = {p: p.stat().st_mtime_ns for p in out.glob("points/*/point.json")}
     assert len(marks) == 4
-    assert main(["sweep", str(spec), "--out", str(out)]) == 0
+    assert main(["sweep", str(spec), "--out", str(out), "--no-plots"]) == 0
     assert {p: p.stat().st_mtime_ns for p in out.glob("points/*/point.json")} == marks
     assert deterministic(read_rows(out)) == deterministic(rows)
 
