@@ -136,6 +136,12 @@ def test_minimal_form_runs_verbatim_and_rerun_does_nothing(tmp_path, capsys):
     assert main(["sweep", str(spec), "--out", str(out), "--no-plots"]) == 0
     assert {p: p.stat().st_mtime_ns for p in out.glob("points/*/point.json")} == marks
     assert deterministic(read_rows(out)) == deterministic(rows)
+    # --only: a slice of the same points (same keys: nothing runs again)
+    assert main(["sweep", str(spec), "--out", str(out), "--no-plots", "--only", "seed=2"]) == 0
+    assert deterministic(read_rows(out)) == deterministic(rows)[2:]
+    assert {p: p.stat().st_mtime_ns for p in out.glob("points/*/point.json")} == marks
+    assert main(["sweep", str(spec), "--out", str(out), "--only", "sed=2"]) == 2
+    assert "did you mean 'seed'?" in capsys.readouterr().err
 
 
 def test_a_deadlocking_point_is_recorded_and_the_others_finish(tmp_path, capsys):

@@ -21,6 +21,7 @@ sweep file or arguments, 130 when interrupted (the finished points are kept).
 """
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import sys
@@ -64,6 +65,21 @@ def _read_record(path: Path) -> dict | None:
         return None
 
 
+def _select(spec: SweepSpec, only: list[str]) -> list[Point]:
+    points = spec.points
+    for item in only:
+        key, sep, text = item.partition("=")
+        if not sep or key not in spec.keys:
+            close = difflib.get_close_matches(key, spec.keys, n=1)
+            raise ValueError(f"--only {item!r}: expected varied-key=value with a varied key of {spec.file} ("
+                             + ", ".join(spec.keys) + ")" + (f"; did you mean {close[0]!r}?" if close else ""))
+        value = yaml.safe_load(text)
+        points = [p for p in points if p.values.get(key) == value]
+    if not points:
+        raise ValueError(f"--only {' '.join(only)}: no point of {spec.file} has these values")
+    return points
+
+
 def _why(result: dict) -> str | None:
     """Why a point did not finish, in one line (the error, or who is blocked in a deadlock)."""
     if result.get("error"):
@@ -83,10 +99,16 @@ def _label(p: Point) -> str:
 
 def run_sweep(spec_path: str, out: str | None = None, *, backend: str = "pool", jobs: int | None = None,
               address: str | None = None, retry_failed: bool = False, quiet: bool = False,
-              plots: bool = True, registry=None) -> SweepRun:
-    """Run (or resume) a sweep: its spec, directory, rows, metric names and best choices."""
+              plots: bool = True, only: list[str] | None = None, registry=None) -> SweepRun:
+    """Run (or resume) a sweep: its spec, directory, rows, metric names and best choices.
+
+    ``only`` (``["key=value", ...]``) restricts the run and the tables to the points with those varied values;
+    the points run are the same as in the whole sweep (same keys), so a later full run reuses them.
+    """
     be = make_backend(backend, jobs, address)
     spec = load_sweep(spec_path, registry)
+    if only:
+        spec.points = _select(spec, only)
     directory = Path(out) if out else Path("runs") / "sweeps" / spec.name
     (directory / "points").mkdir(parents=True, exist_ok=True)
     with open(directory / "sweep.yaml", "w") as f:
@@ -165,7 +187,7 @@ def cmd_sweep(args) -> int:
     try:
         run = run_sweep(args.spec, args.out, backend=args.backend, jobs=args.jobs,
                                           address=args.address, retry_failed=args.retry_failed,
-                                          quiet=args.quiet or args.json, plots=not args.no_plots)
+                                          quiet=args.quiet or args.json, plots=not args.no_plots, only=args.only)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -197,6 +219,8 @@ def add_parser(sub) -> None:
     s.add_argument("--backend", choices=["pool", "ray"], default="pool",
                    help="pool: local processes (default); ray: Ray tasks (local Ray, or --address)")
     s.add_argument("--address", help="with --backend ray: join this Ray cluster (e.g. ray://host:10001 or auto)")
+    s.add_argument("--only", action="append", default=[], metavar="KEY=VALUE",
+                   help="run and tabulate only the points with this varied value (repeatable)")
     s.add_argument("--retry-failed", action="store_true", help="run again the recorded points that did not finish")
     s.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     s.add_argument("--json", action="store_true", help="print the rows as JSON lines instead of a table")

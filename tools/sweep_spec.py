@@ -13,7 +13,7 @@ A sweep file names a base scenario and the keys to vary::
       - {workload.params.d: [64, 128], workload.params.merge: [8ns, 16ns]}
     seeds: [1, 2, 3]                   # shorthand for one more axis over ``seed``
     metrics: [end_time_ps, max_abs_err] # keys of result.json or of a workload report
-    timeout: 10m                       # wall-clock limit of one point
+    timeout: 600s                      # wall-clock limit of one point
     point_plots: false                 # per-point bundle plots (off: sweeps stay fast)
     best: {minimize: end_time_ps, over: [workload.params.G]}   # the winner per case (tools.sweep_best)
     panel: {x: workload.params.G, y: end_time_ps, lines: seed}  # plots/panel.png (tools.sweep_plots)
