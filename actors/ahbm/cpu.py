@@ -230,6 +230,15 @@ class PeCpu(Actor, PeBackend):
             await self._pump()
         return self.completed[cid]
 
+    async def wait_any(self, cids: list) -> int:
+        """Index in ``cids`` of the command that completed first (earliest ``end``, then list order);
+        consumes completions until one of them is done."""
+        while True:
+            done = [(self.completed[c].get("end", 0), i) for i, c in enumerate(cids) if c in self.completed]
+            if done:
+                return min(done)[1]
+            await self._pump()
+
     async def tcm_read(self, buf):
         return await self.tcm.read(buf)
 

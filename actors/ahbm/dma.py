@@ -62,6 +62,10 @@ from actors.ahbm.costs import stripe
 from actors.ahbm.memory import TcmClient
 
 
+#: loads are counted per 2**REGION_BITS-byte address region (256 MiB)
+REGION_BITS = 28
+
+
 def block_offset(addr: int, base: int, rows: int, row_bytes: int, pitch: int) -> int:
     """Position of HBM byte ``addr`` of a 2-D block in its contiguous image."""
     r, col = divmod(addr - base, pitch) if rows > 1 else (0, addr - base)
@@ -183,6 +187,7 @@ class DmaEngine(Actor):
         self.seq = [0]
         self.req_seq = 0
         self.bytes_moved = 0
+        self.loads_by_region: dict[str, list[int]] = {}   # "client@region" -> [loads, bytes] (reported)
         self.outstanding = prm.dma_outstanding
         self.in_flight = 0
         self.peak_in_flight = 0
@@ -227,7 +232,17 @@ class DmaEngine(Actor):
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
             if c.op == "load":
                 self.loading[c.buf] = self.loading.get(c.buf, 0) + 1
+                self._count_load(c, total)
             nursery.start_soon(self._data, c, start, blob, total, data_mode)
+
+    def _count_load(self, c: DmaCmd, total: int) -> None:
+        """Loads per client and 256 MiB address region (``addr >> 28``), reported as ``loads_by_region``
+        so a workload can count e.g. its K/V reads by where it placed K and V (measured, not derived)."""
+        if not self.loads_by_region:
+            self.report("loads_by_region", self.loads_by_region)
+        n = self.loads_by_region.setdefault(f"{c.client}@{c.addr >> REGION_BITS}", [0, 0])
+        n[0] += 1
+        n[1] += total
 
     async def _data(self, c: DmaCmd, start: int, blob, total: int, data_mode: bool) -> None:
         """The data phase of one command: channel accesses or the remote round trip, TCM write, completion."""

@@ -46,6 +46,7 @@ class GemmEngine(Actor):
             prev = await self.tcm.read(c.acc) if c.accumulate else None
             await self.busy(gemm_ps(c.m, c.k, c.n, self.prm), f"gemm {c.m}x{c.k}x{c.n}")
             self.macs += c.m * c.k * c.n
+            self.report("macs", self.macs)
             if data_mode:
                 acc = np.asarray(a, np.float32) @ np.asarray(b, np.float32)
                 if prev is not None:

@@ -7,6 +7,15 @@ step loads the A block ``[tm, tk]`` and the B block ``[tk, tn]`` (2-D DMAs) and
 runs one GEMM tile; the last step of an output tile is followed by the
 epilogue MATH steps and a 2-D DMA store of the C block.  Edge tiles are
 smaller (``tm = min(TILE_M, M - m0)`` ...).
+
+B reuse across M tiles (seed §B.4: the K/V operand of an attention GEMM must be
+read once for all ``G*T_q`` rows): when there are several M tiles and a B column
+``[K, tn]`` fits the scheduler's two B buffers (``ceil(K / TILE_K) <= 2``), the
+walk is column-major (N tile outer, then M tile, then K step) and the B blocks of
+a column are loaded with its first M tile only (``Step.load_b``), into buffer
+``(n_index * k_steps + k_index) % 2`` (``Step.b_buf``), where they stay for the
+column's other M tiles.  With one M tile this is the row-major walk, buffer for
+buffer.  Otherwise (a B column larger than two blocks) every step loads its B block.
 """
 from __future__ import annotations
 
@@ -25,12 +34,25 @@ class Step:
     tn: int
     first: bool         # first K step of its output tile
     last: bool          # last K step of its output tile
+    load_b: bool = True  # this step loads its B block (False: resident from an earlier M tile)
+    b_buf: int = 0       # B buffer (0/1) the block is in
 
 
 def plan(M: int, K: int, N: int, tile: tuple[int, int, int]) -> list[Step]:
     TM, TK, TN = tile
     if min(M, K, N) <= 0:
         raise ValueError(f"composite GEMM needs positive m, k, n; found {M}, {K}, {N}")
+    ks = list(range(0, K, TK))
+    if M > TM and len(ks) <= 2:   # B-stationary walk (module docstring)
+        steps = []
+        t = 0
+        for ni, n0 in enumerate(range(0, N, TN)):
+            for mi, m0 in enumerate(range(0, M, TM)):
+                for i, k0 in enumerate(ks):
+                    steps.append(Step(len(steps), t, m0, k0, n0, min(TM, M - m0), min(TK, K - k0), min(TN, N - n0),
+                                      i == 0, i == len(ks) - 1, mi == 0, (ni * len(ks) + i) % 2))
+                t += 1
+        return steps
     steps = []
     t = 0
     for m0 in range(0, M, TM):
@@ -38,6 +60,6 @@ def plan(M: int, K: int, N: int, tile: tuple[int, int, int]) -> list[Step]:
             ks = list(range(0, K, TK))
             for i, k0 in enumerate(ks):
                 steps.append(Step(len(steps), t, m0, k0, n0, min(TM, M - m0), min(TK, K - k0), min(TN, N - n0),
-                                  i == 0, i == len(ks) - 1))
+                                  i == 0, i == len(ks) - 1, True, len(steps) % 2))
             t += 1
     return steps

@@ -74,6 +74,10 @@ class PeBackend:
         """Wait until command ``cid`` completed (idempotent); returns its completion info."""
         raise NotImplementedError
 
+    async def wait_any(self, cids: list) -> int:
+        """Wait until one of commands ``cids`` completed; the index of the earliest-completed one."""
+        raise NotImplementedError
+
     async def tcm_read(self, buf: str):
         raise NotImplementedError
 

@@ -261,12 +261,45 @@ class Tl:
     def zeros(self, shape, dtype: str = F32) -> TensorHandle:
         return self.full(shape, 0.0, dtype)
 
+    def causal_mask(self, rows: int, cols: int, *, q0: int, q_period: int, k0: int, k_step: int = 1) -> TensorHandle:
+        """The additive causal mask of a boundary tile (seed §3, §5.4), written by the CPU like :meth:`full`.
+
+        Row ``r`` is query position ``q0 + r % q_period`` (G query heads folded into M, ``q_period = T_q``);
+        column ``c`` is key position ``k0 + c * k_step``; the entry is 0 where ``key <= query`` and -inf
+        elsewhere.  Cost: ``math_ps("copy", rows * cols)`` (as a fill; assumption)."""
+        shape = (int(rows), int(cols))
+        self._dispatch("math")
+        h = self._new_buf(shape, F32)
+        _await(self.be.cpu_busy(math_ps("copy", shape[0] * shape[1], self.prm), f"mask {shape[0]}x{shape[1]}"))
+        if self.data:
+            q = q0 + np.arange(shape[0]) % q_period
+            k = k0 + np.arange(shape[1]) * k_step
+            data = np.where(k[None, :] <= q[:, None], 0.0, -np.inf).astype(np.float32)
+        else:
+            data = TensorDesc.of(shape, F32)
+        _await(self.be.tcm_write(h.buf, data))
+        return h
+
     def wait(self, *hs: TensorHandle):
         """Block until each handle's data is ready (recv_async, load, composite)."""
         for h in hs:
             self._live(h, "wait")
             self._settle(h)
         return hs[0] if len(hs) == 1 else hs
+
+    def wait_any(self, *hs: TensorHandle) -> int:
+        """Block until one of ``hs`` is ready; the index of the first to have arrived (arrival order:
+        earliest completion time, then argument order).  Used by data-driven reductions (seed §4.3)."""
+        if not hs:
+            raise self.error("wait_any needs at least one handle")
+        for h in hs:
+            self._live(h, "wait_any")
+        ready = [i for i, h in enumerate(hs) if h.pending is None]
+        if ready:
+            return ready[0]
+        i = _await(self.be.wait_any([h.pending for h in hs]))
+        self._settle(hs[i])
+        return i
 
     # -- GEMM ---------------------------------------------------------------------
     def dot(self, a: TensorHandle, b: TensorHandle) -> TensorHandle:

@@ -226,6 +226,8 @@ def build_prefill(system, profile, p):
     _build("prefill", system, profile, p)
 
 
+from actors.ahbm.tl import gqa_workload  # noqa: E402  (kernel workloads defined by hooks)
+
 WORKLOADS = {
     "attention_decode": Workload(
         "attention_decode", "baseline decode attention: partial per rank, all-to-all (m, l, O) fan-out, LSE merge",
@@ -234,3 +236,4 @@ WORKLOADS = {
         "attention_prefill", "baseline prefill attention: bidirectional open-mesh K/V propagation, online softmax",
         PREFILL_PARAMS, build_prefill, _check),
 }
+WORKLOADS[gqa_workload.WORKLOAD.name] = gqa_workload.WORKLOAD

@@ -1,0 +1,283 @@
+"""The seed's GQA fused attention kernel (ADR-0060, the composite hybrid) for the four cases of its §5/§10.
+
+One launch per PE of a CUBE Group (``C`` CUBEs x ``P`` PEs of one SIP jointly own
+one KV head and its ``G`` query heads, seed §0).  The kernel derives everything
+from ``tl.program_id`` (axis 0 = PE, 1 = CUBE, 2 = SIP) and the launch arguments
+(``counter``, ``start_cube``, ``start_pe``, ``C``, ``P``, seed §2.2): the KV head
+from the CUBE coordinate (gqa_index.GroupLayout.head_of_cube, no ``for kv``
+loop), its rank, its valid length and slot -> global positions by the kept
+§2.1 / §0.5 P5 formulas (gqa_index docstring says which formula was kept and why).
+
+Per tile (seed §1, §3): ``G`` is folded into M (``q [G*T_q, d]``, no broadcast);
+``gemm="composite"``: ``S_j = composite(q, K_jᵀ)`` with the scale as epilogue and
+``O_j = composite(P, V_j)``, both non-blocking on the PE scheduler with ``tl.ref``
+HBM operands, K stored pre-transposed ``[d, T]`` per tile (seed §B.2), tile j+1's
+``Q·Kᵀ`` issued before tile j's scores are used (cross-tile pipelining; the
+composite results live in HBM, so a scope ending cannot recycle an in-flight
+result, seed §B.3); ``gemm="dot"``: K/V tiles are lazy ``tl.load``s and both GEMMs
+blocking ``tl.dot`` (the comparison variant).  The online-softmax merge is
+kernel MATH inside ``tl.scratch_scope()`` (merge.fold_tile).  In the composite
+variant Q stays an HBM ``tl.ref``: the scheduler reads it from HBM, so a TCM
+copy (the lazy ``tl.load`` of the dot variant) would be a wasted DMA.
+
+Cases (``case``, and ``C*P``):
+
+* **decode** (``T_q = 1``): this rank's ``my_len`` keys in tiles of ``tile``
+  (0 = one shot), the last tile ragged (exact shape, no mask).  ``C = P = 1`` is
+  decode no-SP.  With SP the partials ``(m, l, O)`` go up the 2-level
+  reduce-to-root (below).
+* **prefill, C = P = 1**: the chunk's query positions ``[counter - chunk,
+  counter)`` in query blocks of ``T_q``; per block the KV tiles with
+  ``ks >= qe`` are skipped (``tile_all_future``), a tile straddling the diagonal
+  gets the additive triangular mask (``tile_partial``), fully visible tiles none.
+* **prefill, C*P > 1 = Ring Attention** (seed §5.5): the ``R = C*P`` ranks form a
+  ring (snake through each CUBE's PE grid, CUBE after CUBE in the Group's snake,
+  so consecutive ranks are IPCQ neighbours inside a CUBE and NOC peers across
+  CUBEs); rank ``r`` owns the query block and the KV block of positions
+  ``[r*B, (r+1)*B)`` (ring-order sharding, B = counter / R).  At step ``s`` it folds
+  block ``r - s`` (running ``(m, l, O)`` carried across steps) while the next block
+  is already posted with ``tl.recv_async`` into the other ping-pong buffer, and
+  forwards the block it holds to rank ``r + 1``.  Causal step skip: blocks after
+  the local query block are never received, folded or forwarded (rank ``r`` runs
+  ``r + 1`` of the ``R`` steps; about half the steps of the whole ring vanish).
+  After the ring every rank's state is final for its own query block (no KV split
+  is left for the §4 reduce), so each rank normalises and stores its own rows.
+
+2-level reduce-to-root (seed §4), data-driven: a rank posts receives for all its
+children as soon as its own sweep is done and merges them in **arrival order**
+(``tl.wait_any``, log-sum-exp merge), then sends its triplet (m, l, O as three
+messages, seed §4.4 payload) to its parent.  Level-2 is the PE tree of the CUBE
+on IPCQ (``l2``: ``tree`` = centre-root over the PE grid, depth ceil(log2 P) for
+the 4x2 grid; ``ring`` = the snake chain towards its middle); Level-1 the
+Group's CUBE roots over the CUBE NOC (``l1``: ``mesh`` = centre-root rows then
+columns; ``ring`` = chain).  A CUBE root posts its Level-1 receives together with
+its Level-2 ones, so it merges whatever arrives first and joins Level-1 the
+moment its CUBE is done.  Only the Group root normalises and stores ``O``.
+"""
+from __future__ import annotations
+
+import math
+
+from actors.ahbm.kernels.gqa_index import (GroupLayout, children_of, local_coords, rank_of, reduce_tree, root_of,
+                                           snake, valid_len)
+from actors.ahbm.kernels.merge import fold_tile, init_running, lse_merge
+
+__all__ = ["gqa_attention", "decode_tiles", "prefill_tiles"]
+
+F2 = 2   # bytes per bf16 element (float16 numpy proxy, ref §3.3)
+_STEP = {(1, 0): "E", (-1, 0): "W", (0, 1): "S", (0, -1): "N"}
+
+
+def decode_tiles(my_len: int, tile: int) -> list[tuple[int, int]]:
+    """``(first slot, keys)`` of each KV tile of a decode slice (0 = one shot); last tile ragged."""
+    T = tile if 0 < tile < my_len else my_len
+    return [(j, min(T, my_len - j)) for j in range(0, my_len, T)] if my_len else []
+
+
+def prefill_tiles(counter: int, tile: int, qs: int, qe: int) -> tuple[list[tuple[int, int, bool]], int]:
+    """KV tiles ``(ks, keys, partial)`` a query block ``[qs, qe)`` attends to and the number skipped.
+
+    ``tile_all_future``: ``ks >= qe`` -> skipped; ``tile_partial``: some key after some query
+    (``ke - 1 > qs``) -> masked; otherwise ``tile_all_past`` (seed §5.4; the seed's ``ke <= qs``
+    also calls the tile whose last key is ``qs`` partial: every key ``<= qs`` is visible to the
+    whole block, so it needs no mask)."""
+    T = tile if 0 < tile < counter else counter
+    out, skipped = [], 0
+    for ks in range(0, counter, T):
+        n = min(T, counter - ks)
+        if ks >= qe:
+            skipped += 1
+            continue
+        out.append((ks, n, ks + n - 1 > qs))
+    return out, skipped
+
+
+def _sweep(tl, q, tiles, *, M, d, scale, composite, k_ptr, v_ptr, base):
+    """Online-softmax sweep over ``tiles`` = [(slot0, keys, mask kwargs or None)] of this rank's KV."""
+    m, l, O = init_running(tl, M, d)
+    if not tiles:
+        return m, l, O
+
+    def kt_addr(slot0):   # K pre-transposed per tile: tile starting at slot0 is [d, keys] at slot0*d
+        return k_ptr + (slot0 - base) * d * F2
+
+    def scores(t):
+        return tl.composite("gemm", a=q, b=tl.ref(kt_addr(t[0]), (d, t[1])), epilogue=[("scale", scale)])
+
+    S_next = scores(tiles[0]) if composite else None
+    ahead = 0
+    for j, (slot0, n, mask) in enumerate(tiles):
+        with tl.scratch_scope():
+            if composite:
+                Sj = S_next
+                if j + 1 < len(tiles):   # next tile's Q·Kᵀ before this tile's scores are used (seed §3)
+                    ahead += Sj.pending is not None    # Sj not yet waited for: the issue is really ahead
+                    S_next = scores(tiles[j + 1])
+                v = tl.ref(v_ptr + (slot0 - base) * d * F2, (n, d))
+            else:
+                kT = tl.load(kt_addr(slot0), (d, n))
+                v = tl.load(v_ptr + (slot0 - base) * d * F2, (n, d))
+                Sj = tl.dot(q, kT) * scale
+            if mask is not None:
+                Sj = Sj + tl.causal_mask(M, n, **mask)
+            m, l, O = fold_tile(tl, m, l, O, Sj, v, composite)
+    tl.report("composites_issued_ahead", ahead)
+    return m, l, O
+
+
+def _reduce(tl, state, kids, parent, M, d):
+    """Merge the children's triplets in arrival order, then send the result to ``parent``."""
+    m, l, O = state
+    shapes = ((M, 1), (M, 1), (M, d))
+    posted = [(name, [tl.recv_async(peer, sh) for sh in shapes]) for name, peer in kids]
+    order = []
+    while posted:
+        i = tl.wait_any(*[trip[2] for _, trip in posted])   # O is the last message of its triplet
+        name, trip = posted.pop(i)
+        order.append([name, tl.now()])
+        m, l, O = lse_merge(tl, (m, l, O), trip)
+    if parent is not None:
+        for x in (m, l, O):
+            tl.send(parent, x)
+    return (m, l, O), order
+
+
+def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, counter, chunk, start_cube, start_pe,
+                  C, P, gemm, l2, l1, tl):
+    prm = tl.prm
+    pe_id, cube_id, sip = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    lay = GroupLayout(prm.cx, prm.cy, C)
+    gcube = lay.index_in_group(cube_id)
+    w, h = lay.shape
+    composite = gemm == "composite"
+    M = G * T_q
+    R = C * P
+    tl.report("kv_head", lay.head_of_cube(sip, cube_id))
+
+    def q_handle(addr):
+        return tl.ref(addr, (M, d)) if composite else tl.load(addr, (M, d))
+
+    if case == "prefill" and R > 1:
+        return _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, G=G, d=d, scale=scale, counter=counter, C=C, P=P, gcube=gcube,
+                     pe_id=pe_id, sip=sip, lay=lay, composite=composite)
+
+    if case == "prefill":   # no SP: one rank holds the whole prompt, query blocks of T_q
+        q_start = counter - chunk
+        computed = skipped = 0
+        for b in range(chunk // T_q):
+            qs = q_start + b * T_q
+            with tl.scratch_scope():
+                tiles, skip = prefill_tiles(counter, tile, qs, qs + T_q)
+                skipped += skip
+                computed += len(tiles)
+                masked = [(ks, n, dict(q0=qs, q_period=T_q, k0=ks) if part else None) for ks, n, part in tiles]
+                q = q_handle(q_ptr + b * M * d * F2)
+                m, l, O = _sweep(tl, q, masked, M=M, d=d, scale=scale, composite=composite, k_ptr=k_ptr,
+                                 v_ptr=v_ptr, base=0)
+                tl.store(o_ptr + b * M * d * 4, O / l)
+        tl.report("tiles_computed", computed)
+        tl.report("tiles_skipped", skipped)
+        return None
+
+    # decode: this rank's slice by the kept §2.1 formulas
+    cube_local, pe_local = local_coords(gcube, pe_id if P > 1 else 0, start_cube % C, start_pe % P, C, P)
+    rank = rank_of(cube_local, pe_local, P)
+    my_len = valid_len(counter, rank, R)
+    tiles = [(s0, n, None) for s0, n in decode_tiles(my_len, tile)]
+    q = q_handle(q_ptr)
+    state = _sweep(tl, q, tiles, M=M, d=d, scale=scale, composite=composite, k_ptr=k_ptr, v_ptr=v_ptr, base=0)
+    tl.report("my_len", my_len)
+    tl.report("partial_done_ps", tl.now())
+    if R == 1:
+        m, l, O = state
+        tl.store(o_ptr, O / l)
+        tl.report("group_root", True)
+        return None
+
+    # ---- 2-level reduce-to-root (seed §4) ----
+    kids, parent = [], None
+    if P > 1:
+        par2 = reduce_tree(l2, prm.gx, prm.gy)
+        me = (pe_id % prm.gx, pe_id // prm.gx)
+        for c in children_of(par2, pe_id):
+            kids.append((f"pe{c}", _STEP[(c % prm.gx - me[0], c // prm.gx - me[1])]))
+        if par2[pe_id] is not None:
+            p = par2[pe_id]
+            parent = _STEP[(p % prm.gx - me[0], p // prm.gx - me[1])]
+        root_pe = root_of(par2)
+    else:
+        root_pe = pe_id
+    if parent is None and C > 1:   # this PE is its CUBE's root: Level-1 over the Group's CUBE roots
+        par1 = reduce_tree(l1, w, h)
+        _, cubes = lay.cubes_of_head(lay.head_of_cube(sip, cube_id))
+        kids += [(f"cube{cubes[c]}", [sip, cubes[c], root_pe]) for c in children_of(par1, gcube)]
+        if par1[gcube] is not None:
+            parent = [sip, cubes[par1[gcube]], root_pe]
+    (m, l, O), order = _reduce(tl, state, kids, parent, M, d)
+    tl.report("merge_order", order)
+    if parent is None:
+        tl.store(o_ptr, O / l)
+        tl.report("group_root", True)
+        tl.report("root_done_ps", tl.now())
+    return None
+
+
+def ring_position(pe_id: int, gcube: int, gx: int, gy: int, w: int, h: int, P: int) -> int:
+    """Ring rank of a PE: its index along the CUBE's PE snake, CUBEs along the Group's snake."""
+    return snake(w, h).index(gcube) * P + (snake(gx, gy).index(pe_id) if P > 1 else 0)
+
+
+def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, pe_id, sip, lay, composite):
+    """Prefill SP: causal Ring Attention over the Group's R = C*P ranks (module docstring)."""
+    prm = tl.prm
+    w, h = lay.shape
+    R = C * P
+    B = counter // R
+    M = G * B
+    pes, cubes_snake = snake(prm.gx, prm.gy), snake(w, h)
+    _, cubes = lay.cubes_of_head(lay.head_of_cube(sip, tl.program_id(1)))
+    r = ring_position(pe_id, gcube, prm.gx, prm.gy, w, h, P)
+
+    def peer(rr):
+        gc, pp = cubes_snake[rr // P], pes[rr % P] if P > 1 else 0
+        if gc == gcube:
+            a, b = (pe_id % prm.gx, pe_id // prm.gx), (pp % prm.gx, pp // prm.gx)
+            return _STEP[(b[0] - a[0], b[1] - a[1])]
+        return [sip, cubes[gc], pp]
+
+    nxt_peer = peer(r + 1) if r + 1 < R else None
+    prv_peer = peer(r - 1) if r > 0 else None
+    q = tl.ref(q_ptr, (M, d)) if composite else tl.load(q_ptr, (M, d))
+    kT, v = tl.load(k_ptr, (d, B)), tl.load(v_ptr, (B, d))   # own block; sent on to rank r + 1
+    m, l, O = init_running(tl, M, d)
+    steps = 0
+    for s in range(r + 1):   # causal step skip: blocks r+1 .. R-1 are after this query block
+        j = r - s
+        with tl.scratch_scope():
+            if s < r:            # ping-pong: post the next block's receive before computing on this one
+                nk, nv = tl.recv_async(prv_peer, (d, B), "<f2"), tl.recv_async(prv_peer, (B, d), "<f2")
+            if nxt_peer is not None:
+                tl.send(nxt_peer, kT)
+                tl.send(nxt_peer, v)
+            if composite:
+                kb = tl.ref(k_ptr, (d, B)) if s == 0 else kT
+                vb = tl.ref(v_ptr, (B, d)) if s == 0 else v
+                Sj = tl.composite("gemm", a=q, b=kb, epilogue=[("scale", scale)])
+            else:
+                vb = v
+                Sj = tl.dot(q, kT) * scale
+            if j == r:           # diagonal block: triangular additive mask
+                Sj = Sj + tl.causal_mask(M, B, q0=r * B, q_period=B, k0=j * B)
+            m, l, O = fold_tile(tl, m, l, O, Sj, vb, composite)
+            steps += 1
+            if s < r:
+                kT, v = nk, nv
+    tl.report("ring_steps", steps)
+    tl.report("ring_steps_skipped", R - steps)
+    tl.report("ring_rank", r)
+    tl.store(o_ptr, O / l)
+    return None
+
+
+def default_scale(d: int) -> float:
+    return 1.0 / math.sqrt(d)

@@ -1,0 +1,322 @@
+"""Workload ``gqa_attention``: the seed's GQA fused attention kernel (kernels/gqa_attention.py) as kernel hooks.
+
+Launch: ``heads`` KV heads, each on its CUBE Group of ``C`` CUBEs x ``P`` PEs
+(gqa_index.GroupLayout: Groups are contiguous rectangles of each SIP's CUBE mesh,
+head ``h`` on Group ``h``, SIP-major); ``P`` is 1 (PE 0 of each CUBE) or the
+machine's PEs per CUBE.  Every launched PE gets the same arguments; the kernel
+derives its rank from ``tl.program_id``.  ``request_id`` gives the rotation
+``start_cube = request_id mod C``, ``start_pe = (request_id div C) mod P``.
+
+HBM layout per PE (fixed regions, so the DMA engines' ``loads_by_region``
+report counts K/V reads by address): Q at 0, O at 64 MiB, K at 1 GiB (pre-transposed
+per KV tile, ``[d, keys]``), V at 1.5 GiB; the ``tl`` runtime's HBM scratch is the
+upper half (runtime.py).  Inputs (data mode): per head ``q [G, T, d]``, ``K, V
+[context, d]`` drawn normal(0, 1) from the scenario seed and rounded to float16
+(bf16 proxy, ref §3.3) -- asymmetric, so a missing transpose shows.  Placement:
+
+* decode: token ``i`` on rank ``i mod R`` at slot ``i div R`` (seed §2.1 / P5,
+  the kept formula of gqa_index);
+* prefill, ``C = P = 1``: the whole context on one PE; ``q`` holds the chunk's
+  last ``chunk`` positions in query blocks of ``T_q`` (block-major ``[nb, G*T_q, d]``);
+* prefill, ``C*P > 1`` (Ring): ring-order sharding, rank ``r`` (ring position)
+  holds positions ``[r*B, (r+1)*B)`` of Q, K and V (a fresh prompt: ``chunk = context``).
+
+Reference: float64 causal softmax attention (decode: the query at position
+``context - 1`` attends every cached key).  Metrics (flat, for sweeps):
+``latency_ps``, ``bound_ps``, ``ratio_to_bound`` (kernels/gqa_bound.py),
+``l2_rounds``, ``l1_rounds`` (depth of the reduction trees used), ``merges_ipcq``,
+``merges_noc``, ``roots`` (PEs that stored a result), ``kv_bytes_read`` and
+``kv_loads`` (DMA loads from the K/V regions, all PEs), ``gemm_commands``
+(composites + dots), ``ring_steps``, ``ring_steps_skipped``, ``tiles_computed``,
+``tiles_skipped``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from actors.ahbm.kernels.gqa_attention import decode_tiles, gqa_attention, prefill_tiles, ring_position
+from actors.ahbm.kernels.gqa_bound import attention_bound
+from actors.ahbm.kernels.gqa_index import (GroupLayout, coords_of_rank, reduce_tree, root_of, tree_depth,
+                                           valid_len)
+from actors.ahbm.dma import REGION_BITS
+from actors.ahbm.params import pe_name
+from actors.ahbm.tl.cpu import register_kernel
+from actors.ahbm.tl.kernel_workload import KernelHooks, KernelLayout, Output, kernel_workload
+from emulator.errors import BuildError
+from emulator.schema import Enum, Int, Map
+from emulator.units import format_time
+
+__all__ = ["GQA", "reference_gqa", "ADDR"]
+
+KERNEL = register_kernel(gqa_attention, "gqa_attention")
+MiB = 1 << 20
+ADDR = {"q": 0, "o": 64 * MiB, "k": 1024 * MiB, "v": 1536 * MiB}
+F16 = np.float16
+
+PARAMS = Map({
+    "case": Enum(["decode", "prefill"], default="decode", doc="seed §5: decode (T_q = 1) or prefill"),
+    "C": Int(min=1, default=1, doc="CUBEs per CUBE Group: 1, 2, 4, 8 (seed §0 knob)"),
+    "P": Int(min=1, default=8, doc="PEs per CUBE used: 1 or the machine's pes_per_cube"),
+    "heads": Int(min=1, default=1, doc="KV heads run, one CUBE Group each (<= SIPs x Groups per SIP)"),
+    "G": Int(min=1, default=4, doc="query heads per KV head, folded into M (Llama3-70B: 8)"),
+    "d": Int(min=1, default=64, doc="head dimension (Llama3-70B: 128)"),
+    "context": Int(min=1, default=256, doc="tokens in the KV cache (global_token_counter)"),
+    "chunk": Int(min=1, default=64, doc="prefill: query tokens, the context's last `chunk` positions"),
+    "T_q": Int(min=1, default=16, doc="prefill no-SP: query block width"),
+    "tile": Int(min=0, default=64, doc="keys per KV tile, 0 = one shot"),
+    "gemm": Enum(["composite", "dot"], default="composite",
+                 doc="composite: non-blocking tl.composite GEMMs (seed hybrid); dot: blocking tl.dot"),
+    "l2": Enum(["tree", "ring"], default="tree", doc="Level-2 (PEs of a CUBE, IPCQ) reduction topology"),
+    "l1": Enum(["mesh", "ring"], default="mesh", doc="Level-1 (CUBE roots, CUBE NOC) reduction topology"),
+    "request_id": Int(min=0, default=0, doc="rotation: start_cube = id mod C, start_pe = (id div C) mod P"),
+})
+
+
+def _rot(p):
+    C, P = p["C"], p["P"]
+    return p["request_id"] % C, (p["request_id"] // C) % P
+
+
+def _ring(p) -> bool:
+    return p["case"] == "prefill" and p["C"] * p["P"] > 1
+
+
+def _layout(prm, p) -> KernelLayout:
+    C, P, case = p["C"], p["P"], p["case"]
+    try:
+        lay = GroupLayout(prm.cx, prm.cy, C)
+        lay.shape
+    except ValueError as e:
+        raise BuildError(f"workload.params.C: {e}") from None
+    if P not in (1, prm.P):
+        raise BuildError(f"workload.params.P: 1 or the machine's pes_per_cube ({prm.P}), found {P}")
+    avail = prm.sips * lay.groups_per_sip
+    if p["heads"] > avail:
+        raise BuildError(f"workload.params.heads: at most SIPs x Groups per SIP = {prm.sips} x {lay.groups_per_sip}"
+                         f" = {avail} with C = {C}, found {p['heads']}")
+    R = C * P
+    if case == "decode" and p["context"] < R:
+        raise BuildError(f"workload.params.context: at least one key per rank (C x P = {R}), found {p['context']}")
+    if case == "prefill":
+        if p["chunk"] > p["context"]:
+            raise BuildError(f"workload.params.chunk: at most context = {p['context']}, found {p['chunk']}")
+        if R > 1 and (p["chunk"] != p["context"] or p["context"] % R):
+            raise BuildError(f"workload.params.chunk: Ring prefill (C x P = {R}) runs a fresh prompt:"
+                             f" chunk = context, a multiple of {R}; found chunk {p['chunk']}, context {p['context']}")
+        if R == 1 and p["chunk"] % p["T_q"]:
+            raise BuildError(f"workload.params.T_q: must divide chunk = {p['chunk']}, found {p['T_q']}")
+    coords = []
+    for h in range(p["heads"]):
+        sip, cubes = lay.cubes_of_head(h)
+        coords += [(sip, c, pe) for c in cubes for pe in (range(prm.P) if P > 1 else [0])]
+    sc, sp = _rot(p)
+    args = dict(q_ptr=ADDR["q"], k_ptr=ADDR["k"], v_ptr=ADDR["v"], o_ptr=ADDR["o"], case=case, G=p["G"],
+                T_q=1 if case == "decode" else p["T_q"], d=p["d"], tile=p["tile"], scale=1.0 / math.sqrt(p["d"]),
+                counter=p["context"], chunk=p["chunk"], start_cube=sc, start_pe=sp, C=C, P=P, gemm=p["gemm"],
+                l2=p["l2"], l1=p["l1"])
+    w, h_ = lay.shape
+    info = {"group": lay, "l2_depth": tree_depth(reduce_tree(p["l2"], prm.gx, prm.gy)) if P > 1 else 0,
+            "l1_depth": tree_depth(reduce_tree(p["l1"], w, h_)) if C > 1 else 0}
+    return KernelLayout(coords, lambda c: args, lambda c: (c[2], c[1], c[0]), (prm.P, prm.cubes, prm.sips), info)
+
+
+def _inputs(rng, lay: KernelLayout, p) -> dict:
+    G, d, S = p["G"], p["d"], p["context"]
+    T = 1 if p["case"] == "decode" else p["chunk"]
+    out = {}
+    for h in range(p["heads"]):
+        q = rng.standard_normal((G, T, d)).astype(np.float32).astype(F16)
+        k = rng.standard_normal((S, d)).astype(np.float32).astype(F16)
+        v = rng.standard_normal((S, d)).astype(np.float32).astype(F16)
+        out[h] = {"q": q, "k": k, "v": v}
+    return out
+
+
+def _rank_coord(lay: KernelLayout, p, prm, h: int, rank: int) -> tuple:
+    """(sip, cube, pe) of decode rank ``rank`` of head ``h`` (seed §2.1 inverse)."""
+    sip, cubes = lay.info["group"].cubes_of_head(h)
+    sc, sp = _rot(p)
+    gc, pe = coords_of_rank(rank, sc, sp, p["C"], p["P"])
+    return sip, cubes[gc], pe if p["P"] > 1 else 0
+
+
+def _write_kt_tiles(write, coord, k, starts):
+    """K pre-transposed per tile (seed §B.2): tile (s0, n) is ``k[s0:s0+n].T`` at ``K + s0*d*2``."""
+    d = k.shape[1]
+    for s0, n in starts:
+        write(coord, ADDR["k"] + s0 * d * 2, np.ascontiguousarray(k[s0:s0 + n].T).tobytes())
+
+
+def _place(place, lay: KernelLayout, data, p) -> None:
+    prm = place.m.prm
+    G, d, S, R = p["G"], p["d"], p["context"], p["C"] * p["P"]
+    for h, x in data.items():
+        q, k, v = x["q"], x["k"], x["v"]
+        if p["case"] == "decode":
+            for rank in range(R):
+                c = _rank_coord(lay, p, prm, h, rank)
+                kl, vl = k[rank::R], v[rank::R]
+                _write_kt_tiles(place.write, c, kl, decode_tiles(len(kl), p["tile"]))
+                place.write(c, ADDR["v"], np.ascontiguousarray(vl).tobytes())
+                place.write(c, ADDR["q"], np.ascontiguousarray(q[:, 0, :]).tobytes())
+        elif R == 1:
+            sip, cubes = lay.info["group"].cubes_of_head(h)
+            c = (sip, cubes[0], 0)
+            T_q, nb = p["T_q"], p["chunk"] // p["T_q"]
+            T = p["tile"] if 0 < p["tile"] < S else S
+            _write_kt_tiles(place.write, c, k, [(s, min(T, S - s)) for s in range(0, S, T)])
+            place.write(c, ADDR["v"], np.ascontiguousarray(v).tobytes())
+            blocks = q.reshape(G, nb, T_q, d).transpose(1, 0, 2, 3).reshape(nb, G * T_q, d)
+            place.write(c, ADDR["q"], np.ascontiguousarray(blocks).tobytes())
+        else:
+            B = S // R
+            for c in _group_coords(lay, h):
+                r = _ring_rank(lay, prm, p, c)
+                sl = slice(r * B, (r + 1) * B)
+                place.write(c, ADDR["k"], np.ascontiguousarray(k[sl].T).tobytes())
+                place.write(c, ADDR["v"], np.ascontiguousarray(v[sl]).tobytes())
+                place.write(c, ADDR["q"], np.ascontiguousarray(q[:, sl, :].reshape(G * B, d)).tobytes())
+
+
+def _group_coords(lay: KernelLayout, h: int) -> list:
+    sip, cubes = lay.info["group"].cubes_of_head(h)
+    return [c for c in lay.coords if c[0] == sip and c[1] in cubes]
+
+
+def _ring_rank(lay: KernelLayout, prm, p, c) -> int:
+    g = lay.info["group"]
+    w, h = g.shape
+    return ring_position(c[2], g.index_in_group(c[1]), prm.gx, prm.gy, w, h, p["P"])
+
+
+def reference_gqa(q, k, v, q_pos) -> np.ndarray:
+    """Float64 causal attention: rows of ``q [n, d]`` at positions ``q_pos`` over keys ``0..len(k)-1``."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    s = q @ k.T / math.sqrt(q.shape[-1])
+    s = np.where(np.arange(len(k))[None, :] <= np.asarray(q_pos)[:, None], s, -np.inf)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)) @ v
+
+
+def _root_coord(ctx, h: int) -> tuple:
+    """The Group root: the Level-1 root CUBE's Level-2 root PE."""
+    p, prm, g = ctx.params, ctx.prm, ctx.layout.info["group"]
+    sip, cubes = g.cubes_of_head(h)
+    w, hh = g.shape
+    cube = cubes[root_of(reduce_tree(p["l1"], w, hh))] if p["C"] > 1 else cubes[0]
+    pe = root_of(reduce_tree(p["l2"], prm.gx, prm.gy)) if p["P"] > 1 else 0
+    return sip, cube, pe
+
+
+def _outputs(ctx) -> list:
+    p, prm = ctx.params, ctx.prm
+    G, d, R = p["G"], p["d"], p["C"] * p["P"]
+    outs = []
+    for h in range(p["heads"]):
+        if p["case"] == "decode":
+            outs.append(Output(_root_coord(ctx, h), ADDR["o"], (G, d), f"h{h}"))
+        elif R == 1:
+            sip, cubes = ctx.layout.info["group"].cubes_of_head(h)
+            nb = p["chunk"] // p["T_q"]
+            outs.append(Output((sip, cubes[0], 0), ADDR["o"], (nb, G * p["T_q"], d), f"h{h}"))
+        else:
+            B = p["context"] // R
+            for c in _group_coords(ctx.layout, h):
+                outs.append(Output(c, ADDR["o"], (G * B, d), f"h{h}/r{_ring_rank(ctx.layout, prm, p, c)}"))
+    return outs
+
+
+def _reference(ctx) -> dict:
+    p = ctx.params
+    G, d, S, R = p["G"], p["d"], p["context"], p["C"] * p["P"]
+    out = {}
+    for h, x in ctx.data.items():
+        q, k, v = x["q"], x["k"], x["v"]
+        if p["case"] == "decode":
+            out[f"h{h}"] = reference_gqa(q[:, 0, :], k, v, [S - 1] * G)
+        elif R == 1:
+            T_q, nb, q0 = p["T_q"], p["chunk"] // p["T_q"], S - p["chunk"]
+            blocks = []
+            for b in range(nb):
+                rows = q[:, b * T_q:(b + 1) * T_q, :].reshape(G * T_q, d)
+                pos = [q0 + b * T_q + t for _ in range(G) for t in range(T_q)]
+                blocks.append(reference_gqa(rows, k, v, pos))
+            out[f"h{h}"] = np.stack(blocks)
+        else:
+            B = S // R
+            for r in range(R):
+                rows = q[:, r * B:(r + 1) * B, :].reshape(G * B, d)
+                pos = [r * B + t for _ in range(G) for t in range(B)]
+                out[f"h{h}/r{r}"] = reference_gqa(rows, k, v, pos)
+    return out
+
+
+def kv_loads(system, coords) -> tuple[int, int]:
+    """(loads, bytes) the DMA engines of ``coords`` read from the K and V regions (dma.py loads_by_region)."""
+    regions = {ADDR["k"] >> REGION_BITS, ADDR["v"] >> REGION_BITS}
+    n = b = 0
+    for c in coords:
+        for key, (cnt, nbytes) in system.reports.get(f"{pe_name(*c)}/dma", {}).get("loads_by_region", {}).items():
+            if int(key.rsplit("@", 1)[1]) in regions:
+                n += cnt
+                b += nbytes
+    return n, b
+
+
+def _bound(ctx) -> dict:
+    p, prm = ctx.params, ctx.prm
+    G, d, S, R = p["G"], p["d"], p["context"], p["C"] * p["P"]
+    if p["case"] == "decode":
+        keys = S // R   # the shortest slice: a lower bound for the deepest leaf
+        tiles = [n for _, n in decode_tiles(keys, p["tile"])]
+        return attention_bound(prm, M=G, d=d, tiles=tiles, kv_keys=keys, l2_depth=ctx.layout.info["l2_depth"],
+                               l1_depth=ctx.layout.info["l1_depth"])
+    if R == 1:
+        T_q = p["T_q"]
+        tiles, keys = [], 0
+        for b in range(p["chunk"] // T_q):
+            qs = S - p["chunk"] + b * T_q
+            ts, _ = prefill_tiles(S, p["tile"], qs, qs + T_q)
+            tiles += [n for _, n, _ in ts]
+            keys += sum(n for _, n, _ in ts)
+        return attention_bound(prm, M=G * T_q, d=d, tiles=tiles, kv_keys=keys, l2_depth=0, l1_depth=0)
+    B = S // R   # ring: the last rank folds all R blocks
+    return attention_bound(prm, M=G * B, d=d, tiles=[B] * R, kv_keys=B, l2_depth=0, l1_depth=0)
+
+
+def _metrics(ctx, system, res) -> dict:
+    p = ctx.params
+    cpus = ctx.cpu_reports(system)
+    pes = system.reports["io/host"]["pes"]
+    ops = [pes.get(pe_name(*c), {}).get("ops", {}) for c in ctx.layout.coords]
+    orders = [o for r in cpus.values() for o in r.get("merge_order", [])]
+    n_kv, b_kv = kv_loads(system, ctx.layout.coords)
+    b = _bound(ctx)
+    lat = res["latency_ps"]
+    out = {"l2_rounds": ctx.layout.info["l2_depth"], "l1_rounds": ctx.layout.info["l1_depth"],
+           "merges_ipcq": sum(1 for name, _ in orders if name.startswith("pe")),
+           "merges_noc": sum(1 for name, _ in orders if name.startswith("cube")),
+           "roots": sum(1 for r in cpus.values() if r.get("group_root")),
+           "kv_loads": n_kv, "kv_bytes_read": b_kv,
+           "gemm_commands": sum(o.get("composite", 0) + o.get("gemm", 0) for o in ops),
+           "ring_steps": sum(r.get("ring_steps", 0) for r in cpus.values()),
+           "ring_steps_skipped": sum(r.get("ring_steps_skipped", 0) for r in cpus.values()),
+           "tiles_computed": sum(r.get("tiles_computed", 0) for r in cpus.values()),
+           "tiles_skipped": sum(r.get("tiles_skipped", 0) for r in cpus.values()),
+           "bound_ps": b["bound_ps"], "ratio_to_bound": round(lat / b["bound_ps"], 4),
+           "bound_terms": {k: v for k, v in b.items() if k != "bound_ps"}}
+    row = {"kernel": f"gqa/{p['case']}/{p['gemm']}", "mode": system.mode, "heads": p["heads"], "C": p["C"],
+           "P": p["P"], "G": p["G"], "d": p["d"], "context": p["context"], "tile": p["tile"],
+           "latency": format_time(lat), "bound": format_time(b["bound_ps"]), "ratio": out["ratio_to_bound"],
+           "l2/l1": f"{out['l2_rounds']}/{out['l1_rounds']}", "kv_bytes": b_kv, "gemms": out["gemm_commands"]}
+    if "max_abs_err" in res:
+        row["max_abs_err"] = res["max_abs_err"]
+    out["tables"] = {"gqa attention": [row]}
+    return out
+
+
+GQA = KernelHooks("gqa_attention", "seed ADR-0060 GQA fused attention: CUBE Groups, 2-level reduce-to-root, Ring",
+                  PARAMS, KERNEL, _layout, _inputs, _place, _outputs, _reference, _metrics)
+WORKLOAD = kernel_workload(GQA)

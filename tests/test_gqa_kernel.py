@@ -1,0 +1,186 @@
+"""The seed's GQA fused attention kernel (ADR-0060) on the AHBM machine: ADR §11 items 1-8 and the issue's extras.
+
+Reduced shapes (validation scale) on the small test profile (1 SIP, 2 x 1 CUBEs,
+8 PEs per CUBE) or a 4 x 2 CUBE mesh for C = 8; Llama3-70B shapes are scenario
+runs (scenarios/ahbm/gqa/), not tests.
+"""
+import math
+
+import numpy as np
+import pytest
+
+from actors.ahbm.kernels.gqa_attention import prefill_tiles
+from actors.ahbm.kernels.gqa_index import centre_tree, tree_depth
+from actors.ahbm.params import pe_name
+from actors.ahbm.tl.gqa_workload import GQA, WORKLOAD
+from actors.ahbm.tl.testing import profile
+from emulator.faults import FAULT_SCHEMA
+from emulator.schema import Doc, validate
+from emulator.system import System
+from emulator.faults import install_faults
+
+MESH8 = {"cubes": {"x": 4, "y": 2}}
+
+
+def run(params, mode="data", over=None, faults=None, seed=1):
+    p = validate(WORKLOAD.params, Doc(dict(params), {}, "<test>"))
+    prof = profile(over)
+    system = System("gqa", seed=seed, mode=mode)
+    ctx = WORKLOAD.build(system, prof, p)
+    if faults:
+        install_faults(system, [validate(FAULT_SCHEMA, Doc(f, {}, "<test fault>")) for f in faults])
+    result = system.run()
+    assert result.status == "finished", result.error
+    return system, result, WORKLOAD.check(system, prof, p, result, context=ctx), ctx
+
+
+def assert_reference(ctx):
+    refs = GQA.reference(ctx)
+    outs = GQA.outputs(ctx)
+    assert outs
+    for o in outs:
+        np.testing.assert_allclose(ctx.read(o), refs[o.name], rtol=1e-2, atol=1e-3, err_msg=o.name)
+
+
+FOUR_CASES = [
+    {"case": "decode", "C": 1, "P": 1, "context": 200, "tile": 64},                               # decode no SP
+    {"case": "decode", "C": 2, "P": 8, "context": 1000, "tile": 32, "request_id": 5},             # decode SP
+    {"case": "prefill", "C": 1, "P": 1, "context": 160, "chunk": 64, "T_q": 16, "tile": 32},     # prefill no SP
+    {"case": "prefill", "C": 1, "P": 8, "context": 128, "chunk": 128},                            # Ring
+]
+
+
+@pytest.mark.parametrize("params", FOUR_CASES, ids=["decode", "decode-sp", "prefill", "prefill-ring"])
+@pytest.mark.parametrize("gemm", ["composite", "dot"])
+def test_four_cases_match_float64_reference(params, gemm):
+    """§11.1: all four cases complete in data mode and match float64 numpy with asymmetric inputs."""
+    system, result, check, ctx = run({**params, "gemm": gemm})
+    assert_reference(ctx)
+    assert check["outputs_checked"] >= 1 and check["max_abs_err"] < 2e-3
+    k = ctx.data[0]["k"]
+    assert not np.allclose(k[:64, :64], k[:64, :64].T)    # asymmetric: a missing transpose would show
+
+
+def test_timing_mode_gives_the_data_mode_latency():
+    params = FOUR_CASES[1]
+    _, _, data, _ = run(params, "data")
+    _, _, timing, _ = run(params, "timing")
+    assert timing["latency_ps"] == data["latency_ps"] and "max_abs_err" not in timing
+
+
+def test_kv_dma_reads_independent_of_G_while_gemm_work_scales():
+    """§11.2 / §B.4: M = G*T_q spans several scheduler M tiles (TILE_M = 32), the K/V tiles are still
+    read once; the GEMM engine's MACs grow with G."""
+    base = {"case": "prefill", "C": 1, "P": 1, "context": 128, "chunk": 32, "T_q": 16, "tile": 64}
+    res = {}
+    for G in (2, 8):
+        system, _, check, ctx = run({**base, "G": G}, "timing")
+        macs = system.reports[f"{pe_name(*ctx.layout.coords[0])}/gemm"]["macs"]
+        res[G] = (check["kv_loads"], check["kv_bytes_read"], macs)
+    assert res[2][:2] == res[8][:2]
+    assert res[2][1] == sum(2 * n * 64 * 2 * 2 for n in [64, 64])   # 2 q blocks x (K + V) of the visible tiles
+    assert res[8][2] == 4 * res[2][2]
+
+
+def test_decode_sp_rounds_levels_and_single_root():
+    """§11.3: ceil(log2 P) Level-2 rounds + the Level-1 mesh depth (not C*P - 1), Level-2 merges over
+    IPCQ, Level-1 over the CUBE NOC, the result on exactly one rank."""
+    system, _, check, ctx = run({"case": "decode", "C": 8, "P": 8, "context": 640, "tile": 0, "G": 8},
+                                "timing", over=MESH8)
+    assert check["l2_rounds"] == math.ceil(math.log2(8)) == tree_depth(centre_tree(4, 2))
+    assert check["l1_rounds"] == tree_depth(centre_tree(4, 2)) == 3
+    assert check["l2_rounds"] + check["l1_rounds"] < 8 * 8 - 1
+    assert check["merges_ipcq"] == 8 * (8 - 1) and check["merges_noc"] == 8 - 1
+    assert check["roots"] == 1
+    # Level-1 traffic crosses CUBE-to-CUBE links; Level-2 traffic stays on IPCQ links
+    noc_sends = [ln for ln in system.links if "/cpu.noc_out->" in ln.name]
+    assert sum(ln.messages for ln in noc_sends) == 3 * (8 - 1)
+    ipcq = [ln for ln in system.links if "ipcq.tx_" in ln.name]
+    assert sum(ln.messages for ln in ipcq) == 3 * 8 * (8 - 1)
+
+
+def test_prefill_gemm_count_is_the_lower_triangle():
+    """§11.4: causal skip - GEMMs = 2 x (tiles with ks < qe), not the full grid."""
+    p = {"case": "prefill", "C": 1, "P": 1, "context": 256, "chunk": 256, "T_q": 32, "tile": 32}
+    _, _, check, _ = run(p, "timing")
+    tri = sum(len(prefill_tiles(256, 32, qs, qs + 32)[0]) for qs in range(0, 256, 32))
+    assert tri == 8 * 9 // 2
+    assert check["gemm_commands"] == 2 * tri and check["tiles_skipped"] == 8 * 8 - tri
+
+
+def test_slice_beyond_scratch_completes_and_matches():
+    """§11.5: K + V of one rank's slice exceed the 1 MiB TCM; per-tile scopes keep it running."""
+    p = {"case": "decode", "C": 1, "P": 1, "context": 4200, "tile": 256, "d": 64, "G": 4}
+    system, _, check, ctx = run(p)
+    assert 2 * 4200 * 64 * 2 > ctx.prm.tcm_bytes
+    assert_reference(ctx)
+    assert check["tcm_peak_B"] < ctx.prm.tcm_bytes // 4
+
+
+def test_tiled_sweep_overlaps_load_and_compute():
+    """§11.6: end-to-end latency < the serial sum of the PE's load (its 8 channels' busy time, in parallel)
+    and compute (GEMM + MATH + DMA setup busy time)."""
+    system, _, check, ctx = run({"case": "decode", "C": 1, "P": 1, "context": 1024, "tile": 128}, "timing")
+    pe = pe_name(*ctx.layout.coords[0])
+    a = system.actors
+    load = sum(a[f"{pe}/hbm/pc{i}"].busy_ps for i in range(ctx.prm.pcs)) / ctx.prm.pcs
+    compute = a[f"{pe}/gemm"].busy_ps + a[f"{pe}/math"].busy_ps + a[f"{pe}/dma"].busy_ps
+    assert check["latency_ps"] < load + compute
+
+
+def test_tile_gemms_are_composites_issued_ahead():
+    """§11.7: every tile's two GEMMs are composite commands; tile j+1's Q·Kᵀ is issued before tile j's
+    scores are waited for."""
+    system, _, check, ctx = run({"case": "decode", "C": 1, "P": 1, "context": 512, "tile": 64}, "timing")
+    pe = pe_name(*ctx.layout.coords[0])
+    ops = system.reports["io/host"]["pes"][pe]["ops"]
+    assert ops["composite"] == 2 * 8 and ops.get("gemm", 0) == 0
+    assert system.reports[f"{pe}/cpu"]["composites_issued_ahead"] == 8 - 1
+
+
+def test_identical_inputs_identical_digest_and_latency():
+    """§11.8."""
+    a = run(FOUR_CASES[1], "data")
+    b = run(FOUR_CASES[1], "data")
+    assert a[1].digest == b[1].digest and a[2]["latency_ps"] == b[2]["latency_ps"]
+
+
+def test_reduce_merges_in_arrival_order_under_a_delay_fault():
+    """A leaf child (PE 5, south of the root PE 1) is delayed: the root merges its other children first and the
+    end time moves by less than the delay (the delayed leaf had slack behind the deeper subtree)."""
+    p = {"case": "decode", "C": 1, "P": 8, "context": 512, "tile": 64}
+    _, _, base, _ = run(p, "timing")
+    delay = 3_000_000
+    fault = [{"link": "sip0/cube00/pe5/ipcq.tx_N->*", "kind": "delay", "delay": f"{delay}ps"}]
+    sysd, _, late, ctx = run(p, "timing", faults=fault)
+    root = sysd.reports[f"{pe_name(0, 0, 1)}/cpu"]["merge_order"]
+    sysb, _, _, _ = run(p, "timing")
+    first = sysb.reports[f"{pe_name(0, 0, 1)}/cpu"]["merge_order"]
+    assert [n for n, _ in first][0] == "pe5"            # undelayed: the leaf arrives first
+    assert [n for n, _ in root][-1] == "pe5"            # delayed: merged last, the others before it
+    assert 0 < late["latency_ps"] - base["latency_ps"] < delay
+
+
+def test_ring_causal_step_skip_removes_about_half_the_steps():
+    R = 8
+    _, _, check, _ = run({"case": "prefill", "C": 1, "P": R, "context": 256, "chunk": 256}, "timing")
+    assert check["ring_steps"] == R * (R + 1) // 2
+    assert check["ring_steps_skipped"] == R * (R - 1) // 2
+    assert check["ring_steps"] + check["ring_steps_skipped"] == R * R
+
+
+@pytest.mark.parametrize("params", FOUR_CASES[:3], ids=["decode", "decode-sp", "prefill"])
+def test_emulated_latency_never_below_the_analytic_bound(params):
+    for gemm in ("composite", "dot"):
+        _, _, check, _ = run({**params, "gemm": gemm}, "timing")
+        assert check["ratio_to_bound"] >= 1.0, check["bound_terms"]
+
+
+def test_bad_params_are_clear_errors():
+    from emulator.errors import BuildError
+    with pytest.raises(BuildError, match="workload.params.C"):
+        run({"C": 3})
+    with pytest.raises(BuildError, match="workload.params.heads"):
+        run({"C": 2, "heads": 2})
+    with pytest.raises(BuildError, match="workload.params.chunk"):
+        run({"case": "prefill", "C": 1, "P": 8, "context": 128, "chunk": 64})
