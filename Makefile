@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench clean
+.PHONY: run test bench clean sweep-demo llama70b llama70b-1sip
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,19 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/emu bench engine
+
+sweep-demo: $(STAMP)
+	$(BIN)/emu sweep scenarios/sweeps/reduce-grid.yaml --out runs/sweeps/reduce-grid
+
+# The Llama3-70B milestone bench (docs/sweep.md): four panels, 1 and 4 SIPs. Long (hours on
+# 2 cores); resumable: run it again to continue. llama70b-1sip: the 1-SIP half only.
+LLAMA70B := decode-nosp decode-sp prefill-nosp prefill-sp
+llama70b: $(STAMP)
+	for p in $(LLAMA70B); do $(BIN)/emu sweep scenarios/ahbm/llama70b/$$p.yaml --out runs/sweeps/llama70b-$$p || exit $$?; done
+
+llama70b-1sip: $(STAMP)
+	for p in $(LLAMA70B); do $(BIN)/emu sweep scenarios/ahbm/llama70b/$$p.yaml --out runs/sweeps/llama70b-$$p \
+	  --only machine.profile=ahbm-1sip || exit $$?; done
 
 clean:
 	rm -rf $(VENV) runs
