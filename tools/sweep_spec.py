@@ -208,6 +208,9 @@ def load_sweep(path: str, registry) -> SweepSpec:
     doc = load_yaml(read_text(file), file)
     if not isinstance(doc.value, dict):
         raise SchemaError([Problem(file, 1, "", "a map of sweep keys", type(doc.value).__name__)])
+    if "base" not in doc.value and ("machine" in doc.value or "workload" in doc.value):
+        raise SchemaError([Problem(file, 1, "base", "a sweep file (base: SCENARIO, vary: ...)",
+                                   "a scenario file", "run it with emu run, or name it as the base of a sweep")])
     spec = validate(SWEEP_SCHEMA, doc)
     base_path = _find_base(spec["base"], file)
     if base_path is None:
