@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench clean sweep-demo llama70b llama70b-1sip
+.PHONY: run test bench clean gqa-llama sweep-demo llama70b llama70b-1sip
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,10 @@ llama70b: $(STAMP)
 llama70b-1sip: $(STAMP)
 	for p in $(LLAMA70B); do $(BIN)/emu sweep scenarios/ahbm/llama70b/$$p.yaml --out runs/sweeps/llama70b-$$p \
 	  --only machine.profile=ahbm-1sip || exit $$?; done
+
+# Llama3-70B-shape GQA attention runs (timing mode, minutes each): not part of the tests
+gqa-llama: $(STAMP)
+	for f in scenarios/ahbm/gqa/llama70b_*.yaml; do $(BIN)/emu run $$f --no-bundle || exit 1; done
 
 clean:
 	rm -rf $(VENV) runs

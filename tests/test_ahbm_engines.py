@@ -38,9 +38,9 @@ def dma_closed(per_pc):
     return 20 * NS + max(30 * NS + ceil_div(b * 10**12, 25_600_000_000) for b in per_pc if b)
 
 
-def gemm_closed(m, k, n, padded=True):
+def gemm_closed(m, k, n, padded=True, accumulate=False):
     core = ceil_div(m, 32) * ceil_div(n, 32) * k if padded else ceil_div(m * n * k, 1024)
-    return (48 + core) * NS
+    return ((0 if accumulate else 48) + core) * NS
 
 
 def test_profiles_validate():
@@ -176,21 +176,21 @@ def composite_closed(M, K, N, a, b, c, epilogue_ops):
         for n0 in range(0, N, 32):
             ks = list(range(0, K, 64))
             for i, k0 in enumerate(ks):
-                tiles.append((m0, k0, n0, min(32, M - m0), min(64, K - k0), min(32, N - n0), i == len(ks) - 1))
+                tiles.append((m0, k0, n0, min(32, M - m0), min(64, K - k0), min(32, N - n0), i == len(ks) - 1, i > 0))
 
     def loads(st, t):
-        m0, k0, n0, tm, tk, tn, _ = st
+        m0, k0, n0, tm, tk, tn, _, _ = st
         dma(t, block(a + (m0 * K + k0) * 2, tm, tk * 2, K * 2))
         return dma(t, block(b + (k0 * N + n0) * 2, tk, tn * 2, N * 2))
 
     ready, t, end = loads(tiles[0], 0), 0, 0
     for i, st in enumerate(tiles):
-        m0, k0, n0, tm, tk, tn, last = st
+        m0, k0, n0, tm, tk, tn, last, acc = st
         t = max(t, ready)
         if i + 1 < len(tiles):
             ready = loads(tiles[i + 1], t)
-        t += gemm_closed(tm, tk, tn)
-        serial += gemm_closed(tm, tk, tn)
+        t += gemm_closed(tm, tk, tn, accumulate=acc)
+        serial += gemm_closed(tm, tk, tn, accumulate=acc)
         if last:
             t += epilogue_ops * (8 + ceil_div(tm * tn, 64)) * NS
             serial += epilogue_ops * (8 + ceil_div(tm * tn, 64)) * NS
@@ -217,7 +217,8 @@ async def test_composite_gemm_time_and_result(vclock, mode):
     assert done - issued == overlapped
     # load/compute overlap emerged from the DMA and GEMM engines working concurrently
     assert done - issued < serial
-    assert m.pe(*PE).gemm.busy_ps == sum(gemm_closed(s.tm, s.tk, s.tn) for s in plan(M, K, N, (32, 64, 32)))
+    assert m.pe(*PE).gemm.busy_ps == sum(gemm_closed(s.tm, s.tk, s.tn, accumulate=not s.first)
+                                                for s in plan(M, K, N, (32, 64, 32)))
     if mode == "data":
         got = np.frombuffer(place.read(PE, c, M * N * 2), np.float16).reshape(M, N)
         acc = np.zeros((M, N), np.float32)   # fp32 accumulation over K tiles (ref §3.3)

@@ -184,3 +184,31 @@ def test_bad_params_are_clear_errors():
         run({"C": 2, "heads": 2})
     with pytest.raises(BuildError, match="workload.params.chunk"):
         run({"case": "prefill", "C": 1, "P": 8, "context": 128, "chunk": 64})
+
+
+def test_side_by_side_with_the_baseline_on_the_same_inputs():
+    from actors.ahbm.tl.gqa_vs_baseline import HOOKS, WORKLOAD as SIDE
+    p = validate(SIDE.params, Doc({"C": 2, "context": 512, "tile": 32}, {}, "<test>"))
+    prof = profile({"cubes": {"x": 4, "y": 1}})
+    system = System("side", seed=2, mode="data")
+    ctx = SIDE.build(system, prof, p)
+    result = system.run()
+    assert result.status == "finished", result.error
+    check = SIDE.check(system, prof, p, result, context=ctx)
+    refs = HOOKS.reference(ctx)
+    outs = HOOKS.outputs(ctx)
+    assert len(outs) == 1 + 16                       # the GQA Group root + every baseline rank
+    for o in outs:
+        np.testing.assert_allclose(ctx.read(o), refs[o.name], rtol=1e-2, atol=1e-3)
+    assert check["baseline_latency_ps"] > check["gqa_latency_ps"]   # 15 fan-out steps vs 3 + 1 levels
+
+
+def test_every_gqa_scenario_validates_and_names_the_workload():
+    from pathlib import Path
+    from actors import registry
+    from emulator.scenario import load_scenario
+    files = sorted((Path(__file__).resolve().parents[1] / "scenarios" / "ahbm" / "gqa").glob("*.yaml"))
+    assert len(files) >= 10
+    for f in files:
+        sc = load_scenario(str(f), registry)
+        assert sc.workload in ("gqa_attention", "gqa_vs_baseline_decode")

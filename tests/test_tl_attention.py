@@ -25,20 +25,21 @@ async def _run(kind, params, mode="data", overrides=None, seed=1):
     prof = profile(overrides)
     p = validate(w.params, Doc(dict(params), {}, "<test>"))
     system = System(kind, seed=seed, mode=mode)
-    w.build(system, prof, p)
+    ctx = w.build(system, prof, p)
     result = await run(system)
     assert result.status == "finished", result.error
-    return system, result, w.check(system, prof, p, result), p
+    system.ctx = ctx   # the test keeps the context next to the system it describes
+    return system, result, w.check(system, prof, p, result, context=ctx), p
 
 
 def _assert_matches_reference(system, p):
-    info = system.tl_attention
-    data, prm = info["data"], info["prm"]
+    ctx = system.ctx
+    data = ctx.data
     n, S, d, M = p["ranks"], p["s_per_rank"], p["d"], p["rows"]
     k_all, v_all = data["k"].reshape(n * S, d), data["v"].reshape(n * S, d)
     for r in range(n):
-        q = data["q"] if info["kind"] == "decode" else data["q"][r]
-        got = output_of(system, r)
+        q = data["q"] if data["q"].ndim == 2 else data["q"][r]
+        got = output_of(ctx, r)
         np.testing.assert_allclose(got, reference_attention(q, k_all, v_all), rtol=1e-2, atol=1e-3,
                                    err_msg=f"rank {r}")
 
@@ -79,7 +80,7 @@ async def test_long_prefill_needs_scratch_scope_budget(vclock):
     system, result, check, p = await _run("attention_prefill",
                                           {"ranks": 4, "rows": 32, "d": 64, "s_per_rank": 128, "tile": 32},
                                           "timing")
-    prm = system.tl_attention["prm"]
+    prm = system.ctx.prm
     tiles_folded = 4 * (128 // 32)
     per_tile = 32 * 32 * 4 * 4 + 32 * 64 * 4 * 3      # S, P, exp terms + O-size temporaries (lower bound)
     assert tiles_folded * per_tile > 0.5 * prm.tcm_bytes
@@ -135,10 +136,10 @@ async def test_line_across_sips_over_ucie(vclock):
     params = {"ranks": 17, "cubes": 3, "rows": 8, "d": 64, "s_per_rank": 16}
     system, result, check, p = await _run("attention_decode", params, "data", overrides=over)
     _assert_matches_reference(system, p)
-    coords = system.tl_attention["coords"]
+    coords = system.ctx.layout.coords
     assert coords[15][:2] == (0, 1) and coords[16][:2] == (1, 0)
     ucie = system.link("sip0/cube01/router.out_E->sip1/cube00/router.in_W")
-    assert ucie.messages > 0 and ucie.latency == system.tl_attention["prm"].sip_link_latency
+    assert ucie.messages > 0 and ucie.latency == system.ctx.prm.sip_link_latency
     tsys, tres, tcheck, _ = await _run("attention_decode", params, "timing", overrides=over)
     assert tcheck["latency_ps"] == check["latency_ps"]
     assert check["reduction_steps"] == 16

@@ -64,7 +64,7 @@ def dma_ps(per_pc_bytes: list[int], prm) -> int:
     return prm.dma_setup + (max(used) if used else 0)
 
 
-def gemm_cycles(m: int, k: int, n: int, prm) -> int:
+def gemm_cycles(m: int, k: int, n: int, prm, accumulate: bool = False) -> int:
     """GEMM engine cycles for ``[m, k] @ [k, n]`` on an R x C output-stationary MAC array.
 
     ``fill_drain + ceil(m/R) * ceil(n/C) * k`` when padded tiles are charged (a fixed
@@ -72,17 +72,27 @@ def gemm_cycles(m: int, k: int, n: int, prm) -> int:
     ``gemm.charge_padded: true``), else ``fill_drain + ceil(m*n*k / (R*C))``.
     R = C = 32 bf16 MACs/cycle with fp32 accumulate, fill/drain 48 cycles: ref §2.3, §2.6
     (assumption sized from the PIM table).  A 32x64x32 tile = 64 + 48 = 112 cycles.
+
+    ``accumulate``: the command continues the K sweep of the output block already in
+    the array (GemmCmd.accumulate: the composite scheduler's K steps 2.. of an output
+    tile).  In an output-stationary array the partial sums stay in the PEs, so the
+    continuation streams its ``k`` more passes behind the previous ones with no drain
+    and no new fill: ``fill_drain`` is charged once per output block, on its first
+    command (ref §2.3: "64 cycles steady state + ~32-64 cycles fill/drain" per tile;
+    charging it on every K step of one block was a model error, found by the
+    composite-vs-dot comparison of the GQA kernel).
     """
     R, C = prm.array_rows, prm.array_cols
+    fill = 0 if accumulate else prm.fill_drain
     if prm.charge_padded:
         core = -(-m // R) * -(-n // C) * k
     else:
         core = -(-(m * n * k) // (R * C))
-    return prm.fill_drain + core
+    return fill + core
 
 
-def gemm_ps(m: int, k: int, n: int, prm) -> int:
-    return prm.pe_clk.ps(gemm_cycles(m, k, n, prm))
+def gemm_ps(m: int, k: int, n: int, prm, accumulate: bool = False) -> int:
+    return prm.pe_clk.ps(gemm_cycles(m, k, n, prm, accumulate))
 
 
 def math_cycles(op: str, elements: int, prm) -> int:

@@ -1,6 +1,7 @@
 """The PE GEMM engine: an R x C bf16 MAC array with fp32 accumulation.
 
-Service time (costs.gemm_ps): ``fill_drain + ceil(m/R) * ceil(n/C) * k`` cycles
+Service time (costs.gemm_ps): ``fill_drain + ceil(m/R) * ceil(n/C) * k`` cycles, without
+``fill_drain`` for a command that accumulates onto the block already in the array
 (padded tiles charged, ``gemm.charge_padded: true``) or
 ``fill_drain + ceil(m*n*k / (R*C))`` (actual MACs); ref §2.3, §2.6.  Commands are
 served FIFO.  Operands come from the TCM (zero-time ports, see memory.Tcm).
@@ -44,7 +45,7 @@ class GemmEngine(Actor):
                 raise RuntimeError(f"GEMM {c.id}: operand shapes {tuple(a.shape)} @ {tuple(b.shape)} do not match"
                                    f" m,k,n = {c.m},{c.k},{c.n}")
             prev = await self.tcm.read(c.acc) if c.accumulate else None
-            await self.busy(gemm_ps(c.m, c.k, c.n, self.prm), f"gemm {c.m}x{c.k}x{c.n}")
+            await self.busy(gemm_ps(c.m, c.k, c.n, self.prm, c.accumulate), f"gemm {c.m}x{c.k}x{c.n}")
             self.macs += c.m * c.k * c.n
             self.report("macs", self.macs)
             if data_mode:

@@ -98,10 +98,10 @@ def dma_model(nbytes: int, prm) -> int:
     return prm.dma_setup + prm.hbm_latency + transfer_ps(per_pc, prm.pc_bw_eff)
 
 
-def gemm_model(m, k, n, prm) -> int:
+def gemm_model(m, k, n, prm, accumulate: bool = False) -> int:
     R, C = prm.array_rows, prm.array_cols
     core = (-(-m // R)) * (-(-n // C)) * k if prm.charge_padded else -(-(m * n * k) // (R * C))
-    return prm.pe_clk.ps(prm.fill_drain + core)
+    return prm.pe_clk.ps((0 if accumulate else prm.fill_drain) + core)
 
 
 def math_model(elements: int, reduce: bool, prm) -> int:
@@ -135,11 +135,13 @@ def composite_model(M, K, N, esize, epilogue, prm, a_addr=0, b_addr=0, c_addr=0)
         dma_free = max(t, dma_free) + cost
         return dma_free
 
-    def loads(s, t):
-        a = _block_ps(a_addr + (s.m0 * K + s.k0) * esize, s.tm, s.tk * esize, K * esize, prm)
-        b = _block_ps(b_addr + (s.k0 * N + s.n0) * esize, s.tk, s.tn * esize, N * esize, prm)
-        dma(t, a)
-        return dma(t, b)
+    def loads(s, t):   # resident blocks (tiles.py Step.load_a / load_b) are not re-loaded
+        end = t
+        if s.load_a:
+            end = dma(t, _block_ps(a_addr + (s.m0 * K + s.k0) * esize, s.tm, s.tk * esize, K * esize, prm))
+        if s.load_b:
+            end = dma(t, _block_ps(b_addr + (s.k0 * N + s.n0) * esize, s.tk, s.tn * esize, N * esize, prm))
+        return end
 
     steps = plan(M, K, N, prm.tile)
     ready = loads(steps[0], 0)
@@ -149,7 +151,7 @@ def composite_model(M, K, N, esize, epilogue, prm, a_addr=0, b_addr=0, c_addr=0)
         t = max(t, ready)
         if s.index + 1 < len(steps):
             ready = loads(steps[s.index + 1], t)
-        t += gemm_model(s.tm, s.tk, s.tn, prm)
+        t += gemm_model(s.tm, s.tk, s.tn, prm, accumulate=not s.first)
         if s.last:
             for op, _ in epilogue:
                 t += math_model(s.tm * s.tn, False, prm)

@@ -56,16 +56,18 @@ class PeScheduler(Actor):
             self.finished.discard(i)
 
     async def _load(self, c: CompositeCmd, s, esize: int) -> list[int]:
-        ia = self._id()
         K, N = c.k, c.n
-        await self.dma.send(DmaCmd(ia, "load", c.a_addr + (s.m0 * K + s.k0) * esize, s.tm, s.tk * esize, K * esize,
-                                   f"sched/a{s.index % 2}", [s.tm, s.tk], c.dtype, "sched", []))
+        ids = []
+        if s.load_a:       # else: A block resident from this row's first N tile (tiles.py)
+            ids.append(self._id())
+            await self.dma.send(DmaCmd(ids[-1], "load", c.a_addr + (s.m0 * K + s.k0) * esize, s.tm, s.tk * esize,
+                                       K * esize, f"sched/a{s.a_buf}", [s.tm, s.tk], c.dtype, "sched", []))
         if not s.load_b:   # B block resident from this column's first M tile (tiles.py)
-            return [ia]
+            return ids
         ib = self._id()
         await self.dma.send(DmaCmd(ib, "load", c.b_addr + (s.k0 * N + s.n0) * esize, s.tk, s.tn * esize, N * esize,
                                    f"sched/b{s.b_buf}", [s.tk, s.tn], c.dtype, "sched", []))
-        return [ia, ib]
+        return ids + [ib]
 
     async def run(self) -> None:
         while True:
@@ -85,7 +87,7 @@ class PeScheduler(Actor):
                     pending = await self._load(c, steps[s.index + 1], esize)
                 out = f"sched/c{s.tile % 2}" if (s.last and not c.epilogue) else ""
                 g = self._id()
-                await self.gemm.send(GemmCmd(g, f"sched/a{s.index % 2}", f"sched/b{s.b_buf}", "sched/acc",
+                await self.gemm.send(GemmCmd(g, f"sched/a{s.a_buf}", f"sched/b{s.b_buf}", "sched/acc",
                                              not s.first, out, c.dtype, s.tm, s.tk, s.tn, "sched"))
                 await self._wait([g])
                 if not s.last:

@@ -16,6 +16,12 @@ a column are loaded with its first M tile only (``Step.load_b``), into buffer
 ``(n_index * k_steps + k_index) % 2`` (``Step.b_buf``), where they stay for the
 column's other M tiles.  With one M tile this is the row-major walk, buffer for
 buffer.  Otherwise (a B column larger than two blocks) every step loads its B block.
+
+A reuse across N tiles: with a single M tile whose A row block ``[tm, K]`` fits the
+two A buffers (``ceil(K / TILE_K) <= 2``, e.g. the ``[G, d]`` query of a decode
+``Q·Kᵀ`` or the ``[G, T]`` probabilities of ``P·V``) the A blocks are loaded with
+the first N tile only (``Step.load_a``) into buffer ``k_index`` (``Step.a_buf``) and
+stay there for the other N tiles, instead of re-reading the same bytes per N tile.
 """
 from __future__ import annotations
 
@@ -36,6 +42,8 @@ class Step:
     last: bool          # last K step of its output tile
     load_b: bool = True  # this step loads its B block (False: resident from an earlier M tile)
     b_buf: int = 0       # B buffer (0/1) the block is in
+    load_a: bool = True  # this step loads its A block (False: resident from the first N tile)
+    a_buf: int = 0       # A buffer (0/1) the block is in
 
 
 def plan(M: int, K: int, N: int, tile: tuple[int, int, int]) -> list[Step]:
@@ -50,16 +58,19 @@ def plan(M: int, K: int, N: int, tile: tuple[int, int, int]) -> list[Step]:
             for mi, m0 in enumerate(range(0, M, TM)):
                 for i, k0 in enumerate(ks):
                     steps.append(Step(len(steps), t, m0, k0, n0, min(TM, M - m0), min(TK, K - k0), min(TN, N - n0),
-                                      i == 0, i == len(ks) - 1, mi == 0, (ni * len(ks) + i) % 2))
+                                      i == 0, i == len(ks) - 1, mi == 0, (ni * len(ks) + i) % 2, True,
+                                      len(steps) % 2))
                 t += 1
         return steps
+    a_resident = M <= TM and len(ks) <= 2   # A reuse across N tiles (module docstring)
     steps = []
     t = 0
     for m0 in range(0, M, TM):
-        for n0 in range(0, N, TN):
-            ks = list(range(0, K, TK))
+        for ni, n0 in enumerate(range(0, N, TN)):
             for i, k0 in enumerate(ks):
-                steps.append(Step(len(steps), t, m0, k0, n0, min(TM, M - m0), min(TK, K - k0), min(TN, N - n0),
-                                  i == 0, i == len(ks) - 1, True, len(steps) % 2))
+                idx = len(steps)
+                steps.append(Step(idx, t, m0, k0, n0, min(TM, M - m0), min(TK, K - k0), min(TN, N - n0),
+                                  i == 0, i == len(ks) - 1, True, idx % 2, not a_resident or ni == 0,
+                                  i if a_resident else idx % 2))
             t += 1
     return steps

@@ -78,7 +78,7 @@ class KernelHooks:
     name: str
     summary: str
     params: Map
-    kernel: str                                    # registered kernel name (tl.cpu.register_kernel)
+    kernel: object                                 # registered kernel name, or (coord, layout) -> name
     layout: Callable                               # (prm, params) -> KernelLayout (raise BuildError on bad params)
     inputs: Callable                               # (rng, layout, params) -> dict of arrays
     place: Callable                                # (placement, layout, data, params) -> None
@@ -92,7 +92,14 @@ def kernel_workload(h: KernelHooks) -> Workload:
     def build(system, profile: dict, p: dict) -> KernelContext:
         prm = Params.of(profile)
         lay = h.layout(prm, p)
-        kernels = kernel_launches(h.kernel, lay.coords, lay.args_of, lay.grid_of, lay.num_programs)
+        if callable(h.kernel):   # several kernels side by side: launches grouped by kernel, in coordinate order
+            names = {tuple(c): h.kernel(tuple(c), lay) for c in lay.coords}
+            kernels = {}
+            for name in dict.fromkeys(names.values()):
+                kernels.update(kernel_launches(name, [c for c in lay.coords if names[tuple(c)] == name],
+                                               lay.args_of, lay.grid_of, lay.num_programs))
+        else:
+            kernels = kernel_launches(h.kernel, lay.coords, lay.args_of, lay.grid_of, lay.num_programs)
         machine = build_machine(system, profile, kernels=kernels)
         place = Placement(machine, system.mode == "data")
         data = None

@@ -3,7 +3,12 @@
 * ``attention_decode``  - split-KV partial attention per rank, all-to-all (m, l, O) fan-out
   with log-sum-exp merge (kernels/attention_decode.py);
 * ``attention_prefill`` - open-mesh bidirectional K/V propagation with online-softmax
-  folding (kernels/attention_prefill.py).
+  folding (kernels/attention_prefill.py);
+* ``gqa_attention`` - the seed's GQA kernel (ADR-0060), hooks in gqa_workload.py.
+
+Each is a set of kernel hooks (kernel_workload.py: layout and arguments, inputs,
+placement, outputs, numpy reference, metrics); the generic build returns a
+KernelContext that the runner hands to ``check``.
 
 Both run on ``ranks`` PEs of the machine built by actors/ahbm/builder.py from
 the scenario's profile (ahbm-1sip / 2sip / 4sip), launched by its host
@@ -34,17 +39,16 @@ import numpy as np
 
 from actors.ahbm.kernels.attention_decode import attention_decode
 from actors.ahbm.kernels.attention_prefill import attention_prefill
-from actors.ahbm.builder import build_machine
-from actors.ahbm.params import Params, pe_name
-from actors.ahbm.placement import Placement
+from actors.ahbm.params import Params
+from actors.ahbm.tl import gqa_workload
 from actors.ahbm.tl.cpu import register_kernel
-from actors.ahbm.tl.launcher import kernel_launches
-from actors.registry import Workload
+from actors.ahbm.tl.kernel_workload import KernelContext, KernelHooks, KernelLayout, Output, kernel_workload
 from emulator.errors import BuildError
 from emulator.schema import Enum, Int, Map
 from emulator.units import format_time
 
-__all__ = ["WORKLOADS", "line_order", "cube_line", "reference_attention", "output_of"]
+__all__ = ["WORKLOADS", "line_order", "cube_line", "reference_attention", "output_of", "DECODE_HOOKS",
+           "PREFILL_HOOKS"]
 
 DECODE = register_kernel(attention_decode, "attention_decode")
 PREFILL = register_kernel(attention_prefill, "attention_prefill")
@@ -104,15 +108,6 @@ def _align(n: int, a: int = 4096) -> int:
     return -(-n // a) * a
 
 
-def _inputs(seed_rng, kind: str, n: int, M: int, S: int, d: int) -> dict:
-    f2 = np.float16
-    q_shape = (M, d) if kind == "decode" else (n, M, d)
-    q = seed_rng.standard_normal(q_shape).astype(np.float32).astype(f2)
-    k = seed_rng.standard_normal((n, S, d)).astype(np.float32).astype(f2)
-    v = seed_rng.standard_normal((n, S, d)).astype(np.float32).astype(f2)
-    return {"q": q, "k": k, "v": v}
-
-
 def reference_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Float64 softmax(q kᵀ / sqrt(d)) v over all keys (non-causal)."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
@@ -121,119 +116,117 @@ def reference_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarr
     return (p / p.sum(-1, keepdims=True)) @ v
 
 
-def output_of(system, r: int) -> np.ndarray:
+def _line_layout(kernel_args):
+    """The open-line layout shared by both baselines; ``kernel_args(p)`` adds the kernel's own arguments."""
+    def layout(prm: Params, p: dict) -> KernelLayout:
+        n, d, S, tile, M, nc = p["ranks"], p["d"], p["s_per_rank"], p["tile"], p["rows"], p["cubes"]
+        total = prm.sips * prm.cubes
+        if nc > total:
+            raise BuildError(f"workload.params.cubes: {nc} CUBEs, but the machine has {prm.sips} SIP(s) x"
+                             f" {prm.cubes} CUBEs = {total}")
+        if n > nc * prm.P:
+            raise BuildError(f"workload.params.ranks: at most cubes x pes_per_cube = {nc} x {prm.P} ="
+                             f" {nc * prm.P} ranks, found {n} (raise workload.params.cubes, or pes_per_cube and"
+                             " pe_grid)")
+        if tile and S % tile:
+            raise BuildError(f"workload.params.tile: must divide s_per_rank = {S}, found {tile}")
+        order = line_order(prm, n, nc)
+        addr = {"q": 0}
+        addr["k"] = _align(M * d * 2)
+        addr["v"] = addr["k"] + _align(S * d * 2)
+        addr["o"] = addr["v"] + _align(S * d * 2)
+        rank_of = {c: r for r, c in enumerate(order)}
+
+        def args_of(coord):
+            r = rank_of[coord]
+            return {**dict(q_ptr=addr["q"], k_ptr=addr["k"], v_ptr=addr["v"], o_ptr=addr["o"], M=M, d=d, S=S,
+                           tile=tile, scale=1.0 / math.sqrt(d), rank=r, n=n,
+                           fwd=_peer(order[r], order[r + 1], prm) if r + 1 < n else None,
+                           bwd=_peer(order[r], order[r - 1], prm) if r > 0 else None), **kernel_args(p)}
+
+        return KernelLayout(order, args_of, lambda c: (c[2], c[1], c[0]), (prm.P, prm.cubes, prm.sips),
+                            {"addr": addr, "T": tile if 0 < tile < S else S})
+    return layout
+
+
+def _draw(rng, q_shape, p: dict) -> dict:
+    f2 = np.float16
+    n, S, d = p["ranks"], p["s_per_rank"], p["d"]
+    q = rng.standard_normal(q_shape).astype(np.float32).astype(f2)
+    k = rng.standard_normal((n, S, d)).astype(np.float32).astype(f2)
+    v = rng.standard_normal((n, S, d)).astype(np.float32).astype(f2)
+    return {"q": q, "k": k, "v": v}
+
+
+def _place_line(q_of, k_of):
+    """Write every rank's ``q_of(data, r)``, ``k_of(k, p, T)`` and its V slice at the layout's addresses."""
+    def place(placement, lay: KernelLayout, data: dict, p: dict) -> None:
+        addr, T = lay.info["addr"], lay.info["T"]
+        for r, coord in enumerate(lay.coords):
+            for name, x in (("q", q_of(data, r)), ("k", k_of(data["k"][r], p, T)), ("v", data["v"][r])):
+                placement.write(coord, addr[name], np.ascontiguousarray(x).tobytes())
+    return place
+
+
+def _k_decode(k, p, T):
+    if p["gemm"] == "composite":  # K pre-transposed, tile-major [S/T, d, T] (seed §B item 2)
+        S, d = k.shape
+        return np.ascontiguousarray(k.reshape(S // T, T, d).transpose(0, 2, 1))
+    return k
+
+
+def _outputs(ctx) -> list:
+    M, d = ctx.params["rows"], ctx.params["d"]
+    return [Output(c, ctx.layout.info["addr"]["o"], (M, d), f"r{r}") for r, c in enumerate(ctx.layout.coords)]
+
+
+def _reference(q_of):
+    def reference(ctx) -> dict:
+        data, p = ctx.data, ctx.params
+        n, S, d = p["ranks"], p["s_per_rank"], p["d"]
+        k_all, v_all = data["k"].reshape(n * S, d), data["v"].reshape(n * S, d)
+        return {f"r{r}": reference_attention(q_of(data, r), k_all, v_all) for r in range(n)}
+    return reference
+
+
+def _metrics(label):
+    def metrics(ctx, system, res) -> dict:
+        p, coords = ctx.params, ctx.layout.coords
+        cpus = list(ctx.cpu_reports(system).values())
+        steps = max(c.get("reduction_steps", 0) for c in cpus)
+        merges = sorted({c.get("merges", 0) for c in cpus})
+        host = system.reports["io/host"]
+        latency = res["latency_ps"]
+        partial = max(c.get("partial_done_ps", 0) for c in cpus) - host["launch_ps"]
+        row = {"kernel": label(p), "mode": system.mode, "ranks": p["ranks"], "sips": len({c[0] for c in coords}),
+               "cubes": p["cubes"], "rows": p["rows"], "d": p["d"], "S/rank": p["s_per_rank"],
+               "tile": p["tile"] or p["s_per_rank"], "partial_ps": partial, "latency_ps": latency,
+               "latency": format_time(latency), "steps": steps}
+        if "max_abs_err" in res:
+            row["max_abs_err"] = res["max_abs_err"]
+        return {"reduction_steps": steps, "merges_per_rank": merges,
+                "tables": {f"attention {label(p).split('/')[0]} latency": [row]}}
+    return metrics
+
+
+def output_of(ctx: KernelContext, r: int) -> np.ndarray:
     """Rank ``r``'s stored output ``O [M, d]`` (fp32) read back from its HBM after a data-mode run."""
-    info = system.tl_attention
-    M, d = info["params"]["rows"], info["params"]["d"]
-    blob = info["placement"].read(info["coords"][r], info["addr"]["o"], M * d * 4)
-    return np.frombuffer(blob, np.float32).reshape(M, d)
+    return ctx.read(_outputs(ctx)[r])
 
 
-def _build(kind: str, system, profile: dict, p: dict) -> None:
-    prm = Params.of(profile)
-    n, d, S, tile, M, nc = p["ranks"], p["d"], p["s_per_rank"], p["tile"], p["rows"], p["cubes"]
-    total = prm.sips * prm.cubes
-    if nc > total:
-        raise BuildError(f"workload.params.cubes: {nc} CUBEs, but the machine has {prm.sips} SIP(s) x {prm.cubes}"
-                         f" CUBEs = {total}")
-    if n > nc * prm.P:
-        raise BuildError(f"workload.params.ranks: at most cubes x pes_per_cube = {nc} x {prm.P} = {nc * prm.P}"
-                         f" ranks, found {n} (raise workload.params.cubes, or pes_per_cube and pe_grid)")
-    if tile and S % tile:
-        raise BuildError(f"workload.params.tile: must divide s_per_rank = {S}, found {tile}")
-    order = line_order(prm, n, nc)
-    T = tile if 0 < tile < S else S
-    composite = kind == "decode" and p.get("gemm") == "composite"
-    q_bytes = M * d * 2
-    kv_bytes = S * d * 2
-    addr = {"q": 0}
-    addr["k"] = _align(q_bytes)
-    addr["v"] = addr["k"] + _align(kv_bytes)
-    addr["o"] = addr["v"] + _align(kv_bytes)
+DECODE_HOOKS = KernelHooks(
+    "attention_decode", "baseline decode attention: partial per rank, all-to-all (m, l, O) fan-out, LSE merge",
+    DECODE_PARAMS, DECODE, _line_layout(lambda p: {"gemm": p["gemm"]}),
+    lambda rng, lay, p: _draw(rng, (p["rows"], p["d"]), p),
+    _place_line(lambda data, r: data["q"], _k_decode), _outputs, _reference(lambda data, r: data["q"]),
+    _metrics(lambda p: f"decode/{p['gemm']}"))
+PREFILL_HOOKS = KernelHooks(
+    "attention_prefill", "baseline prefill attention: bidirectional open-mesh K/V propagation, online softmax",
+    PREFILL_PARAMS, PREFILL, _line_layout(lambda p: {}),
+    lambda rng, lay, p: _draw(rng, (p["ranks"], p["rows"], p["d"]), p),
+    _place_line(lambda data, r: data["q"][r], lambda k, p, T: k), _outputs, _reference(lambda data, r: data["q"][r]),
+    _metrics(lambda p: "prefill"))
 
-    rank_of = {c: r for r, c in enumerate(order)}
+from actors.ahbm.tl import gqa_vs_baseline  # noqa: E402  (uses the baseline hooks above)
 
-    def args_of(coord):
-        r = rank_of[coord]
-        a = dict(q_ptr=addr["q"], k_ptr=addr["k"], v_ptr=addr["v"], o_ptr=addr["o"], M=M, d=d, S=S, tile=tile,
-                 scale=1.0 / math.sqrt(d), rank=r, n=n,
-                 fwd=_peer(order[r], order[r + 1], prm) if r + 1 < n else None,
-                 bwd=_peer(order[r], order[r - 1], prm) if r > 0 else None)
-        if kind == "decode":
-            a["gemm"] = p["gemm"]
-        return a
-
-    kernels = kernel_launches(DECODE if kind == "decode" else PREFILL, order, args_of,
-                              lambda c: (c[2], c[1], c[0]), (prm.P, prm.cubes, prm.sips))
-    machine = build_machine(system, profile, kernels=kernels)
-    place = Placement(machine, system.mode == "data")
-    data = None
-    if system.mode == "data":
-        data = _inputs(system.rng("attention/inputs"), kind, n, M, S, d)
-        for r, coord in enumerate(order):
-            q = data["q"] if kind == "decode" else data["q"][r]
-            k = data["k"][r]
-            if composite:  # K pre-transposed, tile-major [S/T, d, T] (seed §B item 2)
-                k = np.ascontiguousarray(k.reshape(S // T, T, d).transpose(0, 2, 1))
-            for name, x in (("q", q), ("k", k), ("v", data["v"][r])):
-                place.write(coord, addr[name], np.ascontiguousarray(x).tobytes())
-    system.tl_attention = {"kind": kind, "prm": prm, "machine": machine, "coords": order, "placement": place,
-                           "addr": addr, "data": data, "params": dict(p)}
-
-
-def _check(system, profile: dict, p: dict, result) -> dict:
-    info = getattr(system, "tl_attention", None)
-    if info is None or result.status != "finished":
-        return {}
-    kind, coords = info["kind"], info["coords"]
-    n, M, d, S = p["ranks"], p["rows"], p["d"], p["s_per_rank"]
-    reps = system.reports
-    cpus = [reps.get(f"{pe_name(*c)}/cpu", {}) for c in coords]
-    steps = max(c.get("reduction_steps", 0) for c in cpus)
-    merges = sorted({c.get("merges", 0) for c in cpus})
-    latency = reps["io/host"]["kernel_latency_ps"]
-    partial = max(c.get("partial_done_ps", 0) for c in cpus) - reps["io/host"]["launch_ps"]
-    out = {"latency_ps": latency, "reduction_steps": steps, "merges_per_rank": merges,
-           "tcm_peak_B": max(v["tcm_peak_B"] for v in reps["io/host"]["pes"].values())}
-    sips = sorted({c[0] for c in coords})
-    row = {"kernel": f"{kind}" + (f"/{p['gemm']}" if kind == "decode" else ""), "mode": system.mode, "ranks": n,
-           "sips": len(sips), "cubes": p["cubes"], "rows": M, "d": d, "S/rank": S, "tile": p["tile"] or S,
-           "partial_ps": partial, "latency_ps": latency, "latency": format_time(latency), "steps": steps}
-    if system.mode == "data":
-        data = info["data"]
-        k_all = data["k"].reshape(n * S, d)
-        v_all = data["v"].reshape(n * S, d)
-        worst_abs = worst_rel = 0.0
-        for r in range(n):
-            q = data["q"] if kind == "decode" else data["q"][r]
-            ref = reference_attention(q, k_all, v_all)
-            got = output_of(system, r).astype(np.float64)
-            err = np.abs(got - ref)
-            worst_abs = max(worst_abs, float(err.max()))
-            worst_rel = max(worst_rel, float((err / np.maximum(np.abs(ref), 1e-3)).max()))
-        out["max_abs_err"] = worst_abs
-        out["max_rel_err"] = worst_rel
-        row["max_abs_err"] = worst_abs
-    out["tables"] = {f"attention {kind} latency": [row]}
-    return out
-
-
-def build_decode(system, profile, p):
-    _build("decode", system, profile, p)
-
-
-def build_prefill(system, profile, p):
-    _build("prefill", system, profile, p)
-
-
-from actors.ahbm.tl import gqa_workload  # noqa: E402  (kernel workloads defined by hooks)
-
-WORKLOADS = {
-    "attention_decode": Workload(
-        "attention_decode", "baseline decode attention: partial per rank, all-to-all (m, l, O) fan-out, LSE merge",
-        DECODE_PARAMS, build_decode, _check),
-    "attention_prefill": Workload(
-        "attention_prefill", "baseline prefill attention: bidirectional open-mesh K/V propagation, online softmax",
-        PREFILL_PARAMS, build_prefill, _check),
-}
-WORKLOADS[gqa_workload.WORKLOAD.name] = gqa_workload.WORKLOAD
+WORKLOADS = {h.name: kernel_workload(h) for h in (DECODE_HOOKS, PREFILL_HOOKS, gqa_workload.GQA, gqa_vs_baseline.HOOKS)}
