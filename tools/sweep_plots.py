@@ -122,8 +122,8 @@ def plot_panel(directory: Path, rows: list[dict], panel: dict, title: str) -> Pa
             ax.plot([p for p, _ in pts], [r[y] for _, r in pts], marker="o", color=colour, label=label)
             if bound:
                 bpts = [(p, r) for p, r in pts if _num(r.get(bound)) and r[bound] > 0]
-                ax.plot([p for p, _ in bpts], [r[bound] for _, r in bpts], linestyle="--", color=colour,
-                        linewidth=1, label=f"{label} bound")
+                ax.plot([p for p, _ in bpts], [r[bound] for _, r in bpts], linestyle="--", marker="x", color=colour,
+                        linewidth=1, markersize=5, label=f"{label} bound")
                 rax.plot([p for p, _ in bpts], [r[y] / r[bound] for _, r in bpts], marker="o", color=colour,
                          label=label)
         xs = sorted({r[x] for r in sub})
