@@ -5,12 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench bench-machine clean fuzz-campaign gqa-llama
+.PHONY: run test bench bench-machine clean fuzz-campaign gqa-llama sweep-demo llama70b llama70b-1sip
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/pip install -q -e '.[test,bench,ray]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -34,6 +34,19 @@ fuzz-campaign: $(STAMP)
 	$(BIN)/emu faults campaign scenarios/ahbm/attention_decode.yaml --plans 200 --seed 2 --no-minimise --out runs/campaign/attention_decode
 	$(BIN)/emu faults campaign scenarios/pccx/program.yaml --plans 150 --seed 3 --no-minimise --out runs/campaign/pccx
 	$(BIN)/emu faults campaign scenarios/demo/ring.yaml --plans 150 --seed 4 --no-minimise --out runs/campaign/ring
+
+sweep-demo: $(STAMP)
+	$(BIN)/emu sweep scenarios/sweeps/reduce-grid.yaml --out runs/sweeps/reduce-grid
+
+# The Llama3-70B milestone bench (docs/sweep.md): four panels, 1 and 4 SIPs. Long (hours on
+# 2 cores); resumable: run it again to continue. llama70b-1sip: the 1-SIP half only.
+LLAMA70B := decode-nosp decode-sp prefill-nosp prefill-sp
+llama70b: $(STAMP)
+	for p in $(LLAMA70B); do $(BIN)/emu sweep scenarios/ahbm/llama70b/$$p.yaml --out runs/sweeps/llama70b-$$p || exit $$?; done
+
+llama70b-1sip: $(STAMP)
+	for p in $(LLAMA70B); do $(BIN)/emu sweep scenarios/ahbm/llama70b/$$p.yaml --out runs/sweeps/llama70b-$$p \
+	  --only machine.profile=ahbm-1sip || exit $$?; done
 
 # Llama3-70B-shape GQA attention runs (timing mode, minutes each): not part of the tests
 gqa-llama: $(STAMP)

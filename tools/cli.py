@@ -1,7 +1,7 @@
 """``emu``: the one command of the emulator.
 
 Subcommands: ``run``, ``validate``, ``explain``, ``trace`` (perfetto, summary,
-diff, replay), ``bench``.  Errors a user can cause (a bad scenario, a model
+diff, replay), ``sweep``, ``bench``.  Errors a user can cause (a bad scenario, a model
 error, a deadlock) are printed as clear messages with a non-zero exit status,
 never as a traceback; ``--debug`` shows the traceback too.
 
@@ -64,6 +64,10 @@ def cmd_validate(args) -> int:
     if not args.scenario:
         print("emu validate: give a scenario file (or --schema)", file=sys.stderr)
         return 2
+    from tools.sweep_spec import looks_like_sweep
+    if looks_like_sweep(args.scenario):
+        from tools.sweep import validate_sweep
+        return validate_sweep(args.scenario)
     sc = _load(args.scenario, args.set)
     from tools.runner import build_system   # every check short of running: build, resolve fault targets
     system, _ = build_system(sc)
@@ -283,9 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--full", action="store_true", help="machine: also the 128-rank decode on 4 SIPs")
     b.set_defaults(func=cmd_bench)
 
-    from tools import compare, trace_tools
+    from tools import compare, sweep, trace_tools
     trace_tools.add_parser(sub)
     compare.add_parser(sub)
+    sweep.add_parser(sub)
     import importlib
     from tools import campaign
     campaign.add_parser(sub)   # emu faults campaign

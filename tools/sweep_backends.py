@@ -1,0 +1,154 @@
+"""Where sweep points run: a local process pool (default) or a Ray cluster.
+
+Both backends take the same tasks and report to the same two callbacks
+(``events.running(n)``, ``events.done(task, record)``); a record is what
+:mod:`tools.sweep_point` returns.  The results do not depend on the backend:
+each point is an independent deterministic run of its resolved scenario.
+
+**Pool.** One fresh process per point, at most ``jobs`` at a time, forked from a
+``forkserver`` that has already imported the emulator (a point starts in
+milliseconds, not after a second of imports).  ``concurrent.futures`` is not used
+on purpose: when one of its workers dies (out of memory, a crash in C code)
+every pending future fails with ``BrokenProcessPool``, and it cannot stop one
+overrunning point.  Here a dead worker fails only its own point, and a point
+still running ``kill_after_s`` after it started is killed and recorded as
+``wall-timeout``.
+
+**Ray.** Each point is a Ray task (``num_cpus=1``; ``max_retries=0`` so a failing
+point is reported, not re-run; workers are reused, and the point resets the
+peak-memory counter, see tools.sweep_point).  Without ``address`` a local Ray instance
+with ``jobs`` CPUs is started (and shut down at the end); with ``address`` the
+sweep joins that cluster.  A task returns its bundle's files, so the workers
+need no shared file system -- only the project installed.  An already
+initialised Ray (e.g. by a test) is used as it is.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from multiprocessing.connection import wait
+
+__all__ = ["PoolBackend", "RayBackend", "make_backend", "default_jobs"]
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _failure(status: str, error: str) -> dict:
+    return {"result": {"status": status, "error": error}}
+
+
+def _child(task: dict, conn) -> None:
+    from tools.sweep_point import run_point
+    record = run_point(task, task["dir"])
+    conn.send(record)
+    conn.close()
+
+
+class PoolBackend:
+    name = "pool"
+
+    def __init__(self, jobs: int | None = None):
+        self.jobs = jobs or default_jobs()
+
+    def run(self, tasks: list[dict], events) -> None:
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["tools.sweep_point"])
+        queue = list(tasks)
+        running: dict = {}          # pipe end -> (task, process, start time)
+        try:
+            while queue or running:
+                while queue and len(running) < self.jobs:
+                    task = queue.pop(0)
+                    r, w = ctx.Pipe(duplex=False)
+                    p = ctx.Process(target=_child, args=(task, w), name=f"emu-sweep-point-{task['index']}",
+                                    daemon=True)
+                    p.start()
+                    w.close()
+                    running[r] = (task, p, time.monotonic())
+                events.running(len(running))
+                for r in wait(list(running), timeout=0.25):
+                    task, p, _ = running.pop(r)
+                    try:
+                        record = r.recv()
+                    except EOFError:
+                        p.join()
+                        record = _failure("error", f"the worker process died (exit code {p.exitcode})")
+                    r.close()
+                    p.join()
+                    events.done(task, record)
+                now = time.monotonic()
+                for r, (task, p, t0) in list(running.items()):
+                    limit = task.get("kill_after_s")
+                    if limit is not None and now - t0 > limit:
+                        p.kill()
+                        p.join()
+                        r.close()
+                        del running[r]
+                        events.done(task, _failure("wall-timeout", f"killed by the sweep after {limit:.0f} s"))
+                events.running(len(running))
+        finally:
+            for r, (task, p, _) in running.items():
+                p.kill()
+                p.join()
+                r.close()
+
+
+class RayBackend:
+    name = "ray"
+
+    def __init__(self, jobs: int | None = None, address: str | None = None):
+        self.jobs = jobs or default_jobs()
+        self.address = address
+
+    def run(self, tasks: list[dict], events) -> None:
+        import logging
+
+        import ray
+
+        from tools.sweep_point import run_point_collect
+
+        started_here = not ray.is_initialized()
+        if started_here:
+            if self.address:
+                ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
+            else:
+                ray.init(num_cpus=self.jobs, include_dashboard=False, log_to_driver=False,
+                         logging_level=logging.WARNING)
+        try:
+            remote = ray.remote(num_cpus=1, max_retries=0)(run_point_collect)
+            refs = {remote.remote(task): task for task in tasks}
+            cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+            pending = list(refs)
+            events.running(min(len(pending), cpus))
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1, timeout=0.5)
+                for ref in ready:
+                    try:
+                        record = ray.get(ref)
+                    except Exception as e:  # noqa: BLE001 -- a lost worker fails its point only
+                        record = _failure("error", f"the Ray task failed: {type(e).__name__}: {e}")
+                    events.done(refs[ref], record)
+                events.running(min(len(pending), cpus))
+        finally:
+            if started_here:
+                ray.shutdown()
+
+
+def make_backend(name: str, jobs: int | None, address: str | None):
+    if name == "pool":
+        if address:
+            raise ValueError("--address is for --backend ray")
+        return PoolBackend(jobs)
+    if name == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ValueError("--backend ray needs Ray: pip install -e '.[ray]'") from None
+        return RayBackend(jobs, address)
+    raise ValueError(f"unknown backend {name!r} (known: pool, ray)")

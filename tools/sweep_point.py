@@ -1,0 +1,71 @@
+"""One sweep point, run in a worker process: resolved scenario in, result bundle and record out.
+
+The worker rebuilds the scenario from its resolved form (no file access: a Ray
+worker on another machine needs nothing but the task), runs it through the same
+runner as ``emu run`` (tools.runner) and writes the usual result bundle.  Every
+failure of the point -- a model error, a deadlock, a time limit, an exception in
+the workload -- becomes the record's status; nothing escapes to stop the sweep.
+
+``peak_rss_mib`` (the runner reads the process's peak resident memory) is the
+point's own even in a reused worker process (Ray): the worker resets the
+kernel's peak counter before the point (Linux ``/proc/self/clear_refs``, value
+5; where that is not possible the figure is the worker's peak so far).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from tools.bundle import Bundle
+from tools.runner import run_scenario, scenario_from_resolved
+
+__all__ = ["run_point", "run_point_collect"]
+
+
+def run_point(task: dict, directory: str) -> dict:
+    """Run ``task`` (``resolved``, ``sets``, ``timeout_ps``, ``plots``) writing its bundle in ``directory``.
+
+    Returns ``{"result": <result.json dict>}``; never raises for a failure of the point itself.
+    """
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    _reset_peak_memory()
+    t0 = time.perf_counter()
+    try:
+        sc = scenario_from_resolved(task["resolved"])
+        sc.source = {"base": task["resolved"].get("file"), "set": task["sets"]}
+        sc.output = {**(sc.output or {}), "dir": str(d), "plots": bool(task.get("plots"))}
+        if task.get("timeout_ps") and not (sc.stop or {}).get("wall_timeout"):
+            sc.stop = {**(sc.stop or {}), "wall_timeout": task["timeout_ps"]}
+        bundle = Bundle(d)
+        trace_path = bundle.trace_path if sc.trace.get("enabled") else None
+        res, system, result = run_scenario(sc, trace_path=trace_path)
+        bundle.write(sc, res, system, result, trace_path)
+    except Exception as e:  # noqa: BLE001 -- any failure of one point is that point's status
+        res = {"status": "error", "error": f"{type(e).__name__}: {e}",
+               "traceback": traceback.format_exc(limit=8), "wall_s": round(time.perf_counter() - t0, 6)}
+    return {"result": res}
+
+
+def _reset_peak_memory() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def run_point_collect(task: dict) -> dict:
+    """:func:`run_point` in a temporary directory, returning the bundle's files too (for remote workers)."""
+    with tempfile.TemporaryDirectory(prefix="emu-point-") as tmp:
+        record = run_point(task, tmp)
+        files = {}
+        for root, _, names in os.walk(tmp):
+            for name in names:
+                p = Path(root) / name
+                files[str(p.relative_to(tmp))] = p.read_bytes()
+        record["files"] = files
+    return record
