@@ -213,6 +213,8 @@ class Cvo(Actor):
             f = u.fields
             start = self.now
             func = isa.CVO_NAMES.get(f["cvo_func"])
+            if func is None and cfg["tanh"] and f["cvo_func"] == isa.CVO_EXT_FUNCS["TANH"]:
+                func = "TANH"   # what-if SFU function (profile cvo.tanh)
             L = f["length"]
             if func is None:   # rtl profile: CVO_top falls back to idle on a reserved function
                 await self.status.send(Status("drop", "CVO", u.seq, isa.ERR_RESERVED_BITS, start, self.now,

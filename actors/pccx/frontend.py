@@ -157,13 +157,14 @@ class Decoder(Actor):
 
     daemon = True
 
-    def __init__(self, name: str, *, cycle_ps: int, strict: bool):
+    def __init__(self, name: str, *, cycle_ps: int, strict: bool, cvo_ext: frozenset = frozenset()):
         super().__init__(name)
         self.inp = self.in_port("in", idle=True)
         self.out = self.out_port("out")
         self.status = self.out_port("status")
         self.cycle_ps = cycle_ps
         self.strict = strict
+        self.cvo_ext = cvo_ext   # what-if CVO function codes this machine has (profile cvo.tanh)
 
     async def run(self) -> None:
         while True:
@@ -172,7 +173,7 @@ class Decoder(Actor):
             if m.word == isa.KICK_WORD:
                 continue
             try:
-                ins = isa.decode(m.word, strict=self.strict)
+                ins = isa.decode(m.word, strict=self.strict, cvo_ext=self.cvo_ext)
             except isa.IsaError as e:
                 await self.status.send(Status("error", "?", m.seq, e.code, self.now, self.now,
                                               f"0x{m.word:016X}: {e}"))

@@ -27,8 +27,9 @@ from actors.pccx.gemv import GemvFront, GemvLane, WeightSwitch
 from actors.pccx.memory import Acp, HostDDR, HpPort, L2, MemDispatcher
 from actors.registry import Workload
 from emulator.errors import BuildError
-from emulator.schema import Enum, Int, List, Map, OneOf, Quantity, Spec, Str
+from emulator.schema import Bool, Enum, Int, List, Map, OneOf, Quantity, Spec, Str
 from emulator.units import ClockDomain
+from protocols import pccx_isa as isa
 from protocols.pccx_isa import CVO_FUNCS, OPCODES
 
 __all__ = ["PROFILE_SCHEMA", "WORKLOADS", "build_machine", "clocks", "load_profile", "latency_table"]
@@ -61,7 +62,9 @@ PROFILE_SCHEMA = Map({
                 "model_size": Quantity("size", default="16MiB", doc="bytes of host DDR modelled")}),
     "hp": Map({"ports": Int(min=1, default=4), "beat_bytes": Int(min=1, default=16),
                "burst_beats": Int(min=1, default=16), "fifo_words": Int(min=1, default=4096),
-               "outstanding": Int(min=1, default=4), "dm_cmd_depth": Int(min=1, default=8)}),
+               "outstanding": Int(min=1, default=4), "dm_cmd_depth": Int(min=1, default=8),
+               "chunk_bursts": Int(min=1, default=1, doc="bursts per DDR read / FIFO message (speed; a divisor of "
+                                   "fifo_words / burst_beats); 1 = burst-level streaming")}),
     "acp": Map({"burst_words": Int(min=1, default=16), "cycles_per_word": Int(min=1, default=1),
                 "outstanding": Int(min=1, default=4)}),
     "l2": Map({"words": Int(min=1, default=114688), "read_latency_cycles": Int(min=0, default=3)}),
@@ -73,7 +76,14 @@ PROFILE_SCHEMA = Map({
     "cvo": Map({"max_length": Int(min=1, default=2048), "read_cycles_per_word": Int(min=1),
                 "write_cycles_per_element": Int(min=0), "output_register_cycles": Int(min=0, default=1),
                 "reduce_cycles_per_element": Int(min=0, default=1),
-                "latency": Map({f: Int(min=0) for f in CVO_FUNCS})}),
+                "tanh": Bool(default=False, doc="give the SFU a TANH function (code 0x8, not in the real CVO, "
+                             "reference §1.3): what-if option, latency from latency.TANH"),
+                "latency": Map({**{f: Int(min=0) for f in CVO_FUNCS},
+                                "TANH": Int(min=0, default=12, doc="ASSUMPTION: as GELU (same sigmoid-class pipeline)")})}),
+    "host": Map({"element_time": Quantity("time", default="1ns", doc="host CPU time per element of an "
+                                          "element-wise step (ASSUMPTION: Cortex-A53 NEON, memory-bound)"),
+                 "call_overhead": Quantity("time", default="2us", doc="fixed cost of one host compute step "
+                                           "(ASSUMPTION: DMA-buffer cache maintenance + dispatch)")}, default={}),
     "driver": Map({"poll_interval": Quantity("time"),
                    "wait_timeout": Quantity("time", default="10ms", doc="a DONE wait longer than this halts the driver")}),
 })
@@ -115,7 +125,8 @@ def build_machine(system, profile: dict, steps: list, ddr_init: dict | None = No
                              hp_ports=nports, wait_timeout=profile["driver"]["wait_timeout"]))
     add("cmd", AxilCmdIn("pccx/axil_cmd"))
     add("stat", AxilStatOut("pccx/axil_stat", done_on=profile["status"]["done_on"]))
-    add("dec", Decoder("pccx/decoder", cycle_ps=profile["decoder_cycles"] * tc, strict=strict))
+    ext = frozenset([isa.CVO_EXT_FUNCS["TANH"]] if cvo["tanh"] else [])
+    add("dec", Decoder("pccx/decoder", cycle_ps=profile["decoder_cycles"] * tc, strict=strict, cvo_ext=ext))
     add("sch", GlobalScheduler("pccx/scheduler", cycle_ps=profile["scheduler_cycles"] * tc, strict=strict,
                                l2_words=profile["l2"]["words"], cvo_max=cvo["max_length"]))
     add("disp", MemDispatcher("pccx/dispatcher", cycle_ps=tc, len_lookup_cycles=profile["dispatcher"]["len_lookup_cycles"],
@@ -127,14 +138,16 @@ def build_machine(system, profile: dict, steps: list, ddr_init: dict | None = No
     add("l2", L2("pccx/l2", words=profile["l2"]["words"], cycle_ps=tc, data_mode=data))
     for p in range(nports):
         add(f"hp{p}", HpPort(f"pccx/hp{p}", burst_bytes=hp["burst_beats"] * hp["beat_bytes"],
-                             beat_bytes=hp["beat_bytes"], beat_ps=taxi, outstanding=hp["outstanding"]))
+                             beat_bytes=hp["beat_bytes"], beat_ps=taxi, outstanding=hp["outstanding"],
+                             chunk_bursts=hp["chunk_bursts"]))
     add("acp", Acp("pccx/acp", burst_words=profile["acp"]["burst_words"], word_ps=profile["acp"]["cycles_per_word"] * tc,
                    read_latency_ps=profile["l2"]["read_latency_cycles"] * tc, outstanding=profile["acp"]["outstanding"]))
     add("gemv", GemvFront("pccx/gemv", cycle_ps=tc, lanes=g["lanes"],
                           read_latency_cycles=profile["l2"]["read_latency_cycles"], data_mode=data))
     for i, p in enumerate(lane_ports):
         add(f"lane{i}", GemvLane(f"pccx/gemv/lane{i}", index=i, cycle_ps=tc, macs_per_lane=g["macs_per_lane"],
-                                 pipeline_cycles=g["pipeline_cycles"], burst_bytes=hp["burst_beats"] * hp["beat_bytes"],
+                                 pipeline_cycles=g["pipeline_cycles"],
+                                 burst_bytes=hp["burst_beats"] * hp["beat_bytes"] * hp["chunk_bursts"],
                                  beat_bytes=hp["beat_bytes"], wired=p is not None, data_mode=data))
     fed = {p: [i for i, q in enumerate(lane_ports) if q == p] for p in gemv_ports}
     for p, lanes in fed.items():
@@ -169,6 +182,10 @@ def build_machine(system, profile: dict, steps: list, ddr_init: dict | None = No
         c(a[src].emax, a["cvo"].emax_in, capacity=big, name=f"emax.{src}")
     ddr_lat = profile["ddr"]["latency"]
     fifo_bursts = max(1, hp["fifo_words"] // hp["burst_beats"])
+    if fifo_bursts % hp["chunk_bursts"]:
+        raise BuildError(f"profile hp.chunk_bursts: {hp['chunk_bursts']} does not divide the weight FIFO's "
+                         f"{fifo_bursts} bursts (hp.fifo_words / hp.burst_beats)")
+    fifo_bursts //= hp["chunk_bursts"]   # the FIFO link's capacity in messages (chunks)
     for p in range(nports):
         c(a["driver"].hp[p], a[f"hp{p}"].cmd, capacity=hp["dm_cmd_depth"], name=f"dm.hp{p}")
         c(a[f"hp{p}"].ddr_req, a["ddr"].req[f"hp{p}"], capacity=big, name=f"ddr.req.hp{p}")

@@ -96,6 +96,8 @@ def cvo_apply(func: str, x_bits: np.ndarray, *, emax_bits: int | None, recip_sca
                 y = np.zeros_like(rest) if s == 0 else rest * round_bf16(np.float32(1.0) / s)
             else:
                 y = rest * s
+        elif func == "TANH":   # what-if function (profile cvo.tanh), not in the real CVO
+            y = np.tanh(x)
         elif func == "RECIP":
             y = np.float32(1.0) / x
         else:
