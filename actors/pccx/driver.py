@@ -19,7 +19,8 @@ actors/pccx/frontend.py)::
 
 Timing: an AXI-Lite access costs the host link's flight time (``axil.latency``
 each way, one outstanding access); polling waits ``driver.poll_interval`` between
-status reads.  ``wait_done`` returns when the retired count equals the
+status reads (doubling after each unsuccessful read up to ``driver.poll_max_interval``,
+ASSUMPTION: a uca_sync-style backoff; equal to ``poll_interval`` = fixed period).  ``wait_done`` returns when the retired count equals the
 instructions pushed and BUSY is clear.
 
 A ``wait_done`` that sees no completion within ``driver.wait_timeout`` halts the
@@ -49,10 +50,15 @@ class DriverHalt(Exception):
 
 
 class HostDriver(Actor):
-    """Runs ``steps``: ``("open",)``, ``("kv_init", n)``, ``("start",)``, ``("push", word)``,
-    ``("kick",)``, ``("hp", port, stream, addr, nbytes[, dest])``, ``("wait", label)``, ``("sleep", ps)``."""
+    """Runs ``steps`` (any iterable, e.g. a compiler generator): ``("open",)``, ``("kv_init", n)``,
+    ``("start",)``, ``("push", word)``, ``("kick",)``, ``("hp", port, stream, addr, nbytes[, dest])``,
+    ``("wait", label)``, ``("sleep", ps)``, ``("host", label, ps)`` (host CPU work: busy ``ps``).
 
-    def __init__(self, name: str, *, steps: list, poll_interval: int, hp_ports: int, wait_timeout: int = 0):
+    ``where(seq)`` (optional) names the program place of pushed instruction
+    ``seq`` (e.g. ``token 0 layer 3 stage attention``) for the halt log."""
+
+    def __init__(self, name: str, *, steps, poll_interval: int, hp_ports: int, wait_timeout: int = 0,
+                 where=None, poll_max_interval: int = 0):
         super().__init__(name)
         self.axil_w = self.out_port("axil_w")
         self.axil_r = self.out_port("axil_r")
@@ -70,6 +76,9 @@ class HostDriver(Actor):
         self.polls = 0
         self.waits: list = []
         self.halted = None
+        self.where = where
+        self.poll_max_interval = max(poll_interval, poll_max_interval)
+        self.host_spans: list[tuple[int, int, str]] = []   # (start, end, label) of host compute steps
 
     # -- the API ---------------------------------------------------------------
     async def open(self) -> None:
@@ -116,6 +125,7 @@ class HostDriver(Actor):
     async def wait_done(self, label: str = "") -> None:
         """Poll the status word until every pushed instruction retired (the per-layer DONE poll)."""
         t0 = self.now
+        interval = self.poll_interval
         while True:
             self._check_irq()
             s = status_fields(await self.read_status())
@@ -129,7 +139,8 @@ class HostDriver(Actor):
                 self._halt(None, 0, f"timeout: wait '{label}' saw {self.pushed - s['retired']} of {self.pushed} "
                                     f"instructions not retired after {self.now - t0} ps (an engine waits for "
                                     f"weights or data that never come?)")
-            await self.sleep(self.poll_interval)
+            await self.sleep(interval)
+            interval = min(2 * interval, self.poll_max_interval)   # backoff (off when max = poll_interval)
 
     # -- errors ----------------------------------------------------------------
     def _check_irq(self) -> None:
@@ -142,6 +153,10 @@ class HostDriver(Actor):
         self.halted = {"at_ps": self.now, "seq": seq, "code": code,
                        "class": ERROR_NAMES.get(code, "timeout" if code == 0 else "?"),
                        "word": f"0x{word:016X}" if word is not None else None, "text": text}
+        if word is not None:
+            self.halted["instruction"] = isa.disasm_word(word)
+        if self.where is not None and seq is not None:
+            self.halted["where"] = self.where(seq)
         self.mark("driver_halt", self.halted)
         raise DriverHalt(text)
 
@@ -158,6 +173,10 @@ class HostDriver(Actor):
                     await self.wait_done(step[1])
                 elif kind == "sleep":
                     await self.sleep(step[1])
+                elif kind == "host":
+                    t = self.now
+                    await self.busy(step[2], f"host {step[1]}")
+                    self.host_spans.append((t, self.now, step[1]))
                 elif kind == "kick":
                     await self.kick()
                 elif kind == "open":

@@ -85,6 +85,8 @@ PROFILE_SCHEMA = Map({
                  "call_overhead": Quantity("time", default="2us", doc="fixed cost of one host compute step "
                                            "(ASSUMPTION: DMA-buffer cache maintenance + dispatch)")}, default={}),
     "driver": Map({"poll_interval": Quantity("time"),
+                   "poll_max_interval": Quantity("time", default="0s", doc="poll backoff cap (0 or poll_interval: "
+                                                 "fixed period; ASSUMPTION: uca_sync-style doubling)"),
                    "wait_timeout": Quantity("time", default="10ms", doc="a DONE wait longer than this halts the driver")}),
 })
 
@@ -101,8 +103,11 @@ def clocks(profile: dict) -> tuple[int, int]:
     return ClockDomain(profile["clocks"]["core"], "core").ps(1), ClockDomain(profile["clocks"]["axi"], "axi").ps(1)
 
 
-def build_machine(system, profile: dict, steps: list, ddr_init: dict | None = None) -> dict:
-    """Add every pccx actor and link to ``system``; returns the actors by short name."""
+def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, where=None) -> dict:
+    """Add every pccx actor and link to ``system``; returns the actors by short name.
+
+    ``steps``: the driver's program (any iterable); ``where(seq)``: names the program place of
+    instruction ``seq`` in the driver's halt log."""
     tc, taxi = clocks(profile)
     data = system.mode == "data"
     strict = profile["errors"] == "strict"
@@ -122,7 +127,8 @@ def build_machine(system, profile: dict, steps: list, ddr_init: dict | None = No
     a = {}
     add = lambda key, actor: a.setdefault(key, system.add(actor))  # noqa: E731
     add("driver", HostDriver("pccx/driver", steps=steps, poll_interval=profile["driver"]["poll_interval"],
-                             hp_ports=nports, wait_timeout=profile["driver"]["wait_timeout"]))
+                             hp_ports=nports, wait_timeout=profile["driver"]["wait_timeout"], where=where,
+                             poll_max_interval=profile["driver"]["poll_max_interval"]))
     add("cmd", AxilCmdIn("pccx/axil_cmd"))
     add("stat", AxilStatOut("pccx/axil_stat", done_on=profile["status"]["done_on"]))
     ext = frozenset([isa.CVO_EXT_FUNCS["TANH"]] if cvo["tanh"] else [])
@@ -235,6 +241,7 @@ def latency_table(system, profile: dict) -> list[dict]:
 
 from actors.pccx import asmprog as _asm  # noqa: E402  (the workloads use build_machine)
 from actors.pccx import program as _program  # noqa: E402
+from actors.pccx.gemma3n import workload as _gemma3n  # noqa: E402
 
 WORKLOADS = {
     "program": Workload("program", "hand-written program using every opcode: MEMCPY in, MEMSET shapes, GEMVs with "
@@ -242,4 +249,7 @@ WORKLOADS = {
                         _program.PARAMS, _program.build, _program.check),
     "asm": Workload("asm", "run a hand-written .pasm text program (emu pccx disasm text + driver directives)",
                     _asm.PARAMS, _asm.build, _asm.check),
+    "gemma3n": Workload("gemma3n", "Gemma 3N decode tokens compiled from a model config (actors/pccx/gemma3n): "
+                        "driver token loop, KV ring, weight prefetch; budget report", _gemma3n.PARAMS,
+                        _gemma3n.build, _gemma3n.check),
 }

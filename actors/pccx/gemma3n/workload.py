@@ -1,0 +1,205 @@
+"""The ``gemma3n`` workload: Gemma 3N decode tokens on the pccx machine, from the compiled instruction stream.
+
+``build`` compiles the config (actors/pccx/gemma3n/compiler.py) and hands the
+driver a generator: setup (``pccx_open``, constant MEMSETs, ``pccx_kv_init``,
+``pccx_start``), then per token the compiled steps (token id, embedding row,
+layer instructions pushed async, polls, logits back, host sampling).  Token
+``t`` is compiled when the driver reaches it, so the KV ring's valid range is
+the driver's state at that moment.  ``context`` = positions already in the ring
+(the prompt is assumed prefilled through the same decode path, token by token;
+those tokens are not emulated — only the ``tokens`` decode steps after them).
+
+Timing mode only: data mode (numerics against a numpy reference) is not built
+(see docs/pccx-gemma3n.md).
+
+``check`` returns the budget report: tok/s, per-layer and per-stage time,
+utilisations, bandwidths beside the seed §6 budget and the independent bounds,
+and the rule-1 prefetch overlap.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from actors.pccx.gemma3n.compiler import STAGES, CompileError, Compiler
+from actors.pccx.gemma3n.config import load_config
+from emulator.errors import BuildError
+from emulator.schema import Bool, Int, Map, Str, AnyValue
+from emulator.units import ClockDomain
+
+__all__ = ["PARAMS", "build", "check", "Context"]
+
+PARAMS = Map({
+    "model": Str(default="tiny", doc="config stem in scenarios/pccx/gemma3n/models/ or a YAML path"),
+    "model_set": Map({}, open=True, default={}, doc="overrides deep-merged into the config (e.g. kv: {dtype: int8})"),
+    "tokens": Int(min=1, default=1, doc="decode tokens emulated"),
+    "context": Int(min=0, default=0, doc="positions already in the KV ring before the first emulated token"),
+    "prefetch": Bool(default=True, doc="seed §3.2 rule 1 on (stream of GEMV n+1 issued at GEMV n's push) or off"),
+})
+
+
+class Context:
+    """What ``build`` hands ``check``: the compiler (layouts, tags, counts) and the run's parameters."""
+
+    def __init__(self, compiler: Compiler, params: dict):
+        self.compiler = compiler
+        self.params = params
+
+
+def build(system, profile: dict, p: dict) -> Context:
+    from actors.pccx.machine import build_machine
+
+    if system.mode != "timing":
+        raise BuildError("workload gemma3n: only timing mode is built (data mode against a numpy reference is "
+                         "not implemented; see docs/pccx-gemma3n.md)")
+    try:
+        c = load_config(p["model"], p["model_set"])
+        comp = Compiler(c, profile, prefetch=p["prefetch"])
+    except CompileError as e:
+        raise BuildError(f"workload gemma3n: {e}") from None
+    if comp.ddr.top > profile["ddr"]["model_size"]:
+        raise BuildError(f"workload gemma3n: the program lays out {comp.ddr.top} bytes of host DDR, profile "
+                         f"ddr.model_size is {profile['ddr']['model_size']} (set machine.overrides.ddr.model_size)")
+    for _ in range(p["context"]):
+        comp.ring.append()
+
+    def steps():
+        yield from comp.setup()
+        for t in range(p["context"], p["context"] + p["tokens"]):
+            yield from comp.token(t)
+
+    build_machine(system, profile, steps(), None, where=comp.describe)
+    ctx = Context(comp, p)
+    system.pccx_out = ctx      # the runner hands check() the system; the context rides on it
+    return ctx
+
+
+def _busy(spans, t0, t1) -> int:
+    return sum(max(0, min(e, t1) - max(s, t0)) for s, e, *_ in spans)
+
+
+def prefetch_overlap(system, comp: Compiler) -> dict:
+    """Rule-1 overlap: HP time of stream n+1 inside the MAC span of stream n (per layer, ps)."""
+    lanes = [a for n, a in system.actors.items() if n.startswith("pccx/gemv/lane")]
+    hp = [a for n, a in system.actors.items() if n.startswith("pccx/hp")]
+    comp_span: dict[int, list] = {}
+    for lane in lanes:
+        for (s, e, _seq, st) in lane.spans:
+            if st >= 0:
+                r = comp_span.setdefault(st, [s, e])
+                r[0], r[1] = min(r[0], s), max(r[1], e)
+    xfer: dict[int, list] = defaultdict(list)
+    for port in hp:
+        for (s, e, st) in port.spans:
+            xfer[st].append((s, e))
+    per_layer: dict[int, int] = defaultdict(int)
+    total = 0
+    for st in sorted(comp_span):
+        if st + 1 not in xfer:
+            continue
+        c0, c1 = comp_span[st]
+        ov = sum(max(0, min(e, c1) - max(s, c0)) for s, e in xfer[st + 1])
+        per_layer[comp.stream_where[st + 1][1]] += ov
+        total += ov
+    return {"total_ps": total, "per_layer_ps": dict(per_layer)}
+
+
+def check(system, profile: dict, p: dict, result, ctx: Context | None = None) -> dict:
+    ctx = ctx or system.pccx_out
+    comp = ctx.compiler
+    c = comp.c
+    driver = system.actors["pccx/driver"]
+    stat = system.actors["pccx/axil_stat"]
+    out: dict = {}
+    if driver.halted:
+        out["error"] = (f"pccx/driver halted at t={driver.halted['at_ps']} ps: {driver.halted['text']} "
+                        f"[{driver.halted.get('instruction')}; {driver.halted.get('where')}]")
+    if result.status != "finished" or driver.halted:
+        return out
+    end = result.end_time_ps
+    # token boundaries: the host's embed step starts a token, its sample step ends it
+    starts = [s for s, e, lab in driver.host_spans if lab.startswith("embed:")]
+    ends = [e for s, e, lab in driver.host_spans if lab.startswith("sample:")]
+    ntok = len(ends)
+    tok_ps = (ends[-1] - starts[0]) / ntok
+    out["tokens"] = ntok
+    out["token_time_us"] = round(tok_ps / 1e6, 3)
+    out["tok_per_s"] = round(1e12 / tok_ps, 3)
+    # per layer: between consecutive layer_done polls (first layer from the token start)
+    waits = driver.waits
+    lay = [w["at_ps"] for w in waits if w["label"].endswith("layer_done")]
+    t0 = starts[-1]
+    per_layer = []
+    last = [w for w in lay if w >= t0]
+    prev = t0
+    for w in last:
+        per_layer.append(round((w - prev) / 1e6, 3))
+        prev = w
+    out["per_layer_us_last_token"] = per_layer
+    # per stage: engine busy (retire spans) and host time
+    stage_engine = defaultdict(int)
+    stage_ops = defaultdict(int)
+    for r in stat.records:
+        if r["kind"] == "retire" and 0 <= r["seq"] < len(comp.where):
+            st = comp.where[r["seq"]][2]
+            stage_engine[st] += r["end"] - r["start"]
+            stage_ops[st] += 1
+    stage_host = defaultdict(int)
+    for s, e, lab in driver.host_spans:
+        stage_host[lab.split(":")[0]] += e - s
+    rows = []
+    for st in STAGES:
+        if stage_ops.get(st) or stage_host.get(st):
+            rows.append({"stage": st, "instructions": sum(v for (s2, _), v in comp.counts.items() if s2 == st),
+                         "engine_busy_us": round(stage_engine[st] / 1e6 / ntok, 3),
+                         "host_us": round(stage_host[st] / 1e6 / ntok, 3),
+                         "hp_MB": round(comp.stream_bytes[st] / 1e6 / max(1, ntok), 3)})
+    # utilisation over the emulated tokens
+    T0, T1 = starts[0], ends[-1]
+    span = T1 - T0
+    util = {}
+    for n, a in system.actors.items():
+        if n.startswith("pccx/hp") and a.spans:
+            util[n] = round(_busy(a.spans, T0, T1) / span, 4)
+        if n.startswith("pccx/gemv/lane"):
+            util[n] = round(_busy(a.spans, T0, T1) / span, 4)
+    cvo = sum(r["end"] - r["start"] for r in stat.records if r["kind"] == "retire" and r["op"] == "CVO")
+    util["pccx/cvo (SFU)"] = round(cvo / span, 4)
+    util["pccx/gemm (systolic array)"] = round(_busy(system.actors["pccx/gemm"].spans, T0, T1) / span, 4)
+    util["host CPU"] = round(sum(e - s for s, e, _ in driver.host_spans if s >= T0) / span, 4)
+    # bandwidths and bounds
+    wbytes = comp.weight_bytes_per_token() / ntok
+    tc = ClockDomain(profile["clocks"]["core"], "core").ps(1)
+    taxi = ClockDomain(profile["clocks"]["axi"], "axi").ps(1)
+    g = profile["gemv"]
+    ports = len({g["lane_ports"][i] for i in range(comp.lanes)})
+    hp_bw = ports * profile["hp"]["beat_bytes"] * 1e12 / taxi
+    mac_rate = comp.lanes * g["macs_per_lane"] * 1e12 / tc
+    bound_w = hp_bw / wbytes
+    bound_mac = mac_rate / (comp.macs / ntok)
+    ddr_bound = profile["ddr"]["bandwidth"] / wbytes
+    bound = min(bound_w, bound_mac, ddr_bound)
+    ov = prefetch_overlap(system, comp)
+    out["budget"] = [
+        {"metric": "decode throughput (tok/s)", "emulated": out["tok_per_s"], "seed_budget": 20,
+         "bound": round(bound, 3), "ratio_to_bound": round(out["tok_per_s"] / bound, 4)},
+        {"metric": "weight stream (GB/s)", "emulated": round(wbytes * 1e3 / tok_ps, 3), "seed_budget": 3,
+         "bound": round(hp_bw / 1e9, 3), "ratio_to_bound": round(wbytes * 1e3 / tok_ps / (hp_bw / 1e9), 4)},
+        {"metric": "KV read (GB/s)", "emulated": round(comp.kv_bytes / ntok * 1e3 / tok_ps, 3), "seed_budget": 6,
+         "bound": None, "ratio_to_bound": None},
+        {"metric": "L2 activation traffic (GB/s)", "emulated": round(comp.l2_bytes / ntok * 1e3 / tok_ps, 3),
+         "seed_budget": 1.6, "bound": None, "ratio_to_bound": None},
+    ]
+    out["bounds"] = {"weight_bytes_per_token": int(wbytes), "kv_bytes_per_token": int(comp.kv_bytes / ntok),
+                     "gemv_macs_per_token": int(comp.macs / ntok),
+                     "hp_gemv_bandwidth_GBps": round(hp_bw / 1e9, 3), "gemv_mac_rate_GMACps": round(mac_rate / 1e9, 3),
+                     "tok_s_bound_weight_stream": round(bound_w, 3), "tok_s_bound_macs": round(bound_mac, 3),
+                     "tok_s_bound_ddr": round(ddr_bound, 3)}
+    out["prefetch_overlap_us"] = round(ov["total_ps"] / 1e6, 3)
+    out["instructions_per_token"] = round(len(comp.where) / ntok)
+    out["polls_per_token"] = round(len(waits) / ntok, 1)
+    out["kv_ring"] = {"max_tokens": comp.ring.max_tokens, "written": comp.ring.written, "sink": comp.ring.sink,
+                      "attended": comp.ring.attended()}
+    out["tables"] = {"gemma3n per-stage (per token)": rows,
+                     "utilisation (emulated tokens)": [{"unit": k, "busy": v} for k, v in util.items()],
+                     "budget vs seed §6 and bounds": out["budget"]}
+    return out
