@@ -130,6 +130,7 @@ class HostDriver(Actor):
             self._check_irq()
             s = status_fields(await self.read_status())
             if s["error"]:
+                self._check_irq()   # the interrupt names the instruction; halt with it when it has arrived
                 self._halt(None, s["error_code"], "ERROR bit set in the status word")
             if s["retired"] == self.pushed & 0xFFFF_FFFF and not s["busy"]:
                 self.waits.append({"label": label, "at_ps": self.now, "waited_ps": self.now - t0,

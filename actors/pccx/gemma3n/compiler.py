@@ -199,7 +199,7 @@ class Compiler:
         T = c["kv"]["max_tokens"]
         self.ddr, self.mats = DdrLayout(), {}
         # MEMCPY aux_addr is 17 bits of 16-byte units: the ACP staging area must sit in the first 2 MiB
-        self.host_stage = self.ddr.alloc("host_staging", 4 * max(F, V, NL * P, A * D) + 4096)
+        self.host_stage = self.ddr.alloc("host_staging", 2 * max(V, 2 * F, NL * P, A * D + A * A) + 4096)
         if self.ddr.top > (1 << 17) * 16:
             raise CompileError(f"host staging area ({self.ddr.top} bytes) exceeds the 2 MiB MEMCPY aux_addr reach")
         for k in range(1, A):
@@ -418,7 +418,7 @@ class Compiler:
 
     def _take(self) -> list:
         out, self.steps = self.steps, []
-        return self._place_prefetch(out) if self.prefetch else out
+        return self._place_prefetch(out) if self.prefetch else [st for st in out if st[0] != "_barrier"]
 
     def token(self, t: int) -> list:
         """The driver steps of decode token ``t`` (position t)."""

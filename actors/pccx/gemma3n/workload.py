@@ -23,7 +23,7 @@ from collections import defaultdict
 from actors.pccx.gemma3n.compiler import STAGES, CompileError, Compiler
 from actors.pccx.gemma3n.config import load_config
 from emulator.errors import BuildError
-from emulator.schema import Bool, Int, Map, Str, AnyValue
+from emulator.schema import Bool, Enum, Int, Map, Str
 from emulator.units import ClockDomain
 
 __all__ = ["PARAMS", "build", "check", "Context"]
@@ -34,7 +34,31 @@ PARAMS = Map({
     "tokens": Int(min=1, default=1, doc="decode tokens emulated"),
     "context": Int(min=0, default=0, doc="positions already in the KV ring before the first emulated token"),
     "prefetch": Bool(default=True, doc="seed §3.2 rule 1 on (stream of GEMV n+1 issued at GEMV n's push) or off"),
+    "corrupt": Map({"seq": Int(min=0, doc="instruction number (push order) to corrupt"),
+                    "kind": Enum(["opcode", "reserved_bits", "address"])}, default={"seq": 0, "kind": "opcode"},
+                   required=False, doc="error-path test: the driver pushes a corrupted word at instruction seq"),
+    "corrupt_enabled": Bool(default=False),
 })
+
+
+def corrupt_word(word: int, kind: str) -> int:
+    """A corrupted copy of ``word``: reserved opcode 0xF, reserved bit 0 set (every layout but MEMCPY has
+    reserved low bits; MEMCPY's bit 0 is ``async``, so bit 2 of the GEMV/CVO reserved field is used via
+    opcode-specific positions), or an L2 address field at its maximum (>= 114,688 words)."""
+    op = word >> 60
+    if kind == "opcode":
+        return (0xF << 60) | (word & ((1 << 60) - 1))
+    if kind == "reserved_bits":
+        bit = {0: 20, 1: 20, 3: 0, 4: 1}.get(op)
+        if bit is None:   # MEMCPY has no reserved bits: corrupt the opcode field instead
+            return (0x9 << 60) | (word & ((1 << 60) - 1))
+        return word | (1 << bit)
+    # address: GEMV/GEMM dest_reg [59:43], MEMCPY dest/src, CVO: length beyond the SFU's FIFO
+    if op in (0, 1):
+        return word | (0x1FFFF << 43)
+    if op == 2:
+        return word | (0x1FFFF << 41) | (0x1FFFF << 24)
+    return word | (0xFFFF << 6)
 
 
 class Context:
@@ -67,7 +91,17 @@ def build(system, profile: dict, p: dict) -> Context:
         for t in range(p["context"], p["context"] + p["tokens"]):
             yield from comp.token(t)
 
-    build_machine(system, profile, steps(), None, where=comp.describe)
+    def corrupted(inner):
+        seq = 0
+        for st in inner:
+            if st[0] == "push":
+                if seq == p["corrupt"]["seq"]:
+                    st = ("push", corrupt_word(st[1], p["corrupt"]["kind"]))
+                seq += 1
+            yield st
+
+    program = corrupted(steps()) if p["corrupt_enabled"] else steps()
+    build_machine(system, profile, program, None, where=comp.describe)
     ctx = Context(comp, p)
     system.pccx_out = ctx      # the runner hands check() the system; the context rides on it
     return ctx
