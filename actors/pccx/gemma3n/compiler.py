@@ -173,6 +173,7 @@ class Compiler:
         self.macs = 0                                       # GEMV multiply-accumulates (real K)
         self.l2_bytes = 0                                   # L2 activation traffic (GEMV x/y, CVO in/out, MEMCPY)
         self.stream_where: list[tuple[int, int, str]] = []  # per weight stream id: (token, layer, stage)
+        self.stream_seq: list[int] = []                     # per weight stream id: its GEMV's instruction number
         self.kv_gemvs: list[tuple[int, int, str]] = []      # (token, layer, "K"/"V" projection) issued
         self.kv_reads: list[tuple[int, int, int]] = []      # (token, layer, source layer) attention reads
         self.token_ix, self.layer, self.stage = -1, -1, "setup"
@@ -340,6 +341,7 @@ class Compiler:
             self.steps.extend(hp)
         kslot = self._slot(0, K)
         nslot = self._slot(1, N)
+        self.stream_seq.append(len(self.where))
         self._push("GEMV", dest_reg=dst, src_addr=src, findemax=findemax, accm=accm, w_scale=1,
                    size_ptr_addr=nslot, shape_ptr_addr=kslot, parallel_lane=self.parallel_lane)
 

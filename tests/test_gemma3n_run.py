@@ -1,0 +1,95 @@
+"""Gemma 3N decode runs on the pccx machine (micro config, timing mode): prefetch rule 1 on/off, chunked
+weight streaming bound, KV ring wrap in the driver loop, corrupted instruction words."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from actors import registry
+from emulator.scenario import load_scenario
+from tools.runner import run_scenario
+
+POLL_NS, AXIL_NS, TAXI_NS, BURST_BEATS = 20, 40, 4, 16   # the documented profile's figures used below
+
+
+def _run(tmp_path, params: str = "", overrides: str = "", sets=(), tokens: int = 1, context: int = 3):
+    f = tmp_path / "s.yaml"
+    f.write_text(textwrap.dedent(f"""\
+        name: g
+        seed: 1
+        mode: timing
+        machine:
+          profile: pccx-v002-documented
+          overrides: {{driver: {{poll_interval: {POLL_NS}ns}}{overrides}}}
+        workload:
+          kind: gemma3n
+          params: {{model: micro, tokens: {tokens}, context: {context}, model_set: {{hidden: 128, ffn: 1024}}{params}}}
+        """))
+    sc = load_scenario(str(f), registry, list(sets))
+    res, system, _ = run_scenario(sc)
+    return res, system
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    on = _run(tmp_path_factory.mktemp("on"))
+    off = _run(tmp_path_factory.mktemp("off"), ", prefetch: false")
+    return on, off
+
+
+def test_prefetch_rule1_saves_exactly_the_recorded_overlap(runs):
+    """Rule 1 on vs off: the end time drops by the recorded overlapped (hidden) transfer time, plus the
+    DONE polls the off switch adds (each extra wait costs 1-2 status reads of 2 x axil.latency and at most
+    one poll interval)."""
+    (on, _), (off, _) = runs
+    assert on["status"] == off["status"] == "finished"
+    assert off["prefetch_overlap_us"] < 0.01          # nothing transfers before its GEMV when prefetch is off
+    assert on["prefetch_overlap_us"] > 0.3 * on["weight_transfer_us"]
+    delta_us = (off["end_time_ps"] - on["end_time_ps"]) / 1e6
+    residual_us = delta_us - on["prefetch_overlap_us"]
+    extra_waits = off["polls_per_token"] - on["polls_per_token"]
+    assert extra_waits > 0
+    assert 0 <= residual_us <= extra_waits * (2 * 2 * AXIL_NS + POLL_NS) / 1000
+    # per layer too: every layer hides some transfer
+    assert all(v > 0 for k, v in on["prefetch_overlap_per_layer_us"].items() if 0 <= int(k) < 4)
+
+
+def test_chunked_streaming_within_bound(runs, tmp_path):
+    """A chunk of c bursts delays a stream's first MACs by at most (c-1) bursts of HP time; over the
+    program's weight streams the end time moves by at most streams x (c-1) x burst_beats x Taxi."""
+    (on, system), _ = runs
+    c = 4
+    chunked, _ = _run(tmp_path, overrides=", hp: {chunk_bursts: 4}")
+    assert chunked["status"] == "finished"
+    streams = system.pccx_out.compiler.sid
+    bound_ps = streams * (c - 1) * BURST_BEATS * TAXI_NS * 1000
+    assert abs(chunked["end_time_ps"] - on["end_time_ps"]) <= bound_ps
+    assert chunked["events"] < on["events"]
+
+
+def test_chunk_must_divide_the_fifo(tmp_path):
+    from emulator.errors import BuildError
+
+    with pytest.raises(BuildError, match="chunk_bursts"):
+        _run(tmp_path, overrides=", hp: {chunk_bursts: 3}")
+
+
+def test_kv_ring_wraps_in_the_token_loop(tmp_path):
+    res, system = _run(tmp_path, tokens=3, context=7)
+    assert res["status"] == "finished" and res["tokens"] == 3
+    ring = system.pccx_out.compiler.ring
+    assert res["kv_ring"] == {"max_tokens": 8, "written": 10, "sink": 2, "attended": 8}
+    assert ring.slots[:2] == [0, 1] and sorted(ring.valid()) == [0, 1, 4, 5, 6, 7, 8, 9]
+
+
+@pytest.mark.parametrize("seq,kind,needle", [(15, "address", "src_addr=131071 >= 114688"),
+                                              (49, "reserved_bits", "reserved bits"),
+                                              (50, "opcode", "reserved opcode 0xF")])
+def test_corrupted_word_raises_the_error_interrupt(tmp_path, seq, kind, needle):
+    res, system = _run(tmp_path, params=f", corrupt_enabled: true, corrupt: {{seq: {seq}, kind: {kind}}}")
+    assert res["status"] == "error"
+    assert needle in res["error"] and "stage" in res["error"] and "layer" in res["error"]
+    halted = system.actors["pccx/driver"].halted
+    assert halted["seq"] == seq and halted["where"].startswith("token 3 layer")
+    assert system.actors["pccx/axil_stat"].error
