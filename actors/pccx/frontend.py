@@ -192,12 +192,14 @@ class GlobalScheduler(Actor):
     status block.  A MEMCPY or CVO with ``async=0`` is a synchronous op: issue of
     the next instruction waits until it retires (assumption: the seed's "async
     field" semantics, §5, applied to the two opcodes that have the bit,
-    reference §1.2).
+    reference §1.2).  With ``sync_gemx`` (the as-built scheduler forces SYNC_OP on
+    GEMM/GEMV load/store µops, reference §1.2) GEMV and GEMM are synchronous too.
     """
 
     daemon = True
 
-    def __init__(self, name: str, *, cycle_ps: int, strict: bool, l2_words: int, cvo_max: int):
+    def __init__(self, name: str, *, cycle_ps: int, strict: bool, l2_words: int, cvo_max: int,
+                 sync_gemx: bool = False):
         super().__init__(name)
         self.inp = self.in_port("in", idle=True)
         self.done = self.in_port("done")
@@ -208,6 +210,7 @@ class GlobalScheduler(Actor):
         self.strict = strict
         self.l2_words = l2_words
         self.cvo_max = cvo_max
+        self.sync_gemx = sync_gemx   # as built: SYNC_OP forced on GEMM/GEMV (reference §1.2)
 
     def check(self, u: Uop) -> tuple[int, str] | None:
         f = u.fields
@@ -242,7 +245,7 @@ class GlobalScheduler(Actor):
                 continue
             await self.status.send(Status("issue", u.op, u.seq, 0, self.now, self.now, ""))
             await (self.cvo if u.op == "CVO" else self.mem).send(u)
-            if u.op in ("MEMCPY", "CVO") and not u.fields["async"]:
+            if (u.op in ("MEMCPY", "CVO") and not u.fields["async"]) or (self.sync_gemx and u.op in ("GEMV", "GEMM")):
                 while True:   # synchronous op: wait for its retirement
                     m = await self.done.recv()
                     await self._forward(m)

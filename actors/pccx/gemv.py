@@ -102,8 +102,10 @@ class GemvFront(Actor):
 
     daemon = True
 
-    def __init__(self, name: str, *, cycle_ps: int, lanes: int, read_latency_cycles: int, data_mode: bool):
+    def __init__(self, name: str, *, cycle_ps: int, lanes: int, read_latency_cycles: int, data_mode: bool,
+                 emax_out: bool = True):
         super().__init__(name)
+        self.emax_out = emax_out   # False: as-built top takes e_max from the GEMM only (reference §1.3)
         self.uop = self.in_port("uop", idle=True)
         self.l2_req = self.out_port("l2_req")
         self.l2_resp = self.in_port("l2_resp")
@@ -144,7 +146,7 @@ class GemvFront(Actor):
                 out = TensorDesc.of((N,), "u2")
             await self.l2_req.send(L2Write(0, f["dest_reg"] * 8, N, out))
             await self.l2_resp.recv()
-            if f["findemax"]:
+            if f["findemax"] and self.emax_out:
                 bits = int(to_bf16(from_bf16(out).max())) if self.data_mode else 0
                 await self.emax.send(EMax(bits))
             await self.status.send(Status("retire", "GEMV", u.seq, 0, start, self.now, " ".join(streams)))

@@ -56,6 +56,8 @@ PROFILE_SCHEMA = Map({
     "decoder_cycles": Int(min=1, default=1),
     "scheduler_cycles": Int(min=1, default=1),
     "uop_fifo_depth": Int(min=1, default=2),
+    "sync_gemx": Bool(default=False, doc="as built: the Global Scheduler forces SYNC_OP on GEMM/GEMV µops, so "
+                      "issue waits for their retirement (reference §1.2); false = GEMV/GEMM issue async"),
     "dispatcher": Map({"len_lookup_cycles": Int(min=1, default=7), "memset_cycles": Int(min=1, default=1)}),
     "status": Map({"done_on": List(Enum(list(OPCODES)), default=["MEMSET", "CVO", "GEMM"])}),
     "ddr": Map({"bandwidth": Quantity("bandwidth"), "latency": Quantity("time"),
@@ -76,6 +78,9 @@ PROFILE_SCHEMA = Map({
     "cvo": Map({"max_length": Int(min=1, default=2048), "read_cycles_per_word": Int(min=1),
                 "write_cycles_per_element": Int(min=0), "output_register_cycles": Int(min=0, default=1),
                 "reduce_cycles_per_element": Int(min=0, default=1),
+                "emax_from": Enum(["gemv+gemm", "gemm"], default="gemv+gemm",
+                                  doc="source of the CVO's e_max: GEMV/GEMM findemax (docs) or only the GEMM "
+                                      "normaliser (as-built top, reference §1.3: stale in decode)"),
                 "tanh": Bool(default=False, doc="give the SFU a TANH function (code 0x8, not in the real CVO, "
                              "reference §1.3): what-if option, latency from latency.TANH"),
                 "latency": Map({**{f: Int(min=0) for f in CVO_FUNCS},
@@ -134,6 +139,7 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
     ext = frozenset([isa.CVO_EXT_FUNCS["TANH"]] if cvo["tanh"] else [])
     add("dec", Decoder("pccx/decoder", cycle_ps=profile["decoder_cycles"] * tc, strict=strict, cvo_ext=ext))
     add("sch", GlobalScheduler("pccx/scheduler", cycle_ps=profile["scheduler_cycles"] * tc, strict=strict,
+                               sync_gemx=profile["sync_gemx"],
                                l2_words=profile["l2"]["words"], cvo_max=cvo["max_length"]))
     add("disp", MemDispatcher("pccx/dispatcher", cycle_ps=tc, len_lookup_cycles=profile["dispatcher"]["len_lookup_cycles"],
                               memset_cycles=profile["dispatcher"]["memset_cycles"], strict=strict,
@@ -148,7 +154,7 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
                              chunk_bursts=hp["chunk_bursts"]))
     add("acp", Acp("pccx/acp", burst_words=profile["acp"]["burst_words"], word_ps=profile["acp"]["cycles_per_word"] * tc,
                    read_latency_ps=profile["l2"]["read_latency_cycles"] * tc, outstanding=profile["acp"]["outstanding"]))
-    add("gemv", GemvFront("pccx/gemv", cycle_ps=tc, lanes=g["lanes"],
+    add("gemv", GemvFront("pccx/gemv", cycle_ps=tc, lanes=g["lanes"], emax_out=cvo["emax_from"] != "gemm",
                           read_latency_cycles=profile["l2"]["read_latency_cycles"], data_mode=data))
     for i, p in enumerate(lane_ports):
         add(f"lane{i}", GemvLane(f"pccx/gemv/lane{i}", index=i, cycle_ps=tc, macs_per_lane=g["macs_per_lane"],
