@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench clean
+.PHONY: run test bench clean gemma3n-e4b
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/emu bench engine
+
+# Gemma 3N E4B decode on pccx (docs/pccx-gemma3n.md): one token per scenario, minutes each
+gemma3n-e4b: $(STAMP)
+	for s in scenarios/pccx/gemma3n/e4b-*.yaml; do $(BIN)/emu run $$s --no-bundle || exit 1; done
 
 clean:
 	rm -rf $(VENV) runs
