@@ -229,7 +229,7 @@ class Cvo(Actor):
             await self.busy(c * self.cycle_ps, f"CVO#{u.seq} {func}")
             if self.data_mode:
                 out = cvo_apply(func, d.data, emax_bits=self.emax_bits if f["sub_emax"] else None,
-                                recip_scale=bool(f["recip_scale"]))
+                                recip_scale=bool(f["recip_scale"]), gelu_form=cfg["gelu_form"])
             else:
                 out = TensorDesc.of((out_n,), "u2")
             if out_n:

@@ -37,7 +37,8 @@ from __future__ import annotations
 from actors.pccx.frontend import ERROR_NAMES, status_fields
 from emulator.actor import Actor
 from protocols import pccx_isa as isa
-from protocols.pccx import AxiRead, AxiWrite, DmCmd
+from protocols.codec import TensorDesc
+from protocols.pccx import AxiRead, AxiWrite, DdrRead, DdrWrite, DmCmd
 
 __all__ = ["HostDriver", "REG_INSTR", "REG_KICK", "REG_STATUS"]
 
@@ -58,13 +59,15 @@ class HostDriver(Actor):
     ``seq`` (e.g. ``token 0 layer 3 stage attention``) for the halt log."""
 
     def __init__(self, name: str, *, steps, poll_interval: int, hp_ports: int, wait_timeout: int = 0,
-                 where=None, poll_max_interval: int = 0):
+                 where=None, poll_max_interval: int = 0, host_ddr: bool = False):
         super().__init__(name)
         self.axil_w = self.out_port("axil_w")
         self.axil_r = self.out_port("axil_r")
         self.axil_rd = self.in_port("axil_rd")
         self.irq = self.in_port("irq")
         self.hp = [self.out_port(f"hp{p}") for p in range(hp_ports)]
+        self.ddr_req = self.out_port("ddr_req") if host_ddr else None
+        self.ddr_resp = self.in_port("ddr_resp") if host_ddr else None
         self.steps = steps
         self.poll_interval = poll_interval
         self.wait_timeout = wait_timeout
@@ -143,6 +146,22 @@ class HostDriver(Actor):
             await self.sleep(interval)
             interval = min(2 * interval, self.poll_max_interval)   # backoff (off when max = poll_interval)
 
+    async def host_step(self, label: str, ps: int, reads=(), fn=None) -> None:
+        """Host CPU work: read ``reads`` [(addr, nbytes)] from host DDR, compute ``ps``, write what ``fn``
+        returns [(addr, uint8 array or byte count)].  DDR traffic is charged on the DDR like any requester."""
+        t = self.now
+        got = []
+        for i, (addr, n) in enumerate(reads):
+            await self.ddr_req.send(DdrRead(i, addr, n, i == 0))
+            got.append((await self.ddr_resp.recv()).data)
+        await self.busy(ps, f"host {label}")
+        for i, (addr, data) in enumerate(fn(got) if fn is not None else []):
+            if isinstance(data, int):
+                data = TensorDesc.of((data,), "u1")
+            await self.ddr_req.send(DdrWrite(i, addr, data))
+            await self.ddr_resp.recv()
+        self.host_spans.append((t, self.now, label))
+
     # -- errors ----------------------------------------------------------------
     def _check_irq(self) -> None:
         m = self.irq.poll()
@@ -175,9 +194,7 @@ class HostDriver(Actor):
                 elif kind == "sleep":
                     await self.sleep(step[1])
                 elif kind == "host":
-                    t = self.now
-                    await self.busy(step[2], f"host {step[1]}")
-                    self.host_spans.append((t, self.now, step[1]))
+                    await self.host_step(*step[1:])
                 elif kind == "kick":
                     await self.kick()
                 elif kind == "open":

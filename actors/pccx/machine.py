@@ -81,6 +81,9 @@ PROFILE_SCHEMA = Map({
                 "emax_from": Enum(["gemv+gemm", "gemm"], default="gemv+gemm",
                                   doc="source of the CVO's e_max: GEMV/GEMM findemax (docs) or only the GEMM "
                                       "normaliser (as-built top, reference §1.3: stale in decode)"),
+                "gelu_form": Enum(["sigmoid", "tanh"], default="sigmoid",
+                                  doc="GELU of the SFU: the RTL's x*sigmoid(1.702x) (reference §1.3) or, what-if, "
+                                      "the model's tanh form"),
                 "tanh": Bool(default=False, doc="give the SFU a TANH function (code 0x8, not in the real CVO, "
                              "reference §1.3): what-if option, latency from latency.TANH"),
                 "latency": Map({**{f: Int(min=0) for f in CVO_FUNCS},
@@ -108,11 +111,13 @@ def clocks(profile: dict) -> tuple[int, int]:
     return ClockDomain(profile["clocks"]["core"], "core").ps(1), ClockDomain(profile["clocks"]["axi"], "axi").ps(1)
 
 
-def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, where=None) -> dict:
+def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, where=None,
+                  host_ddr: bool = False) -> dict:
     """Add every pccx actor and link to ``system``; returns the actors by short name.
 
     ``steps``: the driver's program (any iterable); ``where(seq)``: names the program place of
-    instruction ``seq`` in the driver's halt log."""
+    instruction ``seq`` in the driver's halt log; ``host_ddr``: the driver gets a DDR port (its host
+    compute steps read and write host DDR, e.g. the MEMCPY staging area)."""
     tc, taxi = clocks(profile)
     data = system.mode == "data"
     strict = profile["errors"] == "strict"
@@ -133,7 +138,7 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
     add = lambda key, actor: a.setdefault(key, system.add(actor))  # noqa: E731
     add("driver", HostDriver("pccx/driver", steps=steps, poll_interval=profile["driver"]["poll_interval"],
                              hp_ports=nports, wait_timeout=profile["driver"]["wait_timeout"], where=where,
-                             poll_max_interval=profile["driver"]["poll_max_interval"]))
+                             poll_max_interval=profile["driver"]["poll_max_interval"], host_ddr=host_ddr))
     add("cmd", AxilCmdIn("pccx/axil_cmd"))
     add("stat", AxilStatOut("pccx/axil_stat", done_on=profile["status"]["done_on"]))
     ext = frozenset([isa.CVO_EXT_FUNCS["TANH"]] if cvo["tanh"] else [])
@@ -144,7 +149,7 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
     add("disp", MemDispatcher("pccx/dispatcher", cycle_ps=tc, len_lookup_cycles=profile["dispatcher"]["len_lookup_cycles"],
                               memset_cycles=profile["dispatcher"]["memset_cycles"], strict=strict,
                               l2_words=profile["l2"]["words"], gemm_rows=profile["gemm"]["rows"]))
-    add("ddr", HostDDR("pccx/ddr", requesters=[f"hp{p}" for p in range(nports)] + ["acp"],
+    add("ddr", HostDDR("pccx/ddr", requesters=[f"hp{p}" for p in range(nports)] + ["acp"] + (["host"] if host_ddr else []),
                        bandwidth=profile["ddr"]["bandwidth"], size=profile["ddr"]["model_size"], data_mode=data,
                        init=ddr_init))
     add("l2", L2("pccx/l2", words=profile["l2"]["words"], cycle_ps=tc, data_mode=data))
@@ -216,6 +221,9 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
         c(a[f"lane{i}"].res, a["gemv"].res[i], capacity=1, name=f"gemv.res.lane{i}")
     c(a["acp"].ddr_req, a["ddr"].req["acp"], capacity=big, name="ddr.req.acp")
     c(a["ddr"].resp["acp"], a["acp"].ddr_resp, capacity=big, latency=ddr_lat, name="ddr.resp.acp")
+    if host_ddr:
+        c(a["driver"].ddr_req, a["ddr"].req["host"], capacity=big, name="ddr.req.host")
+        c(a["ddr"].resp["host"], a["driver"].ddr_resp, capacity=big, latency=ddr_lat, name="ddr.resp.host")
     for unit in ("acp", "gemv", "gemm", "cvo"):
         c(a[unit].l2_req, a["l2"].req[unit], capacity=big, name=f"l2.req.{unit}")
         c(a["l2"].resp[unit], a[unit].l2_resp, capacity=big, name=f"l2.resp.{unit}")

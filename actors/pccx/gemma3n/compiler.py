@@ -74,8 +74,12 @@ from dataclasses import dataclass, field
 
 from actors.pccx.gemma3n.config import global_layer, kv_source
 from actors.pccx.gemma3n.kv import KvRing, kv_elem_bits
+from actors.pccx.gemma3n.hostmath import V_SCALE
 from actors.pccx.gemv import lane_bytes, lane_rows, lanes_used
+from actors.pccx.numerics import from_bf16, pack_int4, to_bf16
 from protocols import pccx_isa as isa
+
+import numpy as np
 
 __all__ = ["CompileError", "Compiler", "L2Layout", "DdrLayout", "STAGES", "CVO_WINDOW_WORDS"]
 
@@ -148,8 +152,19 @@ class Matrix:
 class Compiler:
     """Lays out the machine for config ``c`` on ``profile`` and emits driver steps token by token."""
 
-    def __init__(self, c: dict, profile: dict, *, prefetch: bool = True):
+    def __init__(self, c: dict, profile: dict, *, prefetch: bool = True, data: bool = False, seed: int = 0,
+                 prompt: list[int] | None = None):
         self.c, self.profile, self.prefetch = c, profile, prefetch
+        self.data = data
+        self.prompt = list(prompt or [0])
+        self.ddr_init: dict[int, bytes] = {}
+        if data:
+            if c["kv"]["dtype"] != "int4" or c["kv"]["sliding_window"]:
+                raise CompileError("data mode needs kv.dtype int4 and kv.sliding_window false")
+            if profile["cvo"]["tanh"]:
+                raise CompileError("data mode is built without the what-if SFU TANH (cvo.tanh: false)")
+            from actors.pccx.gemma3n.hostmath import HostMath
+            self.hm = HostMath(c, seed)
         g = profile["gemv"]
         wired = 0
         while wired < g["lanes"] and g["lane_ports"][wired] is not None:
@@ -183,13 +198,19 @@ class Compiler:
         self._layout()
 
     # -- layout ------------------------------------------------------------------------------------------
-    def _matrix(self, name: str, N: int, K: int) -> Matrix:
+    def _matrix(self, name: str, N: int, K: int, tied: tuple | None = None) -> Matrix:
+        """A GEMV matrix in DDR; data mode: seeded INT4 values + scales (``tied``: rows of another matrix)."""
         m = Matrix(name, N, K)
         g = self.profile["gemv"]
+        if self.data:
+            W, sc = tied if tied is not None else self.hm.matrix(name, N, K)
         for lane, (r0, n) in enumerate(lane_rows(N, self.lanes)):
             if n:
                 nb = lane_bytes(n, K, True)
-                m.blocks.append((lane, g["lane_ports"][lane], self.ddr.alloc(f"{name}.lane{lane}", nb), nb))
+                addr = self.ddr.alloc(f"{name}.lane{lane}", nb)
+                m.blocks.append((lane, g["lane_ports"][lane], addr, nb))
+                if self.data:
+                    self.ddr_init[addr] = pack_int4(W[r0:r0 + n]).tobytes() + sc[r0:r0 + n].tobytes()
         self.mats[name] = m
         return m
 
@@ -227,7 +248,9 @@ class Compiler:
             self._matrix(L + "ple_proj", D, P)
         chunk = self._lm_chunk()
         for r0 in range(0, V, chunk):
-            self._matrix(f"lm_head.{r0}", min(chunk, V - r0), D)
+            n = min(chunk, V - r0)
+            tied = (self.hm.W["embed"][0][r0:r0 + n], self.hm.W["embed"][1][r0:r0 + n]) if self.data else None
+            self._matrix(f"lm_head.{r0}", n, D, tied=tied)
         self.ddr.alloc("embed_table", (V * D) // 2 + 2 * V)             # INT4 rows + scales (host dequantises)
         self.ddr.alloc("ple_table", (c["ple_vocab"] * NL * P) // 2 + 2 * c["ple_vocab"])
         # KV ring per producing layer and KV head (K rows + per-token scales, V^T rows + per-channel scales)
@@ -238,7 +261,10 @@ class Compiler:
                 continue
             for h in range(KVH):
                 self.kv_addr[(i, h, "K")] = self.ddr.alloc(f"kv.L{i}.h{h}.K", lane_bytes(T, kslots, True))
-                self.kv_addr[(i, h, "V")] = self.ddr.alloc(f"kv.L{i}.h{h}.V", hd * T * self.kv_bits // 8 + 2 * hd)
+                self.kv_addr[(i, h, "V")] = self.ddr.alloc(f"kv.L{i}.h{h}.V", lane_bytes(hd, T * self.kv_bits // 4, True))
+                if self.data:   # static per-channel V scales, written once at load
+                    vs = to_bf16(np.full(hd, V_SCALE, np.float32))
+                    self.ddr_init[self.kv_addr[(i, h, "V")] + hd * T // 2] = vs.tobytes()
         # L2: the CVO window first, then the rest
         l2 = self.l2 = L2Layout(self.profile["l2"]["words"])
         Lmax = T if not c["kv"]["sliding_window"] else T   # global layers attend the whole ring either way
@@ -312,8 +338,39 @@ class Compiler:
     def wait(self, label: str) -> None:
         self.steps.append(("wait", f"t{self.token_ix}.L{self.layer}.{self.stage}.{label}"))
 
-    def host(self, label: str, elems: int) -> None:
-        self.steps.append(("host", f"{self.stage}:{label}", self.host_ps(elems)))
+    def host(self, label: str, elems: int, reads=(), fn=None) -> None:
+        """A host compute step: ``reads`` [(DDR addr, bytes)]; ``fn(arrays) -> [(addr, uint8 array)]`` in data
+        mode; in timing mode the writes are the byte counts ``fn`` declares via ``fn(None)``."""
+        self.steps.append(("host", f"{self.stage}:{label}", self.host_ps(elems), list(reads), fn))
+
+    @staticmethod
+    def _words_bytes(n: int) -> int:
+        return 16 * -(-n // 8)
+
+    def _staged(self, tensors: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """(staging addr, elements) of each tensor laid out one after another in the staging area."""
+        out, off = [], self.host_stage
+        for _w, n in tensors:
+            out.append((off, n))
+            off += self._words_bytes(n)
+        return out
+
+    def _host_fn(self, outs: list[tuple[int, int]], backs: list[tuple[int, int]], math, extra=None):
+        """Wrap ``math(list of float32 vectors) -> list of float32 vectors`` into a host-step function."""
+        staged_back = self._staged(backs)
+
+        def fn(got):
+            if got is None or not self.data:
+                return [(a, self._words_bytes(n)) for a, n in staged_back] + (extra(None) if extra else [])
+            vecs = [from_bf16(np.asarray(g, np.uint8).view(np.uint16))[:n] for g, (_w, n) in zip(got, outs)]
+            res = math(vecs) if math is not None else []
+            writes = []
+            for (a, n), v in zip(staged_back, res):
+                buf = np.zeros(8 * -(-n // 8), np.uint16)
+                buf[:n] = to_bf16(np.asarray(v, np.float32).reshape(-1)[:n])
+                writes.append((a, buf.view(np.uint8)))
+            return writes + (extra(True) if extra else [])
+        return fn
 
     def gemv(self, m: Matrix | tuple, src: int, dst: int, *, findemax: int = 0, accm: int = 0,
              kv: tuple | None = None, real_k: int | None = None) -> None:
@@ -373,20 +430,19 @@ class Compiler:
         self._push("MEMCPY", from_device=0, to_device=1, src_addr=word, aux_addr=host_addr // 16,
                    shape_ptr_addr=slot, **{"async": 0})
 
-    def round_trip(self, label: str, out: list[tuple[int, int]], work: int, back: list[tuple[int, int]]) -> None:
-        """Host computes what the CVO cannot: poll, MEMCPY ``out`` to the host, compute ``work`` elements,
-        MEMCPY ``back`` into L2 (each a ``(word, elements)``)."""
+    def round_trip(self, label: str, out: list[tuple[int, int]], work: int, back: list[tuple[int, int]],
+                   math=None, extra=None) -> None:
+        """Host computes what the CVO cannot: poll, MEMCPY ``out`` to the host, compute ``work`` elements
+        (``math`` in data mode; ``extra`` adds DDR writes, e.g. the KV entries), MEMCPY ``back`` into L2
+        (each a ``(word, elements)``)."""
         self.wait(label)
-        off = self.host_stage
-        for w, n in out:
-            self.memcpy_out(w, n, off)
-            off += -(-n // 8) * 16
+        staged = self._staged(out)
+        for (w, n), (a, _) in zip(out, staged):
+            self.memcpy_out(w, n, a)
         self.wait(label + ".out")
-        self.host(label, work)
-        off = self.host_stage
-        for w, n in back:
-            self.memcpy_in(w, n, off)
-            off += -(-n // 8) * 16
+        self.host(label, work, [(a, self._words_bytes(n)) for a, n in staged], self._host_fn(out, back, math, extra))
+        for (w, n), (a, _) in zip(back, self._staged(back)):
+            self.memcpy_in(w, n, a)
 
     @staticmethod
     def _place_prefetch(steps: list) -> list:
@@ -425,19 +481,29 @@ class Compiler:
     def token(self, t: int) -> list:
         """The driver steps of decode token ``t`` (position t)."""
         c = self.c
-        D, F, A, R, P, NL = c["hidden"], c["ffn"], c["altup_inputs"], c["laurel_rank"], c["ple_dim"], c["num_layers"]
-        H, KVH, hd, V = c["num_heads"], c["num_kv_heads"], c["head_dim"], c["vocab"]
+        D, A, P, NL = c["hidden"], c["altup_inputs"], c["ple_dim"], c["num_layers"]
+        V = c["vocab"]
         a = self.a
+        hm = self.hm if self.data else None
         self.token_ix, self.layer = t, -1
-        self.ring.append()
+        self.slot = self.ring.append()
         self.stage = "embed"
-        self.host("token_id+dequant_rows", D + NL * P)
-        self.memcpy_in(a["xs0"], D, self.host_stage)
-        self.memcpy_in(a["pli_all"], NL * P, self.host_stage + 16 * -(-D // 8))
+        x0_at, pli_at = self.host_stage, self.host_stage + self._words_bytes(D)
+
+        def embed(got):
+            if got is None or hm is None:
+                return [(x0_at, self._words_bytes(D)), (pli_at, self._words_bytes(NL * P))]
+            hm.pos = t
+            tok = self.prompt[t] if t < len(self.prompt) else self.next_token
+            x0, pli = hm.embed_token(tok)
+            return [(x0_at, to_bf16(x0).view(np.uint8)), (pli_at, to_bf16(pli).view(np.uint8))]
+        self.host("token_id+dequant_rows", D + NL * P, [], embed)
+        self.memcpy_in(a["xs0"], D, x0_at)
+        self.memcpy_in(a["pli_all"], NL * P, pli_at)
         for k in range(1, A):
             self.gemv(self.mats[f"altup_proj{k}"], a["xs0"], a[f"xs{k}"])
-        self.round_trip("altup_magnitude", [(a[f"xs{k}"], D) for k in range(1, A)], 3 * D,
-                        [(a[f"xs{k}"], D) for k in range(1, A)])
+        xs = [(a[f"xs{k}"], D) for k in range(1, A)]
+        self.round_trip("altup_magnitude", xs, 3 * D, xs, hm and hm.altup_magnitude)
         for i in range(NL):
             self.layer = i
             self._layer(i, t)
@@ -445,7 +511,8 @@ class Compiler:
         self.stage = "unembed"
         for k in range(1, A):
             self.gemv(self.mats[f"altup_unproj{k}"], a[f"xs{k}"], a["u"] + (k - 1) * (D // 8))
-        self.round_trip("altup_unembed+final_norm", [(a["xs0"], D), (a["u"], (A - 1) * D)], 8 * D, [(a["x_norm"], D)])
+        self.round_trip("altup_unembed+final_norm", [(a["xs0"], D), (a["u"], (A - 1) * D)], 8 * D, [(a["x_norm"], D)],
+                        hm and hm.unembed)
         self.stage = "lm_head"
         chunk = self._lm_chunk()
         win = self.tanh and c["softcap"]
@@ -468,18 +535,28 @@ class Compiler:
             self.memcpy_out(a["logits"], V, self.host_stage)
         self.stage = "sample"
         self.wait("logits_back")
-        self.host("softcap+sample" if (c["softcap"] and not win) else "sample", (2 if c["softcap"] and not win else 1) * V)
+
+        def sample(got):
+            if got is not None and hm is not None:
+                logits = from_bf16(np.asarray(got[0], np.uint8).view(np.uint16))[:V]
+                self.next_token = hm.sample(logits)
+            return []
+        self.host("softcap+sample" if (c["softcap"] and not win) else "sample",
+                  (2 if c["softcap"] and not win else 1) * V, [(self.host_stage, 2 * V)], sample)
         return self._take()
 
     def _layer(self, i: int, t: int) -> None:
         c = self.c
-        D, F, A, R, P = c["hidden"], c["ffn"], c["altup_inputs"], c["laurel_rank"], c["ple_dim"]
+        D, F, A, P = c["hidden"], c["ffn"], c["altup_inputs"], c["ple_dim"]
         H, KVH, hd = c["num_heads"], c["num_kv_heads"], c["head_dim"]
         a, M = self.a, self.mats
+        hm = self.hm if self.data else None
+        bind = (lambda f, *x: (lambda outs: f(*x, outs))) if hm else (lambda f, *x: None)   # noqa: E731
         pre = f"L{i}."
+        xs = [(a[f"xs{k}"], D) for k in range(A)]
         # AltUp router + prediction
         self.stage = "altup_router"
-        self.round_trip("router_norm", [(a["xs0"], D)], 2 * D, [(a["x_norm"], D)])
+        self.round_trip("router_norm", [(a["xs0"], D)], 2 * D, [(a["x_norm"], D)], hm and bind(hm.router_input, i))
         self.gemv(M[pre + "router"], a["x_norm"], a["router"])
         if i == 0:
             self.stage = "ple"
@@ -488,8 +565,8 @@ class Compiler:
         self._tanh("router_tanh", a["router"], a["router_tanh"], A)
         self.stage = "altup_predict"
         self.gemv(M[pre + "pred"], a["router_tanh"], a["coefs"])
-        self.round_trip("predict+input_norm", [(a[f"xs{k}"], D) for k in range(A)] + [(a["coefs"], A * A)],
-                        A * A * D + 2 * D, [(a[f"xs{k}"], D) for k in range(A)] + [(a["x_norm"], D)])
+        self.round_trip("predict+input_norm", xs + [(a["coefs"], A * A)], A * A * D + 2 * D, xs + [(a["x_norm"], D)],
+                        hm and bind(hm.predict, i))
         # Q/K/V
         self.stage = "qkv"
         self.gemv(M[pre + "q"], a["x_norm"], a["q"])
@@ -500,9 +577,24 @@ class Compiler:
             self.kv_gemvs += [(t, i, "K"), (t, i, "V")]
         self.stage = "qk_norm_rope"
         outs = [(a["q"], H * hd)] + ([(a["k"], KVH * hd), (a["v"], KVH * hd)] if src == i else [])
-        # norms + RoPE on Q (and K); K/V quantised and written to the ring in host DDR
+        theta = c["rope_theta_global"] if global_layer(c, i) else c["rope_theta_local"]
+        slot = self.slot
+        kbase = {(i, h): self.kv_addr[(i, h, "K")] for h in range(KVH)} if src == i else {}
+        vbase = {(i, h): self.kv_addr[(i, h, "V")] for h in range(KVH)} if src == i else {}
+        T = c["kv"]["max_tokens"]
+
+        def kv_extra(data):
+            if src != i:
+                return []
+            if data is None:   # timing mode: the same writes, as byte counts
+                per = [(kbase[(i, h)] + slot * hd // 2, hd // 2) for h in range(KVH)]
+                per += [(kbase[(i, h)] + T * hd // 2 + 2 * slot, 2) for h in range(KVH)]
+                per += [(vbase[(i, h)] + r * T // 2 + slot // 2, 1) for h in range(KVH) for r in range(hd)]
+                return per
+            return hm.kv_writes(kbase, vbase, slot)
         work = 4 * H * hd + (8 * KVH * hd if src == i else 0)
-        self.round_trip("qkv_norm+rope+kv_write", outs, work, [(a["q"], H * hd)])
+        self.round_trip("qkv_norm+rope+kv_write", outs, work, [(a["q"], H * hd)],
+                        hm and bind(hm.qkv, i, theta, src == i, slot), kv_extra)
         if src == i:
             self.steps.append(("_barrier",))   # this layer's attention streams the K/V just written
         # attention over the producer layer's ring
@@ -512,10 +604,11 @@ class Compiler:
         win = c["sliding_window"] if (local and c["kv"]["sliding_window"]) else None
         L = self.ring.attended(win)
         kslots = hd * self.kv_bits // 4
-        group = H // KVH
+        vslots = T * self.kv_bits // 4          # V^T rows span the whole ring (slots >= L hold zeros / are
+        group = H // KVH                        # multiplied by exp = 0: the EXP output beyond L stays 0)
         for h in range(H):
             g = h // group
-            kb = self._kv_blocks(src, g, "K", L, kslots)
+            kb = self._kv_blocks(src, g, "K", L, kslots, T)
             self.gemv((L, kslots, kb), a["q"] + h * hd // 8, a["scores"], findemax=1, kv=(src, g, "K"), real_k=hd)
             self.wait(f"scores{h}")
             nchunks = -(-L // self.cvo_max)
@@ -528,8 +621,7 @@ class Compiler:
             if nchunks > 1:
                 self.cvo("REDUCE_SUM", a["partials"] * 8, ctx_w * 8 - 1, nchunks)
             self.wait(f"softmax{h}")
-            vslots = L * self.kv_bits // 4
-            vb = self._kv_blocks(src, g, "V", hd, vslots)
+            vb = self._kv_blocks(src, g, "V", hd, vslots, hd)
             self.gemv((hd, vslots, vb), a["exp"], ctx_w, kv=(src, g, "V"), real_k=L)
             self.wait(f"pv{h}")
             # exp(s - max) includes exp(0) = 1: the sum is >= 1, never 0 (SCALE recip_scale is safe)
@@ -540,44 +632,48 @@ class Compiler:
         self.gemv(M[pre + "o"], a["attn_out"], a["attn_proj"])
         self.gemv(M[pre + "laurel_l"], a["x_norm"], a["laurel1"])
         self.gemv(M[pre + "laurel_r"], a["laurel1"], a["laurel2"])
-        self.round_trip("post_attn_norm+laurel+merge+pre_ffn_norm", [(a["attn_proj"], D), (a["laurel2"], D)],
-                        8 * D, [(a["attn_proj"], D), (a["x_ffn"], D)])
+        self.round_trip("post_attn_norm+laurel+merge+pre_ffn_norm",
+                        [(a["attn_proj"], D), (a["laurel2"], D), (a["xs0"], D), (a["x_norm"], D)],
+                        8 * D, [(a["attn_proj"], D), (a["x_ffn"], D)], hm and bind(hm.merge, i))
         # FFN
         self.stage = "ffn_up"
         self.gemv(M[pre + "gate"], a["x_ffn"], a["gate_raw"])
         self.gemv(M[pre + "up"], a["x_ffn"], a["up_out"])
         self.stage = "ffn_act"
         if i < c["sparse_layers"]:
-            self.round_trip("sparsity+gelu+mul", [(a["gate_raw"], F), (a["up_out"], F)], 6 * F, [(a["hidden"], F)])
+            self.round_trip("sparsity+gelu+mul", [(a["gate_raw"], F), (a["up_out"], F)], 6 * F, [(a["hidden"], F)],
+                            hm and hm.sparse_act)
         else:
             self.wait("gate")
             for e0 in range(0, F, self.cvo_max):
                 n = min(self.cvo_max, F - e0)
                 self.cvo("GELU", a["gate_raw"] * 8 + e0, a["gate_act"] * 8 + e0, n)
-            self.round_trip("gelu*up", [(a["gate_act"], F), (a["up_out"], F)], F, [(a["hidden"], F)])
+            self.round_trip("gelu*up", [(a["gate_act"], F), (a["up_out"], F)], F, [(a["hidden"], F)],
+                            hm and hm.mul)
         self.stage = "ffn_down"
         self.gemv(M[pre + "down"], a["hidden"], a["mlp_out"])
-        self.round_trip("post_ffn_norm+residual", [(a["mlp_out"], D)], 3 * D, [(a["mlp_out"], D)])
+        self.round_trip("post_ffn_norm+residual", [(a["mlp_out"], D), (a["attn_proj"], D)], 3 * D,
+                        [(a["mlp_out"], D)], hm and bind(hm.post_ffn, i))
         # the per-layer DONE poll of seed §5 sits here, before the AltUp correction
         self.stage = "altup_correct"
         self.wait("layer_done")
-        self.round_trip("corr_norm", [(a["mlp_out"], D)], 2 * D, [(a["x_norm"], D)])
+        self.round_trip("corr_norm", [(a["mlp_out"], D)], 2 * D, [(a["x_norm"], D)], hm and bind(hm.router_input, i))
         self.gemv(M[pre + "corr_router"], a["x_norm"], a["router"])
         self._tanh("corr_tanh", a["router"], a["router_tanh"], A)
         self.gemv(M[pre + "corr"], a["router_tanh"], a["coefs"])
-        self.round_trip("altup_correct", [(a[f"xs{k}"], D) for k in range(A)] + [(a["coefs"], A * A)], 3 * A * D,
-                        [(a[f"xs{k}"], D) for k in range(A)])
+        self.round_trip("altup_correct", xs + [(a["coefs"], A), (a["mlp_out"], D)], 3 * A * D,
+                        xs + [(a["x_norm"], D)], hm and bind(hm.correct, i))
         # PLE injection (the per-token PLE table is normalised on the host at layer 0)
         self.stage = "ple_inject"
         if i == 0:
             self.stage = "ple"
             self.round_trip("ple_norm+combine", [(a["ple_proj_out"], c["num_layers"] * P)], 4 * c["num_layers"] * P,
-                            [(a["pli_all"], c["num_layers"] * P)])
+                            [(a["pli_all"], c["num_layers"] * P)], hm and hm.ple_combine)
             self.stage = "ple_inject"
-        self.gemv(M[pre + "ple_gate"], a["xs0"], a["ple_g"])
-        self.round_trip("ple_gelu*pli", [(a["ple_g"], P)], 2 * P, [(a["ple_g"], P)])
+        self.gemv(M[pre + "ple_gate"], a["x_norm"], a["ple_g"])
+        self.round_trip("ple_gelu*pli", [(a["ple_g"], P)], 2 * P, [(a["ple_g"], P)], hm and bind(hm.ple_gate, i))
         self.gemv(M[pre + "ple_proj"], a["ple_g"], a["ple_y"])
-        self.round_trip("ple_norm+inject", [(a["ple_y"], D)], 5 * D, [(a[f"xs{k}"], D) for k in range(1, A)])
+        self.round_trip("ple_norm+inject", [(a["ple_y"], D)] + xs[1:], 5 * D, xs[1:], hm and bind(hm.ple_inject, i))
 
     def _tanh(self, label: str, src: int, dst: int, n: int) -> None:
         if self.tanh:
@@ -585,17 +681,19 @@ class Compiler:
             self.cvo("TANH", src * 8, dst * 8, n)
             self.wait(label + ".done")
         else:
-            self.round_trip(label, [(src, n)], n, [(dst, n)])
+            self.round_trip(label, [(src, n)], n, [(dst, n)], self.hm.tanh if self.data else None)
 
-    def _kv_blocks(self, layer: int, head: int, which: str, rows: int, kslots: int) -> list:
-        """DataMover blocks streaming ``rows`` valid rows of a KV region (ASSUMPTION: one command per lane
-        stands for the scatter-gather list over the ring's valid slots; bytes are exact)."""
+    def _kv_blocks(self, layer: int, head: int, which: str, rows: int, kslots: int, total_rows: int) -> list:
+        """DataMover commands streaming the first ``rows`` rows of a KV region (rows of ``kslots`` INT4 slots,
+        then ``total_rows`` BF16 row scales): per lane, its rows' packed bytes, then its rows' scales."""
         g = self.profile["gemv"]
         base = self.kv_addr[(layer, head, which)]
         out = []
         for lane, (r0, n) in enumerate(lane_rows(rows, self.lanes)):
             if n:
-                out.append((lane, g["lane_ports"][lane], base + (r0 * kslots) // 2, lane_bytes(n, kslots, True)))
+                port = g["lane_ports"][lane]
+                out.append((lane, port, base + (r0 * kslots) // 2, (n * kslots) // 2))
+                out.append((lane, port, base + (total_rows * kslots) // 2 + 2 * r0, 2 * n))
         return out
 
     # -- summaries ---------------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ the driver's state at that moment.  ``context`` = positions already in the ring
 (the prompt is assumed prefilled through the same decode path, token by token;
 those tokens are not emulated — only the ``tokens`` decode steps after them).
 
-Timing mode only: data mode (numerics against a numpy reference) is not built
-(see docs/pccx-gemma3n.md).
+Data mode: the compiler draws seeded INT4 weights (actors/pccx/gemma3n/hostmath.py),
+the prompt runs token by token through the decode path, then greedy decoding;
+``check`` returns the token ids; the logits stay on the context's HostMath for tests.
 
 ``check`` returns the budget report: tok/s, per-layer and per-stage time,
 utilisations, bandwidths beside the seed §6 budget and the independent bounds,
@@ -23,7 +24,7 @@ from collections import defaultdict
 from actors.pccx.gemma3n.compiler import STAGES, CompileError, Compiler
 from actors.pccx.gemma3n.config import load_config
 from emulator.errors import BuildError
-from emulator.schema import Bool, Enum, Int, Map, Str
+from emulator.schema import Bool, Enum, Int, List, Map, Str
 from emulator.units import ClockDomain
 
 __all__ = ["PARAMS", "build", "check", "Context"]
@@ -38,6 +39,7 @@ PARAMS = Map({
                     "kind": Enum(["opcode", "reserved_bits", "address"])}, default={"seq": 0, "kind": "opcode"},
                    required=False, doc="error-path test: the driver pushes a corrupted word at instruction seq"),
     "corrupt_enabled": Bool(default=False),
+    "prompt": List(Int(min=0), default=[1, 2, 3], doc="data mode: prompt token ids (then greedy decode)"),
 })
 
 
@@ -72,12 +74,12 @@ class Context:
 def build(system, profile: dict, p: dict) -> Context:
     from actors.pccx.machine import build_machine
 
-    if system.mode != "timing":
-        raise BuildError("workload gemma3n: only timing mode is built (data mode against a numpy reference is "
-                         "not implemented; see docs/pccx-gemma3n.md)")
+    data = system.mode == "data"
+    if data and p["context"]:
+        raise BuildError("workload gemma3n: data mode runs the prompt through the decode path: context must be 0")
     try:
         c = load_config(p["model"], p["model_set"])
-        comp = Compiler(c, profile, prefetch=p["prefetch"])
+        comp = Compiler(c, profile, prefetch=p["prefetch"], data=data, seed=system.seed, prompt=p["prompt"])
     except CompileError as e:
         raise BuildError(f"workload gemma3n: {e}") from None
     if comp.ddr.top > profile["ddr"]["model_size"]:
@@ -101,7 +103,7 @@ def build(system, profile: dict, p: dict) -> Context:
             yield st
 
     program = corrupted(steps()) if p["corrupt_enabled"] else steps()
-    build_machine(system, profile, program, None, where=comp.describe)
+    build_machine(system, profile, program, comp.ddr_init if data else None, where=comp.describe, host_ddr=True)
     ctx = Context(comp, p)
     system.pccx_out = ctx      # the runner hands check() the system; the context rides on it
     return ctx
@@ -247,6 +249,9 @@ def check(system, profile: dict, p: dict, result, ctx: Context | None = None) ->
     out["prefetch_overlap_per_layer_us"] = {k: round(v / 1e6 / ntok, 3) for k, v in sorted(ov["per_layer_ps"].items())}
     out["instructions_per_token"] = round(len(comp.where) / ntok)
     out["polls_per_token"] = round(len(waits) / ntok, 1)
+    if comp.data:
+        out["token_ids"] = comp.hm.tokens[1:] + [comp.next_token]
+        out["greedy_tokens"] = [int(l.argmax()) for l in comp.hm.logits]
     out["kv_ring"] = {"max_tokens": comp.ring.max_tokens, "written": comp.ring.written, "sink": comp.ring.sink,
                       "attended": comp.ring.attended()}
     out["tables"] = {"gemma3n per-stage (per token)": rows,
