@@ -307,7 +307,7 @@ class Compiler:
         c = self.c
         chunk = min(c["vocab"], 65535)
         if self.tanh and c["softcap"]:
-            chunk = min(chunk, 8 * self.cvo_max)
+            chunk = min(chunk, 2 * self.cvo_max)   # two window buffers of this size must fit beside attention's
         return chunk
 
     # -- emission helpers --------------------------------------------------------------------------------
