@@ -119,3 +119,20 @@ def test_cli_compile(tmp_path, capsys):
     words = [ln.split("#")[0] for ln in out.read_text().splitlines() if ln and not ln.startswith(("#", "wait"))]
     assert words and all(isa.assemble_line(w) is not None for w in words)
     assert main(["pccx", "compile", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_host_sampling_top_p_and_repetition_penalty():
+    import numpy as np
+
+    from actors.pccx.gemma3n.hostmath import HostMath
+
+    c = load_config("micro", {"softcap": 0.0})
+    z = np.linspace(-1, 1, c["vocab"]).astype(np.float32)          # token 63 is the argmax, 62 the runner-up
+    h = HostMath(c, 1, {"mode": "top_p", "top_p": 1e-9, "repetition_penalty": 1.15})
+    assert h.sample(z) == 63                                        # top-p that small keeps only the best
+    h.tokens = [63]
+    assert h.sample(z) == 62                                        # 1/1.15 of the best falls below the next
+    wide = [HostMath(c, s, {"mode": "top_p", "top_p": 0.9, "repetition_penalty": 1.0}).sample(z) for s in range(8)]
+    assert len(set(wide)) > 1 and wide == [HostMath(c, s, {"mode": "top_p", "top_p": 0.9,
+                                                            "repetition_penalty": 1.0}).sample(z) for s in range(8)]
+    assert HostMath(c, 1).sample(z) == 63                            # greedy by default

@@ -153,7 +153,7 @@ class Compiler:
     """Lays out the machine for config ``c`` on ``profile`` and emits driver steps token by token."""
 
     def __init__(self, c: dict, profile: dict, *, prefetch: bool = True, data: bool = False, seed: int = 0,
-                 prompt: list[int] | None = None):
+                 prompt: list[int] | None = None, sampling: dict | None = None):
         self.c, self.profile, self.prefetch = c, profile, prefetch
         self.data = data
         self.prompt = list(prompt or [0])
@@ -164,7 +164,7 @@ class Compiler:
             if profile["cvo"]["tanh"]:
                 raise CompileError("data mode is built without the what-if SFU TANH (cvo.tanh: false)")
             from actors.pccx.gemma3n.hostmath import HostMath
-            self.hm = HostMath(c, seed)
+            self.hm = HostMath(c, seed, sampling)
         g = profile["gemv"]
         wired = 0
         while wired < g["lanes"] and g["lane_ports"][wired] is not None:

@@ -36,8 +36,10 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 class HostMath:
     """Model parameters + the host functions of each round trip (data mode)."""
 
-    def __init__(self, c: dict, seed: int):
+    def __init__(self, c: dict, seed: int, sampling: dict | None = None):
         self.c = c
+        self.sampling = sampling or {"mode": "greedy"}
+        self.sample_rng = rng_stream(seed, "pccx/gemma3n/sampling")
         self.rng = rng_stream(seed, "pccx/gemma3n/params")
         self.W: dict[str, tuple[np.ndarray, np.ndarray]] = {}    # name -> (int4 values [N, K], BF16 scale bits [N])
         D, NL, P, H, KVH, hd = c["hidden"], c["num_layers"], c["ple_dim"], c["num_heads"], c["num_kv_heads"], c["head_dim"]
@@ -194,7 +196,20 @@ class HostMath:
         return [rms_norm(h.astype(np.float32), self.gamma["final"], c["rms_eps"])]
 
     def sample(self, logits: np.ndarray) -> int:
+        """Softcap, then greedy, or seeded top-p with a repetition penalty (pccx docs: 1.15, 0.9): logits of
+        tokens already seen are divided (if > 0) or multiplied (if < 0) by the penalty."""
         cap = self.c["softcap"]
         z = (cap * np.tanh(logits / cap)) if cap else logits
         self.logits.append(z.astype(np.float32))
-        return int(np.argmax(z))
+        sm = self.sampling
+        if sm["mode"] == "greedy":
+            return int(np.argmax(z))
+        z = z.astype(np.float64).copy()
+        for t in set(self.tokens):
+            z[t] = z[t] / sm["repetition_penalty"] if z[t] > 0 else z[t] * sm["repetition_penalty"]
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        order = np.argsort(-p, kind="stable")
+        keep = order[: int(np.searchsorted(np.cumsum(p[order]), sm["top_p"])) + 1]
+        q = p[keep] / p[keep].sum()
+        return int(keep[self.sample_rng.choice(keep.size, p=q)])

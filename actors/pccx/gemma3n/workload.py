@@ -24,7 +24,7 @@ from collections import defaultdict
 from actors.pccx.gemma3n.compiler import STAGES, CompileError, Compiler
 from actors.pccx.gemma3n.config import load_config
 from emulator.errors import BuildError
-from emulator.schema import Bool, Enum, Int, List, Map, Str
+from emulator.schema import Bool, Enum, Float, Int, List, Map, Str
 from emulator.units import ClockDomain
 
 __all__ = ["PARAMS", "build", "check", "Context"]
@@ -39,7 +39,11 @@ PARAMS = Map({
                     "kind": Enum(["opcode", "reserved_bits", "address"])}, default={"seq": 0, "kind": "opcode"},
                    required=False, doc="error-path test: the driver pushes a corrupted word at instruction seq"),
     "corrupt_enabled": Bool(default=False),
-    "prompt": List(Int(min=0), default=[1, 2, 3], doc="data mode: prompt token ids (then greedy decode)"),
+    "prompt": List(Int(min=0), default=[1, 2, 3], doc="data mode: prompt token ids (then sampled tokens)"),
+    "sampling": Map({"mode": Enum(["greedy", "top_p"], default="greedy"),
+                     "top_p": Float(min=0, max=1, default=0.9),
+                     "repetition_penalty": Float(min=1, default=1.15)}, default={},
+                    doc="data mode: host sampling (top_p: seeded by the scenario seed)"),
 })
 
 
@@ -79,7 +83,8 @@ def build(system, profile: dict, p: dict) -> Context:
         raise BuildError("workload gemma3n: data mode runs the prompt through the decode path: context must be 0")
     try:
         c = load_config(p["model"], p["model_set"])
-        comp = Compiler(c, profile, prefetch=p["prefetch"], data=data, seed=system.seed, prompt=p["prompt"])
+        comp = Compiler(c, profile, prefetch=p["prefetch"], data=data, seed=system.seed, prompt=p["prompt"],
+                        sampling=p["sampling"])
     except CompileError as e:
         raise BuildError(f"workload gemma3n: {e}") from None
     if comp.ddr.top > profile["ddr"]["model_size"]:
