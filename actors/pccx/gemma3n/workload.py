@@ -204,7 +204,8 @@ def check(system, profile: dict, p: dict, result, ctx: Context | None = None) ->
     rows = []
     for st in STAGES:
         if stage_ops.get(st) or stage_host.get(st):
-            rows.append({"stage": st, "instructions": sum(v for (s2, _), v in comp.counts.items() if s2 == st),
+            n_ins = sum(v for (s2, _), v in comp.counts.items() if s2 == st)
+            rows.append({"stage": st, "instructions": round(n_ins / (1 if st == "setup" else ntok), 1),
                          "engine_busy_us": round(stage_engine[st] / 1e6 / ntok, 3),
                          "host_us": round(stage_host[st] / 1e6 / ntok, 3),
                          "hp_MB": round(comp.stream_bytes[st] / 1e6 / max(1, ntok), 3)})
