@@ -88,6 +88,8 @@ def cmd_compile(args) -> int:
             lines.append(f"wait {st[1]}")
         elif st[0] == "host":
             lines.append(f"# host {st[1]} {st[2]} ps")
+        elif st[0] == "mark":
+            lines.append(f"# prefetch stream {st[2]['stream']} ({st[2]['bytes']} bytes) issued here")
         else:
             lines.append(f"# {' '.join(map(str, st))}")
     text = "\n".join(lines) + "\n"

@@ -53,7 +53,8 @@ class DriverHalt(Exception):
 class HostDriver(Actor):
     """Runs ``steps`` (any iterable, e.g. a compiler generator): ``("open",)``, ``("kv_init", n)``,
     ``("start",)``, ``("push", word)``, ``("kick",)``, ``("hp", port, stream, addr, nbytes[, dest])``,
-    ``("wait", label)``, ``("sleep", ps)``, ``("host", label, ps)`` (host CPU work: busy ``ps``).
+    ``("wait", label)``, ``("sleep", ps)``, ``("host", label, ps[, reads, fn])`` (host CPU work: busy ``ps``),
+    ``("mark", name, value)`` (a trace mark, e.g. where a prefetch is issued).
 
     ``where(seq)`` (optional) names the program place of pushed instruction
     ``seq`` (e.g. ``token 0 layer 3 stage attention``) for the halt log."""
@@ -195,6 +196,8 @@ class HostDriver(Actor):
                     await self.sleep(step[1])
                 elif kind == "host":
                     await self.host_step(*step[1:])
+                elif kind == "mark":
+                    self.mark(step[1], step[2])
                 elif kind == "kick":
                     await self.kick()
                 elif kind == "open":

@@ -452,8 +452,11 @@ class Compiler:
         anchor = 0
         for st in steps:
             if st[0] == "_hp":
-                out[anchor:anchor] = st[1]
-                anchor += len(st[1])
+                # a trace mark on the driver track right after the previous GEMV's push: "prefetch of stream s"
+                ins = ([("mark", "prefetch", {"stream": st[1][0][2], "bytes": sum(h[4] for h in st[1])})]
+                       if st[1] else []) + st[1]
+                out[anchor:anchor] = ins
+                anchor += len(ins)
             elif st[0] == "_barrier":
                 anchor = len(out)
             else:
