@@ -7,8 +7,10 @@ PLE / LM head tables (LM head = tied embedding, read as GEMV weights); the KV
 ring of every KV-producing layer (per KV head: K as ``[max_tokens x head_dim]``
 rows with one BF16 scale per token — the GEMV's per-row ``w_scale`` — and V
 stored transposed ``[head_dim x max_tokens]`` with static per-channel scales,
-so ``scores = K q`` and ``ctx = V^T p`` are both plain GEMVs); host staging
-buffers for the round trips and the logits.
+so ``scores = K q`` and ``ctx = V^T p`` are both plain GEMVs; the latter streams
+whole ring rows, the EXP output beyond the valid length being 0); the ACP
+staging area for the round trips and the logits (first 2 MiB: MEMCPY
+``aux_addr`` reach).
 
 **L2** (128-bit words, :class:`L2Layout`): the seed §1 working set.  Tensors a
 CVO touches must lie in the first 8,192 words (CVO addresses are 16-bit
@@ -34,9 +36,9 @@ SCALE ``recip_scale`` by the sum — the softmax normalisation moved after
 **What the CVO lacks** (reference §1.3: no TANH, MAX, ADD, MUL), decided per use:
 
 * MAX: the softmax max comes from the scores GEMV's ``findemax`` (no CVO op).
-* RMSNorm: the weight γ is folded into the next GEMV's INT4 scales (offline);
-  mean-of-squares needs MUL -> **host round trip** (poll, MEMCPY L2->host,
-  host compute, MEMCPY host->L2).  QK/V-norm and RoPE go in one round trip
+* RMSNorm: mean-of-squares needs MUL -> **host round trip** (poll, MEMCPY
+  L2->host, host compute, MEMCPY host->L2); the host applies γ too (it
+  computes the norm anyway).  QK/V-norm and RoPE go in one round trip
   (the rotation needs MUL; the SFU's SIN/COS would also need host range
   reduction, reference §1.3, so the host computes the phases too), which also
   quantises the new K/V and writes them to the KV ring.
