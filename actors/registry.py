@@ -7,6 +7,8 @@ params)`` function that adds actors and links to the system.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -29,6 +31,13 @@ class Workload:
     #: optional ``check(system, profile, params, result) -> dict`` run after the
     #: run (e.g. error against a numpy reference); its keys join the result
     check: Optional[Callable] = None
+
+    def bind(self, context) -> "Workload":
+        """This workload with ``check`` given ``context=`` the value ``build`` returned (DESIGN.md §7:
+        workloads return a context that the runner hands to check).  ``None``: unchanged."""
+        if context is None or self.check is None:
+            return self
+        return dataclasses.replace(self, check=functools.partial(self.check, context=context))
 
 
 def family(name: str):

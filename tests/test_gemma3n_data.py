@@ -19,7 +19,6 @@ import pytest
 
 from actors import registry
 from emulator.scenario import load_scenario
-from tools.runner import run_scenario
 
 PROMPT = [5, 9, 3]
 STEPS = 10
@@ -141,7 +140,7 @@ class Reference:
 
 
 @pytest.fixture(scope="module")
-def emulated(tmp_path_factory):
+def emulated(run_with_context, tmp_path_factory):
     f = tmp_path_factory.mktemp("d") / "d.yaml"
     f.write_text(textwrap.dedent(f"""\
         name: gemma3n-micro-data
@@ -154,9 +153,9 @@ def emulated(tmp_path_factory):
           kind: gemma3n
           params: {{model: micro, tokens: {STEPS}, prompt: {PROMPT}}}
         """))
-    res, system, _ = run_scenario(load_scenario(str(f), registry, []))
+    res, _, ctx = run_with_context(load_scenario(str(f), registry, []))
     assert res["status"] == "finished", res.get("error")
-    return res, system.pccx_out.compiler.hm
+    return res, ctx.compiler.hm
 
 
 def test_logits_and_greedy_tokens_match_the_reference(emulated):

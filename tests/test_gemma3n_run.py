@@ -8,12 +8,11 @@ import pytest
 
 from actors import registry
 from emulator.scenario import load_scenario
-from tools.runner import run_scenario
 
 POLL_NS, AXIL_NS, TAXI_NS, BURST_BEATS = 20, 40, 4, 16   # the documented profile's figures used below
 
 
-def _run(tmp_path, params: str = "", overrides: str = "", sets=(), tokens: int = 1, context: int = 3):
+def _run(run_with_context, tmp_path, params: str = "", overrides: str = "", sets=(), tokens: int = 1, context: int = 3):
     f = tmp_path / "s.yaml"
     f.write_text(textwrap.dedent(f"""\
         name: g
@@ -27,14 +26,13 @@ def _run(tmp_path, params: str = "", overrides: str = "", sets=(), tokens: int =
           params: {{model: micro, tokens: {tokens}, context: {context}, model_set: {{hidden: 128, ffn: 1024}}{params}}}
         """))
     sc = load_scenario(str(f), registry, list(sets))
-    res, system, _ = run_scenario(sc)
-    return res, system
+    return run_with_context(sc)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    on = _run(tmp_path_factory.mktemp("on"))
-    off = _run(tmp_path_factory.mktemp("off"), ", prefetch: false")
+def runs(run_with_context, tmp_path_factory):
+    on = _run(run_with_context, tmp_path_factory.mktemp("on"))
+    off = _run(run_with_context, tmp_path_factory.mktemp("off"), ", prefetch: false")
     return on, off
 
 
@@ -42,7 +40,7 @@ def test_prefetch_rule1_saves_exactly_the_recorded_overlap(runs):
     """Rule 1 on vs off: the end time drops by the recorded overlapped (hidden) transfer time, plus the
     DONE polls the off switch adds (each extra wait costs 1-2 status reads of 2 x axil.latency and at most
     one poll interval)."""
-    (on, _), (off, _) = runs
+    (on, _, _), (off, _, _) = runs
     assert on["status"] == off["status"] == "finished"
     assert off["prefetch_overlap_us"] < 0.01          # nothing transfers before its GEMV when prefetch is off
     assert on["prefetch_overlap_us"] > 0.3 * on["weight_transfer_us"]
@@ -55,31 +53,31 @@ def test_prefetch_rule1_saves_exactly_the_recorded_overlap(runs):
     assert all(v > 0 for k, v in on["prefetch_overlap_per_layer_us"].items() if 0 <= int(k) < 4)
 
 
-def test_chunked_streaming_within_bound(runs, tmp_path):
+def test_chunked_streaming_within_bound(runs, run_with_context, tmp_path):
     """A chunk of c bursts delays a stream's first MACs by at most (c-1) bursts of HP time and lets at most
     one more chunk wait in the consumer (up to c bursts more buffering): over the program's weight streams
     the end time moves by at most streams x c x burst_beats x Taxi, either way."""
-    (on, system), _ = runs
+    (on, _, ctx), _ = runs
     c = 4
-    chunked, _ = _run(tmp_path, overrides=", hp: {chunk_bursts: 4}")
+    chunked, _, _ = _run(run_with_context, tmp_path, overrides=", hp: {chunk_bursts: 4}")
     assert chunked["status"] == "finished"
-    streams = system.pccx_out.compiler.sid
+    streams = ctx.compiler.sid
     bound_ps = streams * c * BURST_BEATS * TAXI_NS * 1000
     assert abs(chunked["end_time_ps"] - on["end_time_ps"]) <= bound_ps
     assert chunked["events"] < on["events"]
 
 
-def test_chunk_must_divide_the_fifo(tmp_path):
+def test_chunk_must_divide_the_fifo(run_with_context, tmp_path):
     from emulator.errors import BuildError
 
     with pytest.raises(BuildError, match="chunk_bursts"):
-        _run(tmp_path, overrides=", hp: {chunk_bursts: 3}")
+        _run(run_with_context, tmp_path, overrides=", hp: {chunk_bursts: 3}")
 
 
-def test_kv_ring_wraps_in_the_token_loop(tmp_path):
-    res, system = _run(tmp_path, tokens=2, context=7)
+def test_kv_ring_wraps_in_the_token_loop(run_with_context, tmp_path):
+    res, _, ctx = _run(run_with_context, tmp_path, tokens=2, context=7)
     assert res["status"] == "finished" and res["tokens"] == 2
-    ring = system.pccx_out.compiler.ring
+    ring = ctx.compiler.ring
     assert res["kv_ring"] == {"max_tokens": 8, "written": 9, "sink": 2, "attended": 8}
     # position 8 overwrote the oldest non-sink entry (position 2, slot 2); the sinks survive
     assert ring.slots[:3] == [0, 1, 8] and sorted(ring.valid()) == [0, 1, 3, 4, 5, 6, 7, 8]
@@ -88,8 +86,8 @@ def test_kv_ring_wraps_in_the_token_loop(tmp_path):
 @pytest.mark.parametrize("seq,kind,needle", [(15, "address", "src_addr=131071 >= 114688"),
                                               (49, "reserved_bits", "reserved bits"),
                                               (50, "opcode", "reserved opcode 0xF")])
-def test_corrupted_word_raises_the_error_interrupt(tmp_path, seq, kind, needle):
-    res, system = _run(tmp_path, params=f", corrupt_enabled: true, corrupt: {{seq: {seq}, kind: {kind}}}")
+def test_corrupted_word_raises_the_error_interrupt(run_with_context, tmp_path, seq, kind, needle):
+    res, system, _ = _run(run_with_context, tmp_path, params=f", corrupt_enabled: true, corrupt: {{seq: {seq}, kind: {kind}}}")
     assert res["status"] == "error"
     assert needle in res["error"] and "stage" in res["error"] and "layer" in res["error"]
     halted = system.actors["pccx/driver"].halted

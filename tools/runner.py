@@ -43,9 +43,9 @@ def build_system(scenario: Scenario, *, trace_path: str | None = None) -> tuple[
                              kinds=set(t["kinds"]) if t.get("kinds") else None, actors=t.get("actors"),
                              links=t.get("links"))
     system = System(scenario.name, seed=scenario.seed, mode=scenario.mode, trace=topts, scenario=scenario.resolved())
-    workload.build(system, scenario.profile, scenario.params)
+    context = workload.build(system, scenario.profile, scenario.params)
     install_faults(system, scenario.faults)
-    return system, workload
+    return system, workload.bind(context)
 
 
 def scenario_from_resolved(d: dict) -> Scenario:

@@ -146,17 +146,18 @@ def _resolve(source: str, system) -> Path:
                      + ", ".join(str(c.parent) for c in cands) + ")")
 
 
-def build(system, profile: dict, p: dict) -> None:
+def build(system, profile: dict, p: dict) -> dict:
+    """Build the machine; returns the context ``check`` receives: ``{output name: (DDR address, bytes)}``."""
     from actors.pccx.machine import build_machine
 
     path = _resolve(p["source"], system)
     b, outs = parse_program(path.read_text(encoding="utf-8"), profile, seed=system.seed, name=str(path),
                             kv_max_tokens=p["kv_max_tokens"])
     build_machine(system, profile, b.steps, b.ddr if system.mode == "data" else None)
-    system.pccx_out = outs
+    return outs
 
 
-def check(system, profile: dict, p: dict, result) -> dict:
+def check(system, profile: dict, p: dict, result, context: dict) -> dict:
     from actors.pccx.machine import latency_table
 
     out = {"tables": {"pccx per-opcode latency (engine arrival -> retire)": latency_table(system, profile)}}
@@ -166,5 +167,5 @@ def check(system, profile: dict, p: dict, result) -> dict:
     mem = system.actors["pccx/ddr"].mem
     if mem is not None:
         out["outputs"] = {name: [round(float(v), 6) for v in from_bf16(mem[a:a + n].view(np.uint16))[:16]]
-                          for name, (a, n) in system.pccx_out.items()}
+                          for name, (a, n) in context.items()}
     return out

@@ -189,7 +189,8 @@ def make_program(profile: dict, p: dict, seed: int):
     return b, out
 
 
-def build(system, profile: dict, p: dict) -> None:
+def build(system, profile: dict, p: dict) -> dict:
+    """Build the machine; returns the context ``check`` receives: ``{result name: DDR address}``."""
     from actors.pccx.machine import build_machine
 
     b, out = make_program(profile, p, system.seed)
@@ -198,7 +199,7 @@ def build(system, profile: dict, p: dict) -> None:
         raise BuildError(f"program needs {b.top} bytes of host DDR, profile ddr.model_size is "
                          f"{profile['ddr']['model_size']}")
     build_machine(system, profile, b.steps, b.ddr if system.mode == "data" else None)
-    system.pccx_out = out
+    return out
 
 
 def reference(seed: int, p: dict, profile: dict) -> dict:
@@ -258,7 +259,7 @@ def overlaps(system) -> list[dict]:
     return rows
 
 
-def check(system, profile: dict, p: dict, result) -> dict:
+def check(system, profile: dict, p: dict, result, context: dict) -> dict:
     from actors.pccx.machine import latency_table
 
     out: dict = {}
@@ -274,7 +275,7 @@ def check(system, profile: dict, p: dict, result) -> dict:
         return out
     ref = reference(system.seed, p, profile)
     mem = system.actors["pccx/ddr"].mem
-    addrs = system.pccx_out
+    addrs = context
     errs = {}
     for key, want in ref.items():
         if key == "gemm" and not p["gemm"]:

@@ -109,9 +109,7 @@ def build(system, profile: dict, p: dict) -> Context:
 
     program = corrupted(steps()) if p["corrupt_enabled"] else steps()
     build_machine(system, profile, program, comp.ddr_init if data else None, where=comp.describe, host_ddr=True)
-    ctx = Context(comp, p)
-    system.pccx_out = ctx      # the runner hands check() the system; the context rides on it
-    return ctx
+    return Context(comp, p)
 
 
 def _busy(spans, t0, t1) -> int:
@@ -158,9 +156,8 @@ def prefetch_overlap(system, comp: Compiler) -> dict:
     return {"total_ps": total, "transfer_ps": transfer, "per_layer_ps": dict(per_layer)}
 
 
-def check(system, profile: dict, p: dict, result, ctx: Context | None = None) -> dict:
-    ctx = ctx or system.pccx_out
-    comp = ctx.compiler
+def check(system, profile: dict, p: dict, result, context: Context) -> dict:
+    comp = context.compiler
     c = comp.c
     driver = system.actors["pccx/driver"]
     stat = system.actors["pccx/axil_stat"]
