@@ -93,3 +93,24 @@ def test_corrupted_word_raises_the_error_interrupt(run_with_context, tmp_path, s
     halted = system.actors["pccx/driver"].halted
     assert halted["seq"] == seq and halted["where"].startswith("token 3 layer")
     assert system.actors["pccx/axil_stat"].error
+
+
+def test_ple_rule3_overlap_saves_exactly_the_window_time(runs, run_with_context, tmp_path):
+    """Rule 3 on (default) vs serialised: layer i's PLE injection rides on layer i+1's AltUp router (its gate
+    GEMV runs under the router-norm host step, its host math shares the router's round trips).  The end
+    time drops by exactly the sum over layers of the PLE windows' difference (correction end -> next
+    prediction end; outside them both programs are identical), every window shrinks, the gate GEMV runs
+    under host work in every layer but the last (serialised after the AltUp correction in both)."""
+    (on, _, ctx), _ = runs
+    serial, _, _ = _run(run_with_context, tmp_path, ", ple_overlap: false")
+    assert on["status"] == serial["status"] == "finished"
+    nl = ctx.compiler.c["num_layers"]
+    assert on["end_time_ps"] < serial["end_time_ps"]
+    assert serial["end_time_ps"] - on["end_time_ps"] == serial["ple_window_ps"] - on["ple_window_ps"]
+    assert set(on["ple_window_per_layer_us"]) == {str(k) for k in range(nl - 1)}
+    assert all(on["ple_window_per_layer_us"][k] < serial["ple_window_per_layer_us"][k]
+               for k in on["ple_window_per_layer_us"])
+    assert all(on["ple_overlap_per_layer_us"][str(k)] > 0 for k in range(nl - 1))
+    assert on["ple_overlap_per_layer_us"][str(nl - 1)] == 0
+    assert serial["ple_overlap_us"] == 0
+    assert on["instructions_per_token"] < serial["instructions_per_token"]

@@ -88,8 +88,10 @@ def cmd_compile(args) -> int:
             lines.append(f"wait {st[1]}")
         elif st[0] == "host":
             lines.append(f"# host {st[1]} {st[2]} ps")
-        elif st[0] == "mark":
+        elif st[0] == "mark" and st[1] == "prefetch":
             lines.append(f"# prefetch stream {st[2]['stream']} ({st[2]['bytes']} bytes) issued here")
+        elif st[0] == "mark":
+            lines.append(f"# {st[1]} " + " ".join(f"{k}={v}" for k, v in st[2].items()))
         else:
             lines.append(f"# {' '.join(map(str, st))}")
     text = "\n".join(lines) + "\n"

@@ -78,7 +78,7 @@ from actors.pccx.gemma3n.config import global_layer, kv_source
 from actors.pccx.gemma3n.kv import KvRing, kv_elem_bits
 from actors.pccx.gemma3n.hostmath import V_SCALE
 from actors.pccx.gemv import lane_bytes, lane_rows, lanes_used
-from actors.pccx.numerics import from_bf16, pack_int4, to_bf16
+from actors.pccx.numerics import from_bf16, pack_int4, round_bf16, to_bf16
 from protocols import pccx_isa as isa
 
 import numpy as np
@@ -155,8 +155,10 @@ class Compiler:
     """Lays out the machine for config ``c`` on ``profile`` and emits driver steps token by token."""
 
     def __init__(self, c: dict, profile: dict, *, prefetch: bool = True, data: bool = False, seed: int = 0,
-                 prompt: list[int] | None = None, sampling: dict | None = None):
+                 prompt: list[int] | None = None, sampling: dict | None = None, ple_overlap: bool = True):
         self.c, self.profile, self.prefetch = c, profile, prefetch
+        self.ple_overlap = ple_overlap
+        self.ple_pending: int | None = None      # layer whose PLE injection rides on the next layer's router
         self.data = data
         self.prompt = list(prompt or [0])
         self.ddr_init: dict[int, bytes] = {}
@@ -299,7 +301,8 @@ class Compiler:
         a["coefs"] = l2.alloc("altup_coefs", A * A)
         a["pli_all"] = l2.alloc("pli_all", NL * P)
         a["ple_proj_out"] = l2.alloc("ple_proj_out", NL * P)
-        a["ple_g"] = l2.alloc("ple_gate_out", P)
+        a["ple_in"] = l2.alloc("ple_gate_in", D)    # own buffer: the next router's x_norm MEMCPY may land
+        a["ple_g"] = l2.alloc("ple_gate_out", P)     # while the PLE gate GEMV still reads its input (rule 3)
         a["ple_y"] = l2.alloc("ple_proj_layer_out", D)
         a["u"] = l2.alloc("altup_unproj_out", (A - 1) * D)
         a["logits"] = l2.alloc("logits", V)
@@ -433,15 +436,18 @@ class Compiler:
                    shape_ptr_addr=slot, **{"async": 0})
 
     def round_trip(self, label: str, out: list[tuple[int, int]], work: int, back: list[tuple[int, int]],
-                   math=None, extra=None) -> None:
+                   math=None, extra=None, during=None) -> None:
         """Host computes what the CVO cannot: poll, MEMCPY ``out`` to the host, compute ``work`` elements
         (``math`` in data mode; ``extra`` adds DDR writes, e.g. the KV entries), MEMCPY ``back`` into L2
-        (each a ``(word, elements)``)."""
+        (each a ``(word, elements)``).  ``during()`` pushes independent engine work after the outputs
+        reached the host and before the host computes: it runs on the engines while the host works."""
         self.wait(label)
         staged = self._staged(out)
         for (w, n), (a, _) in zip(out, staged):
             self.memcpy_out(w, n, a)
         self.wait(label + ".out")
+        if during is not None:
+            during()
         self.host(label, work, [(a, self._words_bytes(n)) for a, n in staged], self._host_fn(out, back, math, extra))
         for (w, n), (a, _) in zip(back, self._staged(back)):
             self.memcpy_in(w, n, a)
@@ -561,17 +567,43 @@ class Compiler:
         xs = [(a[f"xs{k}"], D) for k in range(A)]
         # AltUp router + prediction
         self.stage = "altup_router"
-        self.round_trip("router_norm", [(a["xs0"], D)], 2 * D, [(a["x_norm"], D)], hm and bind(hm.router_input, i))
+        ple = self.ple_pending            # rule 3: the previous layer's PLE injection rides on this router
+        self.ple_pending = None
+        during = None if ple is None else (lambda: self._as_ple(ple, lambda: (
+            self.steps.append(("mark", "ple_overlap", {"layer": ple, "under": f"L{i}.router_norm"})),
+            self.gemv(M[f"L{ple}.ple_gate"], a["ple_in"], a["ple_g"]))))
+        self.round_trip("router_norm", [(a["xs0"], D)], 2 * D, [(a["x_norm"], D)], hm and bind(hm.router_input, i),
+                        during=during)
         self.gemv(M[pre + "router"], a["x_norm"], a["router"])
         if i == 0:
             self.stage = "ple"
             self.gemv(M["ple_proj"], a["xs0"], a["ple_proj_out"])
             self.stage = "altup_router"
-        self._tanh("router_tanh", a["router"], a["router_tanh"], A)
+        if ple is not None and not self.tanh:
+            # one round trip for the router's TANH and the PLE gate's GELU x pli (both host math)
+            def tanh_gelu(v, _p=ple):
+                return hm.tanh(v[:1]) + hm.ple_gate(_p, v[1:])
+            self.round_trip("router_tanh+ple_gelu*pli", [(a["router"], A), (a["ple_g"], P)], A + 2 * P,
+                            [(a["router_tanh"], A), (a["ple_g"], P)], hm and tanh_gelu)
+        else:
+            self._tanh("router_tanh", a["router"], a["router_tanh"], A)
+            if ple is not None:
+                self._as_ple(ple, lambda: self.round_trip("ple_gelu*pli", [(a["ple_g"], P)], 2 * P, [(a["ple_g"], P)],
+                                                          hm and bind(hm.ple_gate, ple)))
         self.stage = "altup_predict"
+        if ple is not None:
+            self._as_ple(ple, lambda: self.gemv(M[f"L{ple}.ple_proj"], a["ple_g"], a["ple_y"]))
         self.gemv(M[pre + "pred"], a["router_tanh"], a["coefs"])
-        self.round_trip("predict+input_norm", xs + [(a["coefs"], A * A)], A * A * D + 2 * D, xs + [(a["x_norm"], D)],
-                        hm and bind(hm.predict, i))
+        if ple is None:
+            self.round_trip("predict+input_norm", xs + [(a["coefs"], A * A)], A * A * D + 2 * D,
+                            xs + [(a["x_norm"], D)], hm and bind(hm.predict, i))
+        else:
+            # the PLE injection (shadow streams only) is applied first, then the prediction, in one round trip
+            def inject_predict(v, _p=ple):
+                shadows = [round_bf16(x) for x in hm.ple_inject(_p, [v[0]] + v[2:A + 1])]
+                return hm.predict(i, [v[1]] + shadows + [v[A + 1]])
+            self.round_trip("ple_norm+inject+predict+input_norm", [(a["ple_y"], D)] + xs + [(a["coefs"], A * A)],
+                            5 * D + A * A * D + 2 * D, xs + [(a["x_norm"], D)], hm and inject_predict)
         # Q/K/V
         self.stage = "qkv"
         self.gemv(M[pre + "q"], a["x_norm"], a["q"])
@@ -667,7 +699,7 @@ class Compiler:
         self._tanh("corr_tanh", a["router"], a["router_tanh"], A)
         self.gemv(M[pre + "corr"], a["router_tanh"], a["coefs"])
         self.round_trip("altup_correct", xs + [(a["coefs"], A), (a["mlp_out"], D)], 3 * A * D,
-                        xs + [(a["x_norm"], D)], hm and bind(hm.correct, i))
+                        xs + [(a["ple_in"], D)], hm and bind(hm.correct, i))
         # PLE injection (the per-token PLE table is normalised on the host at layer 0)
         self.stage = "ple_inject"
         if i == 0:
@@ -675,10 +707,20 @@ class Compiler:
             self.round_trip("ple_norm+combine", [(a["ple_proj_out"], c["num_layers"] * P)], 4 * c["num_layers"] * P,
                             [(a["pli_all"], c["num_layers"] * P)], hm and hm.ple_combine)
             self.stage = "ple_inject"
-        self.gemv(M[pre + "ple_gate"], a["x_norm"], a["ple_g"])
+        if self.ple_overlap and i + 1 < c["num_layers"]:
+            self.ple_pending = i          # rule 3: emitted inside layer i+1's AltUp router (see there)
+            return
+        self.gemv(M[pre + "ple_gate"], a["ple_in"], a["ple_g"])
         self.round_trip("ple_gelu*pli", [(a["ple_g"], P)], 2 * P, [(a["ple_g"], P)], hm and bind(hm.ple_gate, i))
         self.gemv(M[pre + "ple_proj"], a["ple_g"], a["ple_y"])
         self.round_trip("ple_norm+inject", [(a["ple_y"], D)] + xs[1:], 5 * D, xs[1:], hm and bind(hm.ple_inject, i))
+
+    def _as_ple(self, layer: int, emit) -> None:
+        """Emit ``emit()``'s steps as layer ``layer``'s ``ple_inject`` stage (per-stage counts, halt log)."""
+        keep = self.layer, self.stage
+        self.layer, self.stage = layer, "ple_inject"
+        emit()
+        self.layer, self.stage = keep
 
     def _tanh(self, label: str, src: int, dst: int, n: int) -> None:
         if self.tanh:
