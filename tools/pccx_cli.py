@@ -65,7 +65,8 @@ def cmd_compile(args) -> int:
 
     try:
         c = load_config(args.config)
-        comp = Compiler(c, load_profile(args.profile), prefetch=not args.no_prefetch)
+        comp = Compiler(c, load_profile(args.profile), prefetch=not args.no_prefetch,
+                        ple_overlap=not args.no_ple_overlap)
     except (CompileError, EmulatorError, OSError) as e:
         print(f"error: {args.config}: {e}", file=sys.stderr)
         return 2
@@ -127,4 +128,5 @@ def add_parser(sub) -> None:
     c.add_argument("--context", type=int, default=0, help="positions already in the KV ring")
     c.add_argument("--tokens", type=int, default=1)
     c.add_argument("--no-prefetch", action="store_true", help="seed §3.2 rule 1 off")
+    c.add_argument("--no-ple-overlap", action="store_true", help="seed §3.2 rule 3 off (PLE injection serialised)")
     c.set_defaults(func=cmd_compile)
