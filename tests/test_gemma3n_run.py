@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
+import numpy as np
 import pytest
 
 from actors import registry
@@ -114,3 +115,42 @@ def test_ple_rule3_overlap_saves_exactly_the_window_time(runs, run_with_context,
     assert on["ple_overlap_per_layer_us"][str(nl - 1)] == 0
     assert serial["ple_overlap_us"] == 0
     assert on["instructions_per_token"] < serial["instructions_per_token"]
+
+
+def test_sfu_fifo_rule2_cvo_takes_gemv_results_without_a_poll(runs, run_with_context, tmp_path):
+    """Rule 2 what-if (``cvo.gemv_fifo_words``): the scheduler tags a CVO reading the last GEMV's output, the
+    SFU waits for that result on the direct FIFO, so the program drops its DONE polls between the score
+    GEMV and the EXP and between the V GEMV and the SCALE: 2 polls fewer per head and layer, every EXP
+    streams its scores from the FIFO, and the token ends earlier."""
+    (on, _, ctx), _ = runs
+    fifo, system, _ = _run(run_with_context, tmp_path, overrides=", cvo: {gemv_fifo_words: 64}")
+    assert fifo["status"] == "finished"
+    c = ctx.compiler.c
+    heads = c["num_layers"] * c["num_heads"]
+    assert system.reports["pccx/cvo"]["fifo_hits"] == heads
+    assert on["polls_per_token"] - fifo["polls_per_token"] == 2 * heads
+    assert fifo["end_time_ps"] < on["end_time_ps"]
+    assert "fifo_hits" not in system.reports.get("pccx/gemm", {})
+
+
+def test_sfu_fifo_keeps_the_data_exact(run_with_context, tmp_path):
+    """Data mode, 2 decode steps: the logits are bit-identical with and without the FIFO (the SFU never
+    reads a score or a context vector before the GEMV produced it, though nothing polls in between)."""
+    logits = []
+    for words in (0, 64):
+        f = tmp_path / f"d{words}.yaml"
+        f.write_text(textwrap.dedent(f"""\
+            name: d
+            seed: 3
+            mode: data
+            machine:
+              profile: pccx-v002-documented
+              overrides: {{cvo: {{gemv_fifo_words: {words}, gelu_form: tanh}}}}
+            workload:
+              kind: gemma3n
+              params: {{model: micro, tokens: 2, prompt: [1, 2]}}
+            """))
+        res, _, ctx = run_with_context(load_scenario(str(f), registry, []))
+        assert res["status"] == "finished", res.get("error")
+        logits.append(np.stack(ctx.compiler.hm.logits))
+    assert np.array_equal(logits[0], logits[1])

@@ -84,6 +84,9 @@ PROFILE_SCHEMA = Map({
                 "gelu_form": Enum(["sigmoid", "tanh"], default="sigmoid",
                                   doc="GELU of the SFU: the RTL's x*sigmoid(1.702x) (reference §1.3) or, what-if, "
                                       "the model's tanh form"),
+                "gemv_fifo_words": Int(min=0, default=0, doc="seed §3.2 rule 2: depth (L2 words) of a direct "
+                                       "GEMV->SFU result FIFO; 0 = none (the RTL and the pccx docs have no such "
+                                       "path: the program polls DONE between a GEMV and the CVO reading its output)"),
                 "tanh": Bool(default=False, doc="give the SFU a TANH function (code 0x8, not in the real CVO, "
                              "reference §1.3): what-if option, latency from latency.TANH"),
                 "latency": Map({**{f: Int(min=0) for f in CVO_FUNCS},
@@ -144,7 +147,7 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
     ext = frozenset([isa.CVO_EXT_FUNCS["TANH"]] if cvo["tanh"] else [])
     add("dec", Decoder("pccx/decoder", cycle_ps=profile["decoder_cycles"] * tc, strict=strict, cvo_ext=ext))
     add("sch", GlobalScheduler("pccx/scheduler", cycle_ps=profile["scheduler_cycles"] * tc, strict=strict,
-                               sync_gemx=profile["sync_gemx"],
+                               sync_gemx=profile["sync_gemx"], gemv_fifo=cvo["gemv_fifo_words"] > 0,
                                l2_words=profile["l2"]["words"], cvo_max=cvo["max_length"]))
     add("disp", MemDispatcher("pccx/dispatcher", cycle_ps=tc, len_lookup_cycles=profile["dispatcher"]["len_lookup_cycles"],
                               memset_cycles=profile["dispatcher"]["memset_cycles"], strict=strict,
@@ -160,6 +163,7 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
     add("acp", Acp("pccx/acp", burst_words=profile["acp"]["burst_words"], word_ps=profile["acp"]["cycles_per_word"] * tc,
                    read_latency_ps=profile["l2"]["read_latency_cycles"] * tc, outstanding=profile["acp"]["outstanding"]))
     add("gemv", GemvFront("pccx/gemv", cycle_ps=tc, lanes=g["lanes"], emax_out=cvo["emax_from"] != "gemm",
+                          sfu_fifo_words=cvo["gemv_fifo_words"],
                           read_latency_cycles=profile["l2"]["read_latency_cycles"], data_mode=data))
     for i, p in enumerate(lane_ports):
         add(f"lane{i}", GemvLane(f"pccx/gemv/lane{i}", index=i, cycle_ps=tc, macs_per_lane=g["macs_per_lane"],
@@ -189,6 +193,9 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
     depth = profile["uop_fifo_depth"]
     c(a["sch"].mem, a["disp"].inp, capacity=depth, name="uop.mem")
     c(a["sch"].cvo, a["cvo"].uop, capacity=depth, name="uop.cvo")
+    if cvo["gemv_fifo_words"]:
+        # seed §3.2 rule 2: one GEMV result at a time (the SFU input stage keeps the newest, module doc of Cvo)
+        c(a["gemv"].sfu, a["cvo"].fifo, capacity=1, name="gemv.sfu_fifo")
     pipe = (profile["dispatcher"]["len_lookup_cycles"] - 1) * tc
     c(a["disp"].acp, a["acp"].job, capacity=depth, latency=pipe, name="uop.acp")
     c(a["disp"].gemv, a["gemv"].uop, capacity=depth, latency=pipe, name="uop.gemv")

@@ -179,6 +179,7 @@ class Compiler:
         self.parallel_lane = 0 if wired == g["lanes"] else wired
         self.lanes = lanes_used(self.parallel_lane, g["lanes"])
         self.tanh = profile["cvo"]["tanh"]
+        self.sfu_fifo = profile["cvo"]["gemv_fifo_words"] * 8   # elements; 0: no direct GEMV->SFU FIFO
         self.cvo_max = profile["cvo"]["max_length"]
         host = profile["host"]
         self.host_ps = lambda n: host["call_overhead"] + n * host["element_time"]
@@ -647,7 +648,8 @@ class Compiler:
             g = h // group
             kb = self._kv_blocks(src, g, "K", L, kslots, T)
             self.gemv((L, kslots, kb), a["q"] + h * hd // 8, a["scores"], findemax=1, kv=(src, g, "K"), real_k=hd)
-            self.wait(f"scores{h}")
+            if L > self.sfu_fifo:   # rule 2: with the direct FIFO the EXP takes the scores from it, no poll
+                self.wait(f"scores{h}")
             nchunks = -(-L // self.cvo_max)
             ctx_w = a["ctx"] + h * (hd + 8) // 8 + 1
             for ch in range(nchunks):
@@ -660,7 +662,8 @@ class Compiler:
             self.wait(f"softmax{h}")
             vb = self._kv_blocks(src, g, "V", hd, vslots, hd)
             self.gemv((hd, vslots, vb), a["exp"], ctx_w, kv=(src, g, "V"), real_k=L)
-            self.wait(f"pv{h}")
+            if not self.sfu_fifo:   # with the FIFO the scheduler makes the SCALE wait for this GEMV's result
+                self.wait(f"pv{h}")
             # exp(s - max) includes exp(0) = 1: the sum is >= 1, never 0 (SCALE recip_scale is safe)
             self.cvo("SCALE", ctx_w * 8 - 1, a["attn_out"] * 8 + h * hd, hd + 1, recip_scale=1, scalar_nonzero=True)
         # W_o + LAuReL
