@@ -68,6 +68,21 @@ commands of GEMV n+1 are issued right after GEMV n is pushed (and never before
 a host step that writes their data, i.e. the KV write-back); the 64 KB FIFOs
 and the DataMover command FIFOs bound how far they run ahead.  With it off,
 the driver polls DONE before issuing a GEMV's weight stream (no overlap).
+
+**SFU FIFO** (seed §3.2 rule 2, what-if profile ``cvo.gemv_fifo_words`` > 0): the
+scheduler makes a CVO that reads the last GEMV's output wait for it (direct
+FIFO, actors/pccx/compute.py), so the polls between the score GEMV and its EXP
+(when the scores fit the FIFO) and between the V GEMV and its SCALE are dropped.
+
+**PLE off the critical path** (seed §3.2 rule 3, ``ple_overlap``): ``pli_all``
+is computed once per token (layer 0); layer i's PLE injection (shadow streams
+only) is emitted inside layer i+1's AltUp router: its gate GEMV is pushed after
+the router norm's input reached the host (it runs under the host's norm), its
+GELU x pli shares the router-TANH round trip, its projection GEMV precedes the
+prediction GEMV and its norm + add precede the prediction in one round trip.
+The gate reads its own buffer (``ple_gate_in``): the router's ``x_norm`` MEMCPY
+may land while it runs (no hazard tracking).  The last layer keeps the serial
+order.  Off: the injection follows the AltUp correction, as the seed's table.
 """
 from __future__ import annotations
 
