@@ -32,6 +32,7 @@ __all__ = [
     "OPCODES", "MNEMONICS", "LAYOUTS", "CVO_FUNCS", "CVO_NAMES", "ROUTES", "KICK_WORD",
     "IsaError", "Instr", "encode", "decode", "disasm", "disasm_word", "assemble_line", "assemble",
     "memcpy_route", "CVO_EXT_FUNCS", "ERR_RESERVED_OPCODE", "ERR_RESERVED_BITS", "ERR_UNDEFINED_VALUE",
+    "ERR_L2_RANGE", "ERR_CVO_LENGTH", "ERROR_NAMES",
 ]
 
 OPCODES = {"GEMV": 0x0, "GEMM": 0x1, "MEMCPY": 0x2, "MEMSET": 0x3, "CVO": 0x4}
@@ -76,10 +77,15 @@ CVO_EXT_FUNCS = {"TANH": 0x8}
 ROUTES = {"HOST_TO_L2": 0x01, "L2_TO_HOST": 0x10, "L2_TO_GEMM_L1": 0x12, "L2_TO_GEMV_L1": 0x13,
           "L2_TO_CVO": 0x14, "GEMM_TO_L2": 0x21, "GEMV_TO_L2": 0x31, "CVO_TO_L2": 0x41}
 
-# error classes (also the status-word error codes of actors/pccx, see actors/pccx/frontend.py)
+# error classes = the status-word error codes of actors/pccx (all of them, in this one place; the ERROR
+# bit and the code field are emulator additions, see actors/pccx/frontend.py)
 ERR_RESERVED_OPCODE = 1
 ERR_RESERVED_BITS = 2
 ERR_UNDEFINED_VALUE = 2   # an undefined enumerated value is a reserved encoding: same class
+ERR_L2_RANGE = 3          # Global Scheduler / dispatcher: an L2 base address >= l2.words
+ERR_CVO_LENGTH = 4        # Global Scheduler: CVO length > cvo.max_length
+ERROR_NAMES = {ERR_RESERVED_OPCODE: "reserved opcode", ERR_RESERVED_BITS: "reserved bits/value",
+               ERR_L2_RANGE: "L2 address out of range", ERR_CVO_LENGTH: "CVO length > max"}
 
 
 class IsaError(ValueError):

@@ -6,7 +6,7 @@ import pytest
 from actors.pccx.gemma3n.compiler import CompileError, Compiler
 from actors.pccx.gemma3n.config import global_layer, kv_source, load_config
 from actors.pccx.gemma3n.kv import KvRing
-from actors.pccx.machine import load_profile
+from actors.pccx.profile import load_profile
 from emulator.schema import SchemaError
 from protocols import pccx_isa as isa
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from actors.pccx.gemma3n.findings import cordic_rope, gelu_sigmoid_form, stale_emax
-from actors.pccx.machine import load_profile
+from actors.pccx.profile import load_profile
 
 
 def test_stale_emax_overflows_only_as_built():

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actors.pccx.machine import build_machine, load_profile
+from actors.pccx.builder import build_machine
+from actors.pccx.profile import load_profile
 from actors.pccx.numerics import from_bf16, to_bf16
 from actors.pccx.program import ProgramBuilder, weight_blob
 from emulator.system import System

@@ -60,7 +60,7 @@ def cmd_compile(args) -> int:
 
     from actors.pccx.gemma3n.compiler import STAGES, CompileError, Compiler
     from actors.pccx.gemma3n.config import load_config
-    from actors.pccx.machine import load_profile
+    from actors.pccx.profile import load_profile
     from emulator.errors import EmulatorError
 
     try:

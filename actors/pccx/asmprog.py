@@ -27,8 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from actors.pccx.builder import build_machine
 from actors.pccx.numerics import from_bf16, to_bf16
 from actors.pccx.program import ProgramBuilder, weight_blob
+from actors.pccx.report import latency_table
 from emulator.errors import BuildError
 from emulator.rng import stream as rng_stream
 from emulator.schema import Int, Map, Str
@@ -148,8 +150,6 @@ def _resolve(source: str, system) -> Path:
 
 def build(system, profile: dict, p: dict) -> dict:
     """Build the machine; returns the context ``check`` receives: ``{output name: (DDR address, bytes)}``."""
-    from actors.pccx.machine import build_machine
-
     path = _resolve(p["source"], system)
     b, outs = parse_program(path.read_text(encoding="utf-8"), profile, seed=system.seed, name=str(path),
                             kv_max_tokens=p["kv_max_tokens"])
@@ -158,8 +158,6 @@ def build(system, profile: dict, p: dict) -> dict:
 
 
 def check(system, profile: dict, p: dict, result, context: dict) -> dict:
-    from actors.pccx.machine import latency_table
-
     out = {"tables": {"pccx per-opcode latency (engine arrival -> retire)": latency_table(system, profile)}}
     halted = system.actors["pccx/driver"].halted
     if halted:

@@ -34,7 +34,7 @@ the driver's core-enable gate (``pccx_start``): instructions are pushed only aft
 """
 from __future__ import annotations
 
-from actors.pccx.frontend import ERROR_NAMES, status_fields
+from actors.pccx.frontend import status_fields
 from emulator.actor import Actor
 from protocols import pccx_isa as isa
 from protocols.codec import TensorDesc
@@ -172,7 +172,7 @@ class HostDriver(Actor):
     def _halt(self, seq, code, text) -> None:
         word = self.words[seq] if seq is not None and 0 <= seq < len(self.words) else None
         self.halted = {"at_ps": self.now, "seq": seq, "code": code,
-                       "class": ERROR_NAMES.get(code, "timeout" if code == 0 else "?"),
+                       "class": isa.ERROR_NAMES.get(code, "timeout" if code == 0 else "?"),
                        "word": f"0x{word:016X}" if word is not None else None, "text": text}
         if word is not None:
             self.halted["instruction"] = isa.disasm_word(word)

@@ -60,11 +60,7 @@ from __future__ import annotations
 from emulator.actor import Actor
 from protocols import pccx_isa as isa
 from protocols.pccx import AxiReadData, CmdWord, Irq, Status, Uop
-
-ERR_L2_RANGE = 3
-ERR_CVO_LENGTH = 4
-ERROR_NAMES = {isa.ERR_RESERVED_OPCODE: "reserved opcode", isa.ERR_RESERVED_BITS: "reserved bits/value",
-               ERR_L2_RANGE: "L2 address out of range", ERR_CVO_LENGTH: "CVO length > max"}
+from protocols.pccx_isa import ERR_CVO_LENGTH, ERR_L2_RANGE
 
 BUSY_BIT, DONE_BIT, ERROR_BIT = 1, 2, 4
 

@@ -302,8 +302,7 @@ class MemDispatcher(Actor):
         return x * y * z
 
     async def _fail(self, u: Uop, text: str) -> None:
-        from actors.pccx.frontend import ERR_L2_RANGE
-        await self.status.send(Status("error" if self.strict else "drop", u.op, u.seq, ERR_L2_RANGE, self.now,
+        await self.status.send(Status("error" if self.strict else "drop", u.op, u.seq, isa.ERR_L2_RANGE, self.now,
                                       self.now, text))
 
     def _range(self, what: str, word: int, words: int) -> str | None:

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from actors.pccx.builder import build_machine
 from actors.pccx.gemv import lane_rows, lanes_used
 from actors.pccx.numerics import from_bf16, pack_int4, round_bf16, to_bf16
+from actors.pccx.report import latency_table
 from emulator.rng import stream as rng_stream
 from emulator.schema import Bool, Int, Map
 from protocols import pccx_isa as isa
@@ -191,8 +193,6 @@ def make_program(profile: dict, p: dict, seed: int):
 
 def build(system, profile: dict, p: dict) -> dict:
     """Build the machine; returns the context ``check`` receives: ``{result name: DDR address}``."""
-    from actors.pccx.machine import build_machine
-
     b, out = make_program(profile, p, system.seed)
     if b.top > profile["ddr"]["model_size"]:
         from emulator.errors import BuildError
@@ -260,8 +260,6 @@ def overlaps(system) -> list[dict]:
 
 
 def check(system, profile: dict, p: dict, result, context: dict) -> dict:
-    from actors.pccx.machine import latency_table
-
     out: dict = {}
     driver = system.actors["pccx/driver"]
     tables = {"pccx per-opcode latency (engine arrival -> retire)": latency_table(system, profile)}

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from actors.pccx.builder import build_machine
 from actors.pccx.gemma3n.compiler import STAGES, CompileError, Compiler
 from actors.pccx.gemma3n.config import load_config
 from emulator.errors import BuildError
@@ -79,8 +80,6 @@ class Context:
 
 
 def build(system, profile: dict, p: dict) -> Context:
-    from actors.pccx.machine import build_machine
-
     data = system.mode == "data"
     if data and p["context"]:
         raise BuildError("workload gemma3n: data mode runs the prompt through the decode path: context must be 0")
