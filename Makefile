@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench bench-machine clean fuzz-campaign gqa-llama sweep-demo llama70b llama70b-1sip
+.PHONY: run test bench bench-machine clean fuzz-campaign gqa-llama sweep-demo llama70b llama70b-1sip gemma3n-e4b
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -51,6 +51,10 @@ llama70b-1sip: $(STAMP)
 # Llama3-70B-shape GQA attention runs (timing mode, minutes each): not part of the tests
 gqa-llama: $(STAMP)
 	for f in scenarios/ahbm/gqa/llama70b_*.yaml; do $(BIN)/emu run $$f --no-bundle || exit 1; done
+
+# Gemma 3N E4B decode on pccx (docs/pccx-gemma3n.md): one token per scenario, minutes each
+gemma3n-e4b: $(STAMP)
+	for s in scenarios/pccx/gemma3n/e4b-*.yaml; do $(BIN)/emu run $$s --no-bundle || exit 1; done
 
 clean:
 	rm -rf $(VENV) runs

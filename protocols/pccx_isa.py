@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 __all__ = [
     "OPCODES", "MNEMONICS", "LAYOUTS", "CVO_FUNCS", "CVO_NAMES", "ROUTES", "KICK_WORD",
     "IsaError", "Instr", "encode", "decode", "disasm", "disasm_word", "assemble_line", "assemble",
-    "memcpy_route", "ERR_RESERVED_OPCODE", "ERR_RESERVED_BITS", "ERR_UNDEFINED_VALUE",
+    "memcpy_route", "CVO_EXT_FUNCS", "ERR_RESERVED_OPCODE", "ERR_RESERVED_BITS", "ERR_UNDEFINED_VALUE",
+    "ERR_L2_RANGE", "ERR_CVO_LENGTH", "ERROR_NAMES",
 ]
 
 OPCODES = {"GEMV": 0x0, "GEMM": 0x1, "MEMCPY": 0x2, "MEMSET": 0x3, "CVO": 0x4}
@@ -69,15 +70,22 @@ LAYOUTS: dict[str, list[tuple[str, int, int]]] = {
 CVO_FUNCS = {"EXP": 0x0, "SQRT": 0x1, "GELU": 0x2, "SIN": 0x3, "COS": 0x4, "REDUCE_SUM": 0x5, "SCALE": 0x6,
              "RECIP": 0x7}
 CVO_NAMES = {v: k for k, v in CVO_FUNCS.items()}
+#: what-if SFU functions a profile may enable (``cvo.tanh``); not in the real CVO (reference §1.3)
+CVO_EXT_FUNCS = {"TANH": 0x8}
 
 #: 8-bit data routes {source[7:4], dest[3:0]} (§1.4)
 ROUTES = {"HOST_TO_L2": 0x01, "L2_TO_HOST": 0x10, "L2_TO_GEMM_L1": 0x12, "L2_TO_GEMV_L1": 0x13,
           "L2_TO_CVO": 0x14, "GEMM_TO_L2": 0x21, "GEMV_TO_L2": 0x31, "CVO_TO_L2": 0x41}
 
-# error classes (also the status-word error codes of actors/pccx, see actors/pccx/frontend.py)
+# error classes = the status-word error codes of actors/pccx (all of them, in this one place; the ERROR
+# bit and the code field are emulator additions, see actors/pccx/frontend.py)
 ERR_RESERVED_OPCODE = 1
 ERR_RESERVED_BITS = 2
 ERR_UNDEFINED_VALUE = 2   # an undefined enumerated value is a reserved encoding: same class
+ERR_L2_RANGE = 3          # Global Scheduler / dispatcher: an L2 base address >= l2.words
+ERR_CVO_LENGTH = 4        # Global Scheduler: CVO length > cvo.max_length
+ERROR_NAMES = {ERR_RESERVED_OPCODE: "reserved opcode", ERR_RESERVED_BITS: "reserved bits/value",
+               ERR_L2_RANGE: "L2 address out of range", ERR_CVO_LENGTH: "CVO length > max"}
 
 
 class IsaError(ValueError):
@@ -135,11 +143,12 @@ def encode(op: str, **fields: int) -> int:
     return word
 
 
-def decode(word: int, *, strict: bool = True) -> Instr | None:
+def decode(word: int, *, strict: bool = True, cvo_ext: frozenset = frozenset()) -> Instr | None:
     """Decode a 64-bit word.
 
     ``strict``: reserved opcode, non-zero reserved bits, MEMSET ``dest_cache`` 2/3
-    and CVO functions 8-15 raise :class:`IsaError`.  Not strict (the RTL): a
+    and CVO functions 8-15 raise :class:`IsaError` (``cvo_ext``: extension codes of
+    CVO_EXT_FUNCS the machine has, accepted).  Not strict (the RTL): a
     reserved opcode returns ``None`` (dropped), reserved bits are ignored.
     """
     if not isinstance(word, int) or not 0 <= word < (1 << 64):
@@ -163,7 +172,7 @@ def decode(word: int, *, strict: bool = True) -> Instr | None:
         if op == "MEMSET" and fields["dest_cache"] > 1:
             raise IsaError(f"MEMSET: dest_cache={fields['dest_cache']} is undefined (0 fmap_shape, 1 weight_shape)",
                            ERR_UNDEFINED_VALUE)
-        if op == "CVO" and fields["cvo_func"] not in CVO_NAMES:
+        if op == "CVO" and fields["cvo_func"] not in CVO_NAMES and fields["cvo_func"] not in cvo_ext:
             raise IsaError(f"CVO: cvo_func={fields['cvo_func']} is reserved (0-7 defined)", ERR_UNDEFINED_VALUE)
     return Instr(op, fields)
 

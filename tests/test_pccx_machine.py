@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actors.pccx.machine import build_machine, load_profile
+from actors.pccx.builder import build_machine
+from actors.pccx.profile import load_profile
 from actors.pccx.numerics import from_bf16, to_bf16
 from actors.pccx.program import ProgramBuilder, weight_blob
 from emulator.system import System
@@ -509,16 +510,15 @@ def test_program_timing_and_data_mode_share_virtual_time():
     assert out["timing"] == out["data"]
 
 
-def test_asm_workload_runs_text_program_and_reports_clear_errors(emu, tmp_path):
+def test_asm_workload_runs_text_program_and_reports_clear_errors(emu, run_with_context, tmp_path):
     from actors import registry
     from emulator.scenario import load_scenario
-    from tools.runner import run_scenario
 
     sc = load_scenario(str(ROOT / "scenarios" / "pccx" / "softmax-asm.yaml"), registry, [])
-    res, system, _ = run_scenario(sc)
+    res, system, outs = run_with_context(sc)
     assert res["status"] == "finished"
     mem = system.actors["pccx/ddr"].mem
-    (sa, _), (pa, _) = system.pccx_out["scores"], system.pccx_out["probs"]
+    (sa, _), (pa, _) = outs["scores"], outs["probs"]
     scores = f(mem[sa:sa + 128].view(np.uint16))
     probs = f(mem[pa:pa + 128].view(np.uint16))
     want = np.exp(scores - scores.max())

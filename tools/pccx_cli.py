@@ -5,6 +5,10 @@
   word prints ``error: 0x...: <reason>`` and the exit status is 2 (bad input).
 * ``emu pccx asm FILE|-`` — that text (one instruction per line, ``#`` comments)
   -> one ``0x%016X`` word per line; errors name the line, exit status 2.
+* ``emu pccx compile CONFIG [-o prog.pasm] [--profile P] [--context N] [--tokens N]`` —
+  compile a Gemma 3N config (scenarios/pccx/gemma3n/models/CONFIG.yaml or a path) into
+  the ``.pasm`` text form (instructions + ``stream``/``wait``/``host`` driver directives
+  as comments) and print the per-stage instruction count.
 """
 from __future__ import annotations
 
@@ -54,6 +58,63 @@ def cmd_asm(args) -> int:
     return 0
 
 
+def cmd_compile(args) -> int:
+    from collections import Counter
+
+    from actors.pccx.gemma3n.compiler import STAGES, CompileError, Compiler
+    from actors.pccx.gemma3n.config import load_config
+    from actors.pccx.profile import load_profile
+    from emulator.errors import EmulatorError
+
+    try:
+        c = load_config(args.config)
+        comp = Compiler(c, load_profile(args.profile), prefetch=not args.no_prefetch,
+                        ple_overlap=not args.no_ple_overlap)
+    except (CompileError, EmulatorError, OSError) as e:
+        print(f"error: {args.config}: {e}", file=sys.stderr)
+        return 2
+    for _ in range(args.context):
+        comp.ring.append()
+    steps = comp.setup()
+    for t in range(args.context, args.context + args.tokens):
+        steps += comp.token(t)
+    lines = [f"# {c['name']} on {args.profile}: {args.tokens} token(s) after {args.context} context positions",
+             f"# emu pccx compile {args.config}; stages per instruction in the trailing comment"]
+    seq = 0
+    for st in steps:
+        if st[0] == "push":
+            tok, layer, stage = comp.where[seq]
+            lines.append(f"{isa.disasm_word(st[1])}   # t{tok} L{layer} {stage}")
+            seq += 1
+        elif st[0] == "hp":
+            lines.append(f"# stream port={st[1]} id={st[2]} ddr=0x{st[3]:X} bytes={st[4]} lane={st[5]}")
+        elif st[0] == "wait":
+            lines.append(f"wait {st[1]}")
+        elif st[0] == "host":
+            lines.append(f"# host {st[1]} {st[2]} ps")
+        elif st[0] == "mark" and st[1] == "prefetch":
+            lines.append(f"# prefetch stream {st[2]['stream']} ({st[2]['bytes']} bytes) issued here")
+        elif st[0] == "mark":
+            lines.append(f"# {st[1]} " + " ".join(f"{k}={v}" for k, v in st[2].items()))
+        else:
+            lines.append(f"# {' '.join(map(str, st))}")
+    text = "\n".join(lines) + "\n"
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    per = Counter()
+    for (stage, op), n in comp.counts.items():
+        per[stage] += n
+    print(f"{'stage':16s} {'instr':>7s}  GEMV  GEMM MEMCPY MEMSET  CVO")
+    for stage in STAGES:
+        if per[stage]:
+            ops = [comp.counts.get((stage, op), 0) for op in ("GEMV", "GEMM", "MEMCPY", "MEMSET", "CVO")]
+            print(f"{stage:16s} {per[stage]:7d} " + " ".join(f"{n:5d}" for n in ops))
+    print(f"{'total':16s} {sum(per.values()):7d}   weight bytes/token {comp.weight_bytes_per_token() // args.tokens}"
+          f"  L2 words used {comp.l2.used_words()} of {comp.l2.words}  host DDR {comp.ddr.top} bytes")
+    return 0
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("pccx", help="pccx v002 ISA tools (disasm, asm)")
     psub = p.add_subparsers(dest="pccx_cmd", required=True)
@@ -63,3 +124,12 @@ def add_parser(sub) -> None:
     a = psub.add_parser("asm", help="assemble the disasm text form into hex words")
     a.add_argument("file", metavar="FILE|-")
     a.set_defaults(func=cmd_asm)
+    c = psub.add_parser("compile", help="compile a Gemma 3N config into a pccx program (.pasm text)")
+    c.add_argument("config", metavar="CONFIG")
+    c.add_argument("-o", "--output", metavar="PASM")
+    c.add_argument("--profile", default="pccx-v002-documented")
+    c.add_argument("--context", type=int, default=0, help="positions already in the KV ring")
+    c.add_argument("--tokens", type=int, default=1)
+    c.add_argument("--no-prefetch", action="store_true", help="seed §3.2 rule 1 off")
+    c.add_argument("--no-ple-overlap", action="store_true", help="seed §3.2 rule 3 off (PLE injection serialised)")
+    c.set_defaults(func=cmd_compile)

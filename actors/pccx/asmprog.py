@@ -27,8 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from actors.pccx.builder import build_machine
 from actors.pccx.numerics import from_bf16, to_bf16
 from actors.pccx.program import ProgramBuilder, weight_blob
+from actors.pccx.report import latency_table
 from emulator.errors import BuildError
 from emulator.rng import stream as rng_stream
 from emulator.schema import Int, Map, Str, read_text
@@ -146,20 +148,17 @@ def _resolve(source: str, system) -> Path:
                      + ", ".join(str(c.parent) for c in cands) + ")")
 
 
-def build(system, profile: dict, p: dict) -> None:
-    from actors.pccx.machine import build_machine
-
+def build(system, profile: dict, p: dict) -> dict:
+    """Build the machine; returns the context ``check`` receives: ``{output name: (DDR address, bytes)}``."""
     path = _resolve(p["source"], system)
     text = read_text(str(path), what="a UTF-8 .pasm program")   # the input limits of every file (size, NUL)
     b, outs = parse_program(text, profile, seed=system.seed, name=str(path),
                             kv_max_tokens=p["kv_max_tokens"])
     build_machine(system, profile, b.steps, b.ddr if system.mode == "data" else None)
-    system.pccx_out = outs
+    return outs
 
 
-def check(system, profile: dict, p: dict, result) -> dict:
-    from actors.pccx.machine import latency_table
-
+def check(system, profile: dict, p: dict, result, context: dict) -> dict:
     out = {"tables": {"pccx per-opcode latency (engine arrival -> retire)": latency_table(system, profile)}}
     halted = system.actors["pccx/driver"].halted
     if halted:
@@ -167,5 +166,5 @@ def check(system, profile: dict, p: dict, result) -> dict:
     mem = system.actors["pccx/ddr"].mem
     if mem is not None:
         out["outputs"] = {name: [round(float(v), 6) for v in from_bf16(mem[a:a + n].view(np.uint16))[:16]]
-                          for name, (a, n) in system.pccx_out.items()}
+                          for name, (a, n) in context.items()}
     return out

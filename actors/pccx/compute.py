@@ -38,6 +38,15 @@ the µop's arrival (weights already in the FIFO, ports idle)::
              + out * Cwr                                  write phase per result element
              + words(dst, out) ]                          result write, L2 port B
 
+Direct GEMV->SFU FIFO (seed §3.2 rule 2; profile ``cvo.gemv_fifo_words`` > 0, not in the RTL nor the
+pccx docs): a CVO the scheduler tagged ``fifo_seq`` (its source is the output of the last GEMV issued
+before it) waits for that GEMV's result on the FIFO instead of the program polling DONE, and streams
+it from there: the read phase costs ``words(src, L)`` cycles (1 word/clk, ASSUMPTION: the FIFO pops
+one 128-bit word per clock, as the bridge's documented 1 elem/clk x 8) instead of ``words * Crd``.
+The SFU input stage keeps the newest GEMV result (ASSUMPTION: a result no CVO asked for is
+overwritten, so the FIFO never back-pressures the GEMV); if a newer result replaced the tagged one,
+or it was deeper than the FIFO, the CVO reads L2 (the GEMV wrote it there first), with the same wait.
+
 ``Crd`` = ``cvo.read_cycles_per_word`` (RTL bridge ≈17 per 8 elements; docs
 1 elem/clk = 8), ``Cwr`` = ``cvo.write_cycles_per_element`` (RTL 1, docs 0:
 overlapped), ``lat_f`` = ``cvo.latency[func]``.  ``out`` = 1 for REDUCE_SUM,
@@ -47,6 +56,7 @@ addresses are element addresses (8 BF16 per word, reference §1.6).
 from __future__ import annotations
 
 import numpy as np
+import trio
 
 from actors.pccx.memory import words_touched
 from actors.pccx.numerics import WEIGHTS_PER_BEAT, payload_nbytes, cvo_apply, from_bf16, to_bf16, unpack_int4
@@ -203,31 +213,71 @@ class Cvo(Actor):
         self.cfg = cfg
         self.data_mode = data_mode
         self.emax_bits = 0
+        self.fifo = self.in_port("fifo") if cfg.get("gemv_fifo_words") else None
+        self.fifo_last = None                   # newest GEMV result from the direct FIFO (L2Write, req = seq)
+        self.fifo_arrived = trio.Event()
+        self.fifo_hits = 0
 
     async def run(self) -> None:
+        if self.fifo is None:
+            await self._serve()
+            return
+        async with trio.open_nursery() as n:
+            n.start_soon(self._drain)
+            await self._serve()
+
+    async def _drain(self) -> None:
+        while True:
+            self.fifo_last = await self.fifo.recv()
+            self.fifo_arrived.set()
+            self.fifo_arrived = trio.Event()
+
+    async def _from_fifo(self, seq: int, src: int, L: int):
+        """Wait for GEMV ``seq``'s result on the FIFO; its elements [src, src+L) or None (read L2)."""
+        while self.fifo_last is None or self.fifo_last.req < seq:
+            await self.fifo_arrived.wait()
+        m = self.fifo_last
+        if m.req != seq or not m.nelem or not (m.elem <= src and src + L <= m.elem + m.nelem):
+            return None
+        self.fifo_hits += 1
+        self.report("fifo_hits", self.fifo_hits)
+        if self.data_mode:
+            return np.asarray(m.data)[src - m.elem:src - m.elem + L]
+        return TensorDesc.of((L,), "u2")
+
+    async def _serve(self) -> None:
         cfg = self.cfg
         while True:
             u = await self.uop.recv()
+            f = u.fields
+            direct = None
+            if "fifo_seq" in f:   # rule 2: the operand comes from the GEMV's result, no DONE poll before
+                direct = await self._from_fifo(f["fifo_seq"], f["src_addr"], f["length"])
             while (e := self.emax_in.poll()) is not None:
                 self.emax_bits = e.bits
-            f = u.fields
             start = self.now
             func = isa.CVO_NAMES.get(f["cvo_func"])
+            if func is None and cfg["tanh"] and f["cvo_func"] == isa.CVO_EXT_FUNCS["TANH"]:
+                func = "TANH"   # what-if SFU function (profile cvo.tanh)
             L = f["length"]
             if func is None:   # rtl profile: CVO_top falls back to idle on a reserved function
                 await self.status.send(Status("drop", "CVO", u.seq, isa.ERR_RESERVED_BITS, start, self.now,
                                               f"cvo_func={f['cvo_func']} reserved"))
                 continue
             out_n = 1 if func == "REDUCE_SUM" else max(L - 1, 0) if func == "SCALE" else L
-            await self.l2_req.send(L2Read(0, f["src_addr"], L, cfg["read_cycles_per_word"]))
-            d = await self.l2_resp.recv()
+            if direct is not None:
+                await self.busy(words_touched(f["src_addr"], L) * self.cycle_ps, f"CVO#{u.seq} FIFO read")
+                data = direct
+            else:
+                await self.l2_req.send(L2Read(0, f["src_addr"], L, cfg["read_cycles_per_word"]))
+                data = (await self.l2_resp.recv()).data
             c = cfg["latency"][func] + cfg["output_register_cycles"] + out_n * cfg["write_cycles_per_element"]
             if func == "REDUCE_SUM":
                 c += L * cfg["reduce_cycles_per_element"]
             await self.busy(c * self.cycle_ps, f"CVO#{u.seq} {func}")
             if self.data_mode:
-                out = cvo_apply(func, d.data, emax_bits=self.emax_bits if f["sub_emax"] else None,
-                                recip_scale=bool(f["recip_scale"]))
+                out = cvo_apply(func, data, emax_bits=self.emax_bits if f["sub_emax"] else None,
+                                recip_scale=bool(f["recip_scale"]), gelu_form=cfg["gelu_form"])
             else:
                 out = TensorDesc.of((out_n,), "u2")
             if out_n:

@@ -19,7 +19,8 @@ actors/pccx/frontend.py)::
 
 Timing: an AXI-Lite access costs the host link's flight time (``axil.latency``
 each way, one outstanding access); polling waits ``driver.poll_interval`` between
-status reads.  ``wait_done`` returns when the retired count equals the
+status reads (doubling after each unsuccessful read up to ``driver.poll_max_interval``,
+ASSUMPTION: a uca_sync-style backoff; equal to ``poll_interval`` = fixed period).  ``wait_done`` returns when the retired count equals the
 instructions pushed and BUSY is clear.
 
 A ``wait_done`` that sees no completion within ``driver.wait_timeout`` halts the
@@ -33,10 +34,11 @@ the driver's core-enable gate (``pccx_start``): instructions are pushed only aft
 """
 from __future__ import annotations
 
-from actors.pccx.frontend import ERROR_NAMES, status_fields
+from actors.pccx.frontend import status_fields
 from emulator.actor import Actor
 from protocols import pccx_isa as isa
-from protocols.pccx import AxiRead, AxiWrite, DmCmd
+from protocols.codec import TensorDesc
+from protocols.pccx import AxiRead, AxiWrite, DdrRead, DdrWrite, DmCmd
 
 __all__ = ["HostDriver", "REG_INSTR", "REG_KICK", "REG_STATUS"]
 
@@ -49,16 +51,24 @@ class DriverHalt(Exception):
 
 
 class HostDriver(Actor):
-    """Runs ``steps``: ``("open",)``, ``("kv_init", n)``, ``("start",)``, ``("push", word)``,
-    ``("kick",)``, ``("hp", port, stream, addr, nbytes[, dest])``, ``("wait", label)``, ``("sleep", ps)``."""
+    """Runs ``steps`` (any iterable, e.g. a compiler generator): ``("open",)``, ``("kv_init", n)``,
+    ``("start",)``, ``("push", word)``, ``("kick",)``, ``("hp", port, stream, addr, nbytes[, dest])``,
+    ``("wait", label)``, ``("sleep", ps)``, ``("host", label, ps[, reads, fn])`` (host CPU work: busy ``ps``),
+    ``("mark", name, value)`` (a trace mark, e.g. where a prefetch is issued).
 
-    def __init__(self, name: str, *, steps: list, poll_interval: int, hp_ports: int, wait_timeout: int = 0):
+    ``where(seq)`` (optional) names the program place of pushed instruction
+    ``seq`` (e.g. ``token 0 layer 3 stage attention``) for the halt log."""
+
+    def __init__(self, name: str, *, steps, poll_interval: int, hp_ports: int, wait_timeout: int = 0,
+                 where=None, poll_max_interval: int = 0, host_ddr: bool = False):
         super().__init__(name)
         self.axil_w = self.out_port("axil_w")
         self.axil_r = self.out_port("axil_r")
         self.axil_rd = self.in_port("axil_rd")
         self.irq = self.in_port("irq")
         self.hp = [self.out_port(f"hp{p}") for p in range(hp_ports)]
+        self.ddr_req = self.out_port("ddr_req") if host_ddr else None
+        self.ddr_resp = self.in_port("ddr_resp") if host_ddr else None
         self.steps = steps
         self.poll_interval = poll_interval
         self.wait_timeout = wait_timeout
@@ -70,6 +80,9 @@ class HostDriver(Actor):
         self.polls = 0
         self.waits: list = []
         self.halted = None
+        self.where = where
+        self.poll_max_interval = max(poll_interval, poll_max_interval)
+        self.host_spans: list[tuple[int, int, str]] = []   # (start, end, label) of host compute steps
 
     # -- the API ---------------------------------------------------------------
     async def open(self) -> None:
@@ -116,10 +129,12 @@ class HostDriver(Actor):
     async def wait_done(self, label: str = "") -> None:
         """Poll the status word until every pushed instruction retired (the per-layer DONE poll)."""
         t0 = self.now
+        interval = self.poll_interval
         while True:
             self._check_irq()
             s = status_fields(await self.read_status())
             if s["error"]:
+                self._check_irq()   # the interrupt names the instruction; halt with it when it has arrived
                 self._halt(None, s["error_code"], "ERROR bit set in the status word")
             if s["retired"] == self.pushed & 0xFFFF_FFFF and not s["busy"]:
                 self.waits.append({"label": label, "at_ps": self.now, "waited_ps": self.now - t0,
@@ -129,7 +144,24 @@ class HostDriver(Actor):
                 self._halt(None, 0, f"timeout: wait '{label}' saw {self.pushed - s['retired']} of {self.pushed} "
                                     f"instructions not retired after {self.now - t0} ps (an engine waits for "
                                     f"weights or data that never come?)")
-            await self.sleep(self.poll_interval)
+            await self.sleep(interval)
+            interval = min(2 * interval, self.poll_max_interval)   # backoff (off when max = poll_interval)
+
+    async def host_step(self, label: str, ps: int, reads=(), fn=None) -> None:
+        """Host CPU work: read ``reads`` [(addr, nbytes)] from host DDR, compute ``ps``, write what ``fn``
+        returns [(addr, uint8 array or byte count)].  DDR traffic is charged on the DDR like any requester."""
+        t = self.now
+        got = []
+        for i, (addr, n) in enumerate(reads):
+            await self.ddr_req.send(DdrRead(i, addr, n, i == 0))
+            got.append((await self.ddr_resp.recv()).data)
+        await self.busy(ps, f"host {label}")
+        for i, (addr, data) in enumerate(fn(got) if fn is not None else []):
+            if isinstance(data, int):
+                data = TensorDesc.of((data,), "u1")
+            await self.ddr_req.send(DdrWrite(i, addr, data))
+            await self.ddr_resp.recv()
+        self.host_spans.append((t, self.now, label))
 
     # -- errors ----------------------------------------------------------------
     def _check_irq(self) -> None:
@@ -140,8 +172,12 @@ class HostDriver(Actor):
     def _halt(self, seq, code, text) -> None:
         word = self.words[seq] if seq is not None and 0 <= seq < len(self.words) else None
         self.halted = {"at_ps": self.now, "seq": seq, "code": code,
-                       "class": ERROR_NAMES.get(code, "timeout" if code == 0 else "?"),
+                       "class": isa.ERROR_NAMES.get(code, "timeout" if code == 0 else "?"),
                        "word": f"0x{word:016X}" if word is not None else None, "text": text}
+        if word is not None:
+            self.halted["instruction"] = isa.disasm_word(word)
+        if self.where is not None and seq is not None:
+            self.halted["where"] = self.where(seq)
         self.mark("driver_halt", self.halted)
         raise DriverHalt(text)
 
@@ -158,6 +194,10 @@ class HostDriver(Actor):
                     await self.wait_done(step[1])
                 elif kind == "sleep":
                     await self.sleep(step[1])
+                elif kind == "host":
+                    await self.host_step(*step[1:])
+                elif kind == "mark":
+                    self.mark(step[1], step[2])
                 elif kind == "kick":
                     await self.kick()
                 elif kind == "open":

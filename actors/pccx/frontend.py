@@ -60,11 +60,7 @@ from __future__ import annotations
 from emulator.actor import Actor
 from protocols import pccx_isa as isa
 from protocols.pccx import AxiReadData, CmdWord, Irq, Status, Uop
-
-ERR_L2_RANGE = 3
-ERR_CVO_LENGTH = 4
-ERROR_NAMES = {isa.ERR_RESERVED_OPCODE: "reserved opcode", isa.ERR_RESERVED_BITS: "reserved bits/value",
-               ERR_L2_RANGE: "L2 address out of range", ERR_CVO_LENGTH: "CVO length > max"}
+from protocols.pccx_isa import ERR_CVO_LENGTH, ERR_L2_RANGE
 
 BUSY_BIT, DONE_BIT, ERROR_BIT = 1, 2, 4
 
@@ -157,13 +153,14 @@ class Decoder(Actor):
 
     daemon = True
 
-    def __init__(self, name: str, *, cycle_ps: int, strict: bool):
+    def __init__(self, name: str, *, cycle_ps: int, strict: bool, cvo_ext: frozenset = frozenset()):
         super().__init__(name)
         self.inp = self.in_port("in", idle=True)
         self.out = self.out_port("out")
         self.status = self.out_port("status")
         self.cycle_ps = cycle_ps
         self.strict = strict
+        self.cvo_ext = cvo_ext   # what-if CVO function codes this machine has (profile cvo.tanh)
 
     async def run(self) -> None:
         while True:
@@ -172,7 +169,7 @@ class Decoder(Actor):
             if m.word == isa.KICK_WORD:
                 continue
             try:
-                ins = isa.decode(m.word, strict=self.strict)
+                ins = isa.decode(m.word, strict=self.strict, cvo_ext=self.cvo_ext)
             except isa.IsaError as e:
                 await self.status.send(Status("error", "?", m.seq, e.code, self.now, self.now,
                                               f"0x{m.word:016X}: {e}"))
@@ -191,12 +188,22 @@ class GlobalScheduler(Actor):
     status block.  A MEMCPY or CVO with ``async=0`` is a synchronous op: issue of
     the next instruction waits until it retires (assumption: the seed's "async
     field" semantics, §5, applied to the two opcodes that have the bit,
-    reference §1.2).
+    reference §1.2).  With ``sync_gemx`` (the as-built scheduler forces SYNC_OP on
+    GEMM/GEMV load/store µops, reference §1.2) GEMV and GEMM are synchronous too.
+
+    With ``gemv_fifo`` (profile ``cvo.gemv_fifo_words`` > 0, seed §3.2 rule 2: a direct GEMV->SFU FIFO)
+    the scheduler keeps a one-entry scoreboard: the sequence number and destination word of the last
+    GEMV it issued (N is known only after the dispatcher's shape lookup).  A CVO whose source reaches
+    at or above that word is tagged ``fifo_seq``: the SFU waits for that GEMV's result on the FIFO and
+    takes its operand from it (or, if the result does not cover the operand, reads L2 after it), so the
+    program needs no DONE poll between them.  Conservative: a CVO reading other data above that word
+    waits for the GEMV too.  Not in the RTL (no hazard tracking, reference §1.2).
     """
 
     daemon = True
 
-    def __init__(self, name: str, *, cycle_ps: int, strict: bool, l2_words: int, cvo_max: int):
+    def __init__(self, name: str, *, cycle_ps: int, strict: bool, l2_words: int, cvo_max: int,
+                 sync_gemx: bool = False, gemv_fifo: bool = False):
         super().__init__(name)
         self.inp = self.in_port("in", idle=True)
         self.done = self.in_port("done")
@@ -207,6 +214,9 @@ class GlobalScheduler(Actor):
         self.strict = strict
         self.l2_words = l2_words
         self.cvo_max = cvo_max
+        self.sync_gemx = sync_gemx   # as built: SYNC_OP forced on GEMM/GEMV (reference §1.2)
+        self.gemv_fifo = gemv_fifo
+        self.last_gemv: tuple[int, int] | None = None   # (seq, dest word) of the last GEMV issued
 
     def check(self, u: Uop) -> tuple[int, str] | None:
         f = u.fields
@@ -240,8 +250,14 @@ class GlobalScheduler(Actor):
                                               self.now, text))
                 continue
             await self.status.send(Status("issue", u.op, u.seq, 0, self.now, self.now, ""))
+            if self.gemv_fifo:
+                if u.op == "GEMV":
+                    self.last_gemv = (u.seq, u.fields["dest_reg"])
+                elif (u.op == "CVO" and self.last_gemv
+                      and u.fields["src_addr"] + u.fields["length"] > 8 * self.last_gemv[1]):
+                    u = Uop(u.op, {**u.fields, "fifo_seq": self.last_gemv[0]}, u.seq)
             await (self.cvo if u.op == "CVO" else self.mem).send(u)
-            if u.op in ("MEMCPY", "CVO") and not u.fields["async"]:
+            if (u.op in ("MEMCPY", "CVO") and not u.fields["async"]) or (self.sync_gemx and u.op in ("GEMV", "GEMM")):
                 while True:   # synchronous op: wait for its retirement
                     m = await self.done.recv()
                     await self._forward(m)

@@ -102,8 +102,13 @@ class GemvFront(Actor):
 
     daemon = True
 
-    def __init__(self, name: str, *, cycle_ps: int, lanes: int, read_latency_cycles: int, data_mode: bool):
+    def __init__(self, name: str, *, cycle_ps: int, lanes: int, read_latency_cycles: int, data_mode: bool,
+                 emax_out: bool = True, sfu_fifo_words: int = 0):
         super().__init__(name)
+        # seed §3.2 rule 2: results of up to sfu_fifo_words L2 words also go to the SFU's direct FIFO
+        self.sfu_fifo_words = sfu_fifo_words
+        self.sfu = self.out_port("sfu") if sfu_fifo_words else None
+        self.emax_out = emax_out   # False: as-built top takes e_max from the GEMM only (reference §1.3)
         self.uop = self.in_port("uop", idle=True)
         self.l2_req = self.out_port("l2_req")
         self.l2_resp = self.in_port("l2_resp")
@@ -144,9 +149,12 @@ class GemvFront(Actor):
                 out = TensorDesc.of((N,), "u2")
             await self.l2_req.send(L2Write(0, f["dest_reg"] * 8, N, out))
             await self.l2_resp.recv()
-            if f["findemax"]:
+            if f["findemax"] and self.emax_out:
                 bits = int(to_bf16(from_bf16(out).max())) if self.data_mode else 0
                 await self.emax.send(EMax(bits))
+            if self.sfu is not None:   # req = the GEMV's seq; a result deeper than the FIFO goes to L2 only
+                fits = -(-N // 8) <= self.sfu_fifo_words
+                await self.sfu.send(L2Write(u.seq, f["dest_reg"] * 8, N if fits else 0, out if fits else None))
             await self.status.send(Status("retire", "GEMV", u.seq, 0, start, self.now, " ".join(streams)))
 
 

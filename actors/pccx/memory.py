@@ -21,6 +21,14 @@ Service times (every figure is a profile parameter; sources in the profile YAML)
   lane the bursts are for).  The weight FIFO is the link to the consumer with
   capacity ``hp.fifo_words / hp.burst_beats`` bursts (4096 x 128 bit = 64 KB), so a
   full FIFO blocks the port's transfer: back-pressure, not a script.
+  **Chunks** (``hp.chunk_bursts`` = c, default 1): for speed a DDR read and a FIFO
+  message may carry c consecutive bursts of one command (the FIFO link then holds
+  ``fifo_words / (burst_beats * c)`` chunks; the profile check requires c to divide
+  the FIFO's bursts).  Byte counts and busy totals are unchanged; what changes is
+  granularity: a consumer sees a chunk only when its last burst has arrived, so
+  each stream's first MAC starts at most ``(c - 1) x burst_beats x Taxi`` later
+  and the FIFO frees space in chunk steps (bound measured by
+  tests/test_gemma3n_streaming.py and stated in docs/pccx-gemma3n.md).
 * **Acp**: MEMCPY data mover, host->L2 (route 0x01) in bursts of
   ``acp.burst_words`` with DDR reads ahead, ``words x Tacp`` per burst
   (``acp.cycles_per_word`` core cycles per 128-bit word: "ACP port moves 1
@@ -153,13 +161,14 @@ class HpPort(Actor):
 
     daemon = True
 
-    def __init__(self, name: str, *, burst_bytes: int, beat_bytes: int, beat_ps: int, outstanding: int):
+    def __init__(self, name: str, *, burst_bytes: int, beat_bytes: int, beat_ps: int, outstanding: int,
+                 chunk_bursts: int = 1):
         super().__init__(name)
         self.cmd = self.in_port("cmd", idle=True)
         self.ddr_req = self.out_port("ddr_req")
         self.ddr_resp = self.in_port("ddr_resp")
         self.fifo = self.out_port("fifo")
-        self.burst_bytes = burst_bytes
+        self.burst_bytes = burst_bytes * chunk_bursts   # one message = one chunk of chunk_bursts bursts
         self.beat_bytes = beat_bytes
         self.beat_ps = beat_ps
         self.outstanding = outstanding
@@ -293,8 +302,7 @@ class MemDispatcher(Actor):
         return x * y * z
 
     async def _fail(self, u: Uop, text: str) -> None:
-        from actors.pccx.frontend import ERR_L2_RANGE
-        await self.status.send(Status("error" if self.strict else "drop", u.op, u.seq, ERR_L2_RANGE, self.now,
+        await self.status.send(Status("error" if self.strict else "drop", u.op, u.seq, isa.ERR_L2_RANGE, self.now,
                                       self.now, text))
 
     def _range(self, what: str, word: int, words: int) -> str | None:

@@ -67,7 +67,8 @@ def weight_bytes(n: int, k: int, w_scale: bool) -> int:
     return (n * k + 1) // 2 + (2 * n if w_scale else 0)
 
 
-def cvo_apply(func: str, x_bits: np.ndarray, *, emax_bits: int | None, recip_scale: bool) -> np.ndarray:
+def cvo_apply(func: str, x_bits: np.ndarray, *, emax_bits: int | None, recip_scale: bool,
+              gelu_form: str = "sigmoid") -> np.ndarray:
     """Result BF16 bits of CVO ``func`` over the streamed BF16 elements ``x_bits``."""
     x = from_bf16(x_bits)
     if emax_bits is not None:
@@ -77,6 +78,8 @@ def cvo_apply(func: str, x_bits: np.ndarray, *, emax_bits: int | None, recip_sca
             y = np.exp(x)
         elif func == "SQRT":
             y = np.sqrt(x)
+        elif func == "GELU" and gelu_form == "tanh":   # what-if: the model's form (profile cvo.gelu_form)
+            y = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
         elif func == "GELU":
             y = x * (1.0 / (1.0 + np.exp(-1.702 * x)))
         elif func == "SIN":
@@ -96,6 +99,8 @@ def cvo_apply(func: str, x_bits: np.ndarray, *, emax_bits: int | None, recip_sca
                 y = np.zeros_like(rest) if s == 0 else rest * round_bf16(np.float32(1.0) / s)
             else:
                 y = rest * s
+        elif func == "TANH":   # what-if function (profile cvo.tanh), not in the real CVO
+            y = np.tanh(x)
         elif func == "RECIP":
             y = np.float32(1.0) / x
         else:

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from actors.pccx.builder import build_machine
 from actors.pccx.gemv import lane_rows, lanes_used
 from actors.pccx.numerics import from_bf16, pack_int4, round_bf16, to_bf16
+from actors.pccx.report import latency_table
 from emulator.rng import stream as rng_stream
 from emulator.schema import Bool, Int, Map
 from protocols import pccx_isa as isa
@@ -189,16 +191,15 @@ def make_program(profile: dict, p: dict, seed: int):
     return b, out
 
 
-def build(system, profile: dict, p: dict) -> None:
-    from actors.pccx.machine import build_machine
-
+def build(system, profile: dict, p: dict) -> dict:
+    """Build the machine; returns the context ``check`` receives: ``{result name: DDR address}``."""
     b, out = make_program(profile, p, system.seed)
     if b.top > profile["ddr"]["model_size"]:
         from emulator.errors import BuildError
         raise BuildError(f"program needs {b.top} bytes of host DDR, profile ddr.model_size is "
                          f"{profile['ddr']['model_size']}")
     build_machine(system, profile, b.steps, b.ddr if system.mode == "data" else None)
-    system.pccx_out = out
+    return out
 
 
 def reference(seed: int, p: dict, profile: dict) -> dict:
@@ -258,9 +259,7 @@ def overlaps(system) -> list[dict]:
     return rows
 
 
-def check(system, profile: dict, p: dict, result) -> dict:
-    from actors.pccx.machine import latency_table
-
+def check(system, profile: dict, p: dict, result, context: dict) -> dict:
     out: dict = {}
     driver = system.actors["pccx/driver"]
     tables = {"pccx per-opcode latency (engine arrival -> retire)": latency_table(system, profile)}
@@ -274,7 +273,7 @@ def check(system, profile: dict, p: dict, result) -> dict:
         return out
     ref = reference(system.seed, p, profile)
     mem = system.actors["pccx/ddr"].mem
-    addrs = system.pccx_out
+    addrs = context
     errs = {}
     for key, want in ref.items():
         if key == "gemm" and not p["gemm"]:

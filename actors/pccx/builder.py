@@ -1,0 +1,153 @@
+"""The pccx machine builder.
+
+``build_machine(system, profile, steps, ddr_init)`` wires the whole NPU around a
+host driver that runs ``steps`` (see actors/pccx/driver.py)::
+
+    driver --axil--> axil_cmd --cmd FIFO(8)--> decoder --> scheduler --> dispatcher --> acp / gemv / gemm
+       |  <--axil-- axil_stat <-- status of every unit          \\--> cvo
+       +--DataMover cmds--> hp0..hp3 --weight FIFOs(4096x128b)--> gemm (gemm.hp_ports: HP0, HP1)
+                                                             \\--> gemv/lane0..3 (gemv.lane_ports; a port
+                                                                  feeding several lanes goes through gemv/wsw<p>)
+    gemv (front) --job/result--> gemv/lane0..3
+    ddr <-- hp0..3, acp        l2 <-- acp (port A); gemm > gemv > cvo (port B)
+
+Every link except the AXI-Lite ones, the dispatcher pipeline and the DDR reply
+is latency- and bandwidth-free: transfer times are busy spans of the actor that
+owns the resource (documented in each module), so timing and data mode agree.
+"""
+from __future__ import annotations
+
+from actors.pccx.compute import Cvo, MatEngine
+from actors.pccx.driver import HostDriver
+from actors.pccx.frontend import AxilCmdIn, AxilStatOut, Decoder, GlobalScheduler
+from actors.pccx.gemv import GemvFront, GemvLane, WeightSwitch
+from actors.pccx.memory import Acp, HostDDR, HpPort, L2, MemDispatcher
+from actors.pccx.profile import clocks
+from emulator.errors import BuildError
+from protocols import pccx_isa as isa
+
+__all__ = ["build_machine"]
+
+
+def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, where=None,
+                  host_ddr: bool = False) -> dict:
+    """Add every pccx actor and link to ``system``; returns the actors by short name.
+
+    ``steps``: the driver's program (any iterable); ``where(seq)``: names the program place of
+    instruction ``seq`` in the driver's halt log; ``host_ddr``: the driver gets a DDR port (its host
+    compute steps read and write host DDR, e.g. the MEMCPY staging area)."""
+    tc, taxi = clocks(profile)
+    data = system.mode == "data"
+    strict = profile["errors"] == "strict"
+    hp, cvo = profile["hp"], profile["cvo"]
+    nports = hp["ports"]
+    g, m = profile["gemv"], profile["gemm"]
+    lane_ports = g["lane_ports"]
+    if len(lane_ports) != g["lanes"]:
+        raise BuildError(f"profile gemv.lane_ports: {len(lane_ports)} entries for {g['lanes']} lanes (gemv.lanes)")
+    gemv_ports = sorted({p for p in lane_ports if p is not None})
+    for unit, ports in (("gemv.lane_ports", gemv_ports), ("gemm.hp_ports", m["hp_ports"])):
+        for p in ports:
+            if p >= nports:
+                raise BuildError(f"profile {unit}: port {p} does not exist ({nports} HP ports)")
+    if set(gemv_ports) & set(m["hp_ports"]):
+        raise BuildError("profile: gemv.lane_ports and gemm.hp_ports must not share a port")
+    a = {}
+    add = lambda key, actor: a.setdefault(key, system.add(actor))  # noqa: E731
+    add("driver", HostDriver("pccx/driver", steps=steps, poll_interval=profile["driver"]["poll_interval"],
+                             hp_ports=nports, wait_timeout=profile["driver"]["wait_timeout"], where=where,
+                             poll_max_interval=profile["driver"]["poll_max_interval"], host_ddr=host_ddr))
+    add("cmd", AxilCmdIn("pccx/axil_cmd"))
+    add("stat", AxilStatOut("pccx/axil_stat", done_on=profile["status"]["done_on"]))
+    ext = frozenset([isa.CVO_EXT_FUNCS["TANH"]] if cvo["tanh"] else [])
+    add("dec", Decoder("pccx/decoder", cycle_ps=profile["decoder_cycles"] * tc, strict=strict, cvo_ext=ext))
+    add("sch", GlobalScheduler("pccx/scheduler", cycle_ps=profile["scheduler_cycles"] * tc, strict=strict,
+                               sync_gemx=profile["sync_gemx"], gemv_fifo=cvo["gemv_fifo_words"] > 0,
+                               l2_words=profile["l2"]["words"], cvo_max=cvo["max_length"]))
+    add("disp", MemDispatcher("pccx/dispatcher", cycle_ps=tc, len_lookup_cycles=profile["dispatcher"]["len_lookup_cycles"],
+                              memset_cycles=profile["dispatcher"]["memset_cycles"], strict=strict,
+                              l2_words=profile["l2"]["words"], gemm_rows=profile["gemm"]["rows"]))
+    add("ddr", HostDDR("pccx/ddr", requesters=[f"hp{p}" for p in range(nports)] + ["acp"] + (["host"] if host_ddr else []),
+                       bandwidth=profile["ddr"]["bandwidth"], size=profile["ddr"]["model_size"], data_mode=data,
+                       init=ddr_init))
+    add("l2", L2("pccx/l2", words=profile["l2"]["words"], cycle_ps=tc, data_mode=data))
+    for p in range(nports):
+        add(f"hp{p}", HpPort(f"pccx/hp{p}", burst_bytes=hp["burst_beats"] * hp["beat_bytes"],
+                             beat_bytes=hp["beat_bytes"], beat_ps=taxi, outstanding=hp["outstanding"],
+                             chunk_bursts=hp["chunk_bursts"]))
+    add("acp", Acp("pccx/acp", burst_words=profile["acp"]["burst_words"], word_ps=profile["acp"]["cycles_per_word"] * tc,
+                   read_latency_ps=profile["l2"]["read_latency_cycles"] * tc, outstanding=profile["acp"]["outstanding"]))
+    add("gemv", GemvFront("pccx/gemv", cycle_ps=tc, lanes=g["lanes"], emax_out=cvo["emax_from"] != "gemm",
+                          sfu_fifo_words=cvo["gemv_fifo_words"],
+                          read_latency_cycles=profile["l2"]["read_latency_cycles"], data_mode=data))
+    for i, p in enumerate(lane_ports):
+        add(f"lane{i}", GemvLane(f"pccx/gemv/lane{i}", index=i, cycle_ps=tc, macs_per_lane=g["macs_per_lane"],
+                                 pipeline_cycles=g["pipeline_cycles"],
+                                 burst_bytes=hp["burst_beats"] * hp["beat_bytes"] * hp["chunk_bursts"],
+                                 beat_bytes=hp["beat_bytes"], wired=p is not None, data_mode=data))
+    fed = {p: [i for i, q in enumerate(lane_ports) if q == p] for p in gemv_ports}
+    for p, lanes in fed.items():
+        if len(lanes) > 1:
+            add(f"wsw{p}", WeightSwitch(f"pccx/gemv/wsw{p}", port=p, lanes=lanes))
+    add("gemm", MatEngine("pccx/gemm", op="GEMM", cycle_ps=tc, weight_ports=len(m["hp_ports"]), lanes=1,
+                          macs_per_lane=m["macs_per_cycle"], fill_cycles=m["fill_cycles"],
+                          read_latency_cycles=profile["l2"]["read_latency_cycles"], data_mode=data))
+    add("cvo", Cvo("pccx/cvo", cycle_ps=tc, cfg=cvo, data_mode=data))
+
+    c = system.connect
+    lat = profile["axil"]["latency"]
+    big = 4096
+    c(a["driver"].axil_w, a["cmd"].w, capacity=1, latency=lat, name="axil.aw")
+    c(a["driver"].axil_r, a["stat"].rd, capacity=1, latency=lat, name="axil.ar")
+    c(a["stat"].data, a["driver"].axil_rd, capacity=1, latency=lat, name="axil.r")
+    c(a["stat"].irq, a["driver"].irq, capacity=64, name="irq")
+    c(a["cmd"].fifo, a["dec"].inp, capacity=profile["axil"]["cmd_fifo_depth"], name="cmd_fifo")
+    for src in ("cmd", "dec", "sch"):
+        c(a[src].status, a["stat"].ev, capacity=big, name=f"status.{src}")
+    c(a["dec"].out, a["sch"].inp, capacity=1, name="decoded")
+    depth = profile["uop_fifo_depth"]
+    c(a["sch"].mem, a["disp"].inp, capacity=depth, name="uop.mem")
+    c(a["sch"].cvo, a["cvo"].uop, capacity=depth, name="uop.cvo")
+    if cvo["gemv_fifo_words"]:
+        # seed §3.2 rule 2: one GEMV result at a time (the SFU input stage keeps the newest, module doc of Cvo)
+        c(a["gemv"].sfu, a["cvo"].fifo, capacity=1, name="gemv.sfu_fifo")
+    pipe = (profile["dispatcher"]["len_lookup_cycles"] - 1) * tc
+    c(a["disp"].acp, a["acp"].job, capacity=depth, latency=pipe, name="uop.acp")
+    c(a["disp"].gemv, a["gemv"].uop, capacity=depth, latency=pipe, name="uop.gemv")
+    c(a["disp"].gemm, a["gemm"].uop, capacity=depth, latency=pipe, name="uop.gemm")
+    for src in ("disp", "acp", "gemv", "gemm", "cvo"):
+        c(a[src].status, a["sch"].done, capacity=big, name=f"done.{src}")
+    for src in ("gemv", "gemm"):
+        c(a[src].emax, a["cvo"].emax_in, capacity=big, name=f"emax.{src}")
+    ddr_lat = profile["ddr"]["latency"]
+    fifo_bursts = max(1, hp["fifo_words"] // hp["burst_beats"])
+    if fifo_bursts % hp["chunk_bursts"]:
+        raise BuildError(f"profile hp.chunk_bursts: {hp['chunk_bursts']} does not divide the weight FIFO's "
+                         f"{fifo_bursts} bursts (hp.fifo_words / hp.burst_beats)")
+    fifo_bursts //= hp["chunk_bursts"]   # the FIFO link's capacity in messages (chunks)
+    for p in range(nports):
+        c(a["driver"].hp[p], a[f"hp{p}"].cmd, capacity=hp["dm_cmd_depth"], name=f"dm.hp{p}")
+        c(a[f"hp{p}"].ddr_req, a["ddr"].req[f"hp{p}"], capacity=big, name=f"ddr.req.hp{p}")
+        c(a["ddr"].resp[f"hp{p}"], a[f"hp{p}"].ddr_resp, capacity=big, latency=ddr_lat, name=f"ddr.resp.hp{p}")
+    for i, p in enumerate(m["hp_ports"]):
+        c(a[f"hp{p}"].fifo, a["gemm"].w[i], capacity=fifo_bursts, name=f"wfifo{p}.gemm")
+    for p, lanes in fed.items():
+        if len(lanes) == 1:
+            c(a[f"hp{p}"].fifo, a[f"lane{lanes[0]}"].w, capacity=fifo_bursts, name=f"wfifo{p}.gemv.lane{lanes[0]}")
+        else:   # the switch's output links hold one burst each (an AXIS register slice, assumption)
+            c(a[f"hp{p}"].fifo, a[f"wsw{p}"].inp, capacity=fifo_bursts, name=f"wfifo{p}.gemv.wsw{p}")
+            for i in lanes:
+                c(a[f"wsw{p}"].out[i], a[f"lane{i}"].w, capacity=1, name=f"gemv.wsw{p}.lane{i}")
+    for i in range(g["lanes"]):
+        c(a["gemv"].job[i], a[f"lane{i}"].job, capacity=1, name=f"gemv.job.lane{i}")
+        c(a[f"lane{i}"].res, a["gemv"].res[i], capacity=1, name=f"gemv.res.lane{i}")
+    c(a["acp"].ddr_req, a["ddr"].req["acp"], capacity=big, name="ddr.req.acp")
+    c(a["ddr"].resp["acp"], a["acp"].ddr_resp, capacity=big, latency=ddr_lat, name="ddr.resp.acp")
+    if host_ddr:
+        c(a["driver"].ddr_req, a["ddr"].req["host"], capacity=big, name="ddr.req.host")
+        c(a["ddr"].resp["host"], a["driver"].ddr_resp, capacity=big, latency=ddr_lat, name="ddr.resp.host")
+    for unit in ("acp", "gemv", "gemm", "cvo"):
+        c(a[unit].l2_req, a["l2"].req[unit], capacity=big, name=f"l2.req.{unit}")
+        c(a["l2"].resp[unit], a[unit].l2_resp, capacity=big, name=f"l2.resp.{unit}")
+    return a
+

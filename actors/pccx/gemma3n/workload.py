@@ -1,0 +1,307 @@
+"""The ``gemma3n`` workload: Gemma 3N decode tokens on the pccx machine, from the compiled instruction stream.
+
+``build`` compiles the config (actors/pccx/gemma3n/compiler.py) and hands the
+driver a generator: setup (``pccx_open``, constant MEMSETs, ``pccx_kv_init``,
+``pccx_start``), then per token the compiled steps (token id, embedding row,
+layer instructions pushed async, polls, logits back, host sampling).  Token
+``t`` is compiled when the driver reaches it, so the KV ring's valid range is
+the driver's state at that moment.  ``context`` = positions already in the ring
+(the prompt is assumed prefilled through the same decode path, token by token;
+those tokens are not emulated — only the ``tokens`` decode steps after them).
+
+Data mode: the compiler draws seeded INT4 weights (actors/pccx/gemma3n/hostmath.py),
+the prompt runs token by token through the decode path, then greedy decoding;
+``check`` returns the token ids; the logits stay on the context's HostMath for tests.
+
+``check`` returns the budget report: tok/s, per-layer and per-stage time,
+utilisations, bandwidths beside the seed §6 budget and the independent bounds,
+and the rule-1 prefetch overlap.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from actors.pccx.builder import build_machine
+from actors.pccx.gemma3n.compiler import STAGES, CompileError, Compiler
+from actors.pccx.gemma3n.config import load_config
+from emulator.errors import BuildError
+from emulator.schema import Bool, Enum, Float, Int, List, Map, Str
+from emulator.units import ClockDomain
+
+__all__ = ["PARAMS", "build", "check", "Context"]
+
+PARAMS = Map({
+    "model": Str(default="tiny", doc="config stem in scenarios/pccx/gemma3n/models/ or a YAML path"),
+    "model_set": Map({}, open=True, default={}, doc="overrides deep-merged into the config (e.g. kv: {dtype: int8})"),
+    "tokens": Int(min=1, default=1, doc="decode tokens emulated"),
+    "context": Int(min=0, default=0, doc="positions already in the KV ring before the first emulated token"),
+    "prefetch": Bool(default=True, doc="seed §3.2 rule 1 on (stream of GEMV n+1 issued at GEMV n's push) or off"),
+    "ple_overlap": Bool(default=True, doc="seed §3.2 rule 3 on (layer i's PLE injection rides on layer i+1's AltUp "
+                        "router: its GEMVs run under the router's host work, its host math shares the router's "
+                        "round trips) or off (PLE injection serialised after the AltUp correction)"),
+    "corrupt": Map({"seq": Int(min=0, doc="instruction number (push order) to corrupt"),
+                    "kind": Enum(["opcode", "reserved_bits", "address"])}, default={"seq": 0, "kind": "opcode"},
+                   required=False, doc="error-path test: the driver pushes a corrupted word at instruction seq"),
+    "corrupt_enabled": Bool(default=False),
+    "prompt": List(Int(min=0), default=[1, 2, 3], doc="data mode: prompt token ids (then sampled tokens)"),
+    "sampling": Map({"mode": Enum(["greedy", "top_p"], default="greedy"),
+                     "top_p": Float(min=0, max=1, default=0.9),
+                     "repetition_penalty": Float(min=1, default=1.15)}, default={},
+                    doc="data mode: host sampling (top_p: seeded by the scenario seed)"),
+})
+
+
+def corrupt_word(word: int, kind: str) -> int:
+    """A corrupted copy of ``word``: reserved opcode 0xF, reserved bit 0 set (every layout but MEMCPY has
+    reserved low bits; MEMCPY's bit 0 is ``async``, so bit 2 of the GEMV/CVO reserved field is used via
+    opcode-specific positions), or an L2 address field at its maximum (>= 114,688 words)."""
+    op = word >> 60
+    if kind == "opcode":
+        return (0xF << 60) | (word & ((1 << 60) - 1))
+    if kind == "reserved_bits":
+        bit = {0: 20, 1: 20, 3: 0, 4: 1}.get(op)
+        if bit is None:   # MEMCPY has no reserved bits: corrupt the opcode field instead
+            return (0x9 << 60) | (word & ((1 << 60) - 1))
+        return word | (1 << bit)
+    # address: GEMV/GEMM dest_reg [59:43], MEMCPY dest/src, CVO: length beyond the SFU's FIFO
+    if op in (0, 1):
+        return word | (0x1FFFF << 43)
+    if op == 2:
+        return word | (0x1FFFF << 41) | (0x1FFFF << 24)
+    return word | (0xFFFF << 6)
+
+
+class Context:
+    """What ``build`` hands ``check``: the compiler (layouts, tags, counts) and the run's parameters."""
+
+    def __init__(self, compiler: Compiler, params: dict):
+        self.compiler = compiler
+        self.params = params
+
+
+def build(system, profile: dict, p: dict) -> Context:
+    data = system.mode == "data"
+    if data and p["context"]:
+        raise BuildError("workload gemma3n: data mode runs the prompt through the decode path: context must be 0")
+    try:
+        c = load_config(p["model"], p["model_set"])
+        comp = Compiler(c, profile, prefetch=p["prefetch"], ple_overlap=p["ple_overlap"], data=data,
+                        seed=system.seed, prompt=p["prompt"],
+                        sampling=p["sampling"])
+    except CompileError as e:
+        raise BuildError(f"workload gemma3n: {e}") from None
+    if comp.ddr.top > profile["ddr"]["model_size"]:
+        raise BuildError(f"workload gemma3n: the program lays out {comp.ddr.top} bytes of host DDR, profile "
+                         f"ddr.model_size is {profile['ddr']['model_size']} (set machine.overrides.ddr.model_size)")
+    for _ in range(p["context"]):
+        comp.ring.append()
+
+    def steps():
+        yield from comp.setup()
+        for t in range(p["context"], p["context"] + p["tokens"]):
+            yield from comp.token(t)
+
+    def corrupted(inner):
+        seq = 0
+        for st in inner:
+            if st[0] == "push":
+                if seq == p["corrupt"]["seq"]:
+                    st = ("push", corrupt_word(st[1], p["corrupt"]["kind"]))
+                seq += 1
+            yield st
+
+    program = corrupted(steps()) if p["corrupt_enabled"] else steps()
+    build_machine(system, profile, program, comp.ddr_init if data else None, where=comp.describe, host_ddr=True)
+    return Context(comp, p)
+
+
+def _busy(spans, t0, t1) -> int:
+    return sum(max(0, min(e, t1) - max(s, t0)) for s, e, *_ in spans)
+
+
+def prefetch_overlap(system, comp: Compiler) -> dict:
+    """Rule-1 overlap: per weight stream, the HP transfer time spent *before* its GEMV µop reached the
+    GEMV unit (hidden behind earlier work: GEMVs, CVO ops, round trips, polls).  Per layer and total, ps.
+
+    The remainder of a stream's transfer runs while its GEMV waits for weights: that part is on the
+    critical path whether or not the stream was prefetched."""
+    stat = system.actors["pccx/axil_stat"]
+    start = {r["seq"]: r["start"] for r in stat.records if r["kind"] == "retire" and r["op"] == "GEMV"}
+    xfer: dict[int, list] = defaultdict(list)
+    for n, a in system.actors.items():
+        if n.startswith("pccx/hp"):
+            for (s, e, st) in a.spans:
+                xfer[st].append((s, e))
+    hidden: list[tuple[int, int, int]] = []   # (start, end, layer) of transfer before its GEMV started
+    busy: list[tuple[int, int]] = []
+    for st, spans in xfer.items():
+        if st >= len(comp.stream_seq) or comp.stream_seq[st] not in start:
+            continue
+        g0 = start[comp.stream_seq[st]]
+        layer = comp.stream_where[st][1]
+        hidden += [(s, min(e, g0), layer) for s, e in spans if s < g0]
+        busy += spans
+    # time, not port-time: the union of the intervals (two ports transfer at once)
+    per_layer: dict[int, int] = defaultdict(int)
+    total, end = 0, -1
+    for s, e, layer in sorted(hidden):
+        s = max(s, end)
+        if e > s:
+            per_layer[layer] += e - s
+            total += e - s
+            end = e
+    transfer, end = 0, -1
+    for s, e in sorted(busy):
+        s = max(s, end)
+        if e > s:
+            transfer += e - s
+            end = e
+    return {"total_ps": total, "transfer_ps": transfer, "per_layer_ps": dict(per_layer)}
+
+
+def ple_overlap(system, comp: Compiler) -> dict:
+    """Rule-3 overlap: per layer, the engine time of its PLE-injection GEMVs (retire spans: the PLE gate and
+    projection) that ran while the host computed (driver host spans), ps; ``exposed``: the rest of it.
+
+    Serialised (``ple_overlap: false``) the driver polls DONE right after each PLE GEMV, so nothing runs
+    under host work and the figure is 0; overlapped, the PLE gate GEMV runs under the next layer's router
+    norm.  Also the PLE engine time left exposed (not under host work)."""
+    driver = system.actors["pccx/driver"]
+    stat = system.actors["pccx/axil_stat"]
+    host = sorted((s, e) for s, e, _lab in driver.host_spans)
+    hidden: dict[int, int] = defaultdict(int)
+    exposed: dict[int, int] = defaultdict(int)
+    for r in stat.records:
+        if (r["kind"] != "retire" or r["op"] != "GEMV" or not 0 <= r["seq"] < len(comp.where)
+                or comp.where[r["seq"]][2] != "ple_inject"):
+            continue
+        layer = comp.where[r["seq"]][1]
+        h = _busy(host, r["start"], r["end"])      # host spans do not overlap one another (one driver)
+        hidden[layer] += h
+        exposed[layer] += r["end"] - r["start"] - h
+    # the window where rule 3 acts: from the end of layer i's AltUp-correction host step to the end of layer
+    # i+1's prediction host step (serialised it holds layer i's PLE injection + layer i+1's router and
+    # prediction; overlapped the same work, interleaved).  Outside the windows both orders are identical.
+    nl = comp.c["num_layers"]
+    corr = [e for s, e, lab in driver.host_spans if lab == "altup_correct:altup_correct"]
+    pred = [e for s, e, lab in driver.host_spans if lab.startswith("altup_predict:") and lab.endswith("predict+input_norm")]
+    window: dict[int, int] = defaultdict(int)
+    for k, end in enumerate(corr):
+        if k % nl + 1 < nl and k + 1 < len(pred):
+            window[k % nl] += pred[k + 1] - end
+    return {"total_ps": sum(hidden.values()), "exposed_ps": sum(exposed.values()), "per_layer_ps": dict(hidden),
+            "window_ps": sum(window.values()), "window_per_layer_ps": dict(window)}
+
+
+def check(system, profile: dict, p: dict, result, context: Context) -> dict:
+    comp = context.compiler
+    c = comp.c
+    driver = system.actors["pccx/driver"]
+    stat = system.actors["pccx/axil_stat"]
+    out: dict = {}
+    if driver.halted:
+        out["error"] = (f"pccx/driver halted at t={driver.halted['at_ps']} ps: {driver.halted['text']} "
+                        f"[{driver.halted.get('instruction')}; {driver.halted.get('where')}]")
+    if result.status != "finished" or driver.halted:
+        return out
+    end = result.end_time_ps
+    # token boundaries: the host's embed step starts a token, its sample step ends it
+    starts = [s for s, e, lab in driver.host_spans if lab.startswith("embed:")]
+    ends = [e for s, e, lab in driver.host_spans if lab.startswith("sample:")]
+    ntok = len(ends)
+    tok_ps = (ends[-1] - starts[0]) / ntok
+    out["tokens"] = ntok
+    out["token_time_us"] = round(tok_ps / 1e6, 3)
+    out["tok_per_s"] = round(1e12 / tok_ps, 3)
+    # per layer: between consecutive layer_done polls (first layer from the token start)
+    waits = driver.waits
+    lay = [w["at_ps"] for w in waits if w["label"].endswith("layer_done")]
+    t0 = starts[-1]
+    per_layer = []
+    last = [w for w in lay if w >= t0]
+    prev = t0
+    for w in last:
+        per_layer.append(round((w - prev) / 1e6, 3))
+        prev = w
+    out["per_layer_us_last_token"] = per_layer
+    # per stage: engine busy (retire spans) and host time
+    stage_engine = defaultdict(int)
+    stage_ops = defaultdict(int)
+    for r in stat.records:
+        if r["kind"] == "retire" and 0 <= r["seq"] < len(comp.where):
+            st = comp.where[r["seq"]][2]
+            stage_engine[st] += r["end"] - r["start"]
+            stage_ops[st] += 1
+    stage_host = defaultdict(int)
+    for s, e, lab in driver.host_spans:
+        stage_host[lab.split(":")[0]] += e - s
+    rows = []
+    for st in STAGES:
+        if stage_ops.get(st) or stage_host.get(st):
+            n_ins = sum(v for (s2, _), v in comp.counts.items() if s2 == st)
+            rows.append({"stage": st, "instructions": round(n_ins / (1 if st == "setup" else ntok), 1),
+                         "engine_busy_us": round(stage_engine[st] / 1e6 / ntok, 3),
+                         "host_us": round(stage_host[st] / 1e6 / ntok, 3),
+                         "hp_MB": round(comp.stream_bytes[st] / 1e6 / max(1, ntok), 3)})
+    # utilisation over the emulated tokens
+    T0, T1 = starts[0], ends[-1]
+    span = T1 - T0
+    util = {}
+    for n, a in system.actors.items():
+        if n.startswith("pccx/hp") and a.spans:
+            util[n] = round(_busy(a.spans, T0, T1) / span, 4)
+        if n.startswith("pccx/gemv/lane"):
+            util[n] = round(_busy(a.spans, T0, T1) / span, 4)
+    cvo = sum(r["end"] - r["start"] for r in stat.records if r["kind"] == "retire" and r["op"] == "CVO")
+    util["pccx/cvo (SFU)"] = round(cvo / span, 4)
+    util["pccx/gemm (systolic array)"] = round(_busy(system.actors["pccx/gemm"].spans, T0, T1) / span, 4)
+    util["host CPU"] = round(sum(e - s for s, e, _ in driver.host_spans if s >= T0) / span, 4)
+    # bandwidths and bounds
+    wbytes = comp.weight_bytes_per_token() / ntok
+    tc = ClockDomain(profile["clocks"]["core"], "core").ps(1)
+    taxi = ClockDomain(profile["clocks"]["axi"], "axi").ps(1)
+    g = profile["gemv"]
+    ports = len({g["lane_ports"][i] for i in range(comp.lanes)})
+    hp_bw = ports * profile["hp"]["beat_bytes"] * 1e12 / taxi
+    mac_rate = comp.lanes * g["macs_per_lane"] * 1e12 / tc
+    bound_w = hp_bw / wbytes
+    bound_mac = mac_rate / (comp.macs / ntok)
+    ddr_bound = profile["ddr"]["bandwidth"] / wbytes
+    bound = min(bound_w, bound_mac, ddr_bound)
+    ov = prefetch_overlap(system, comp)
+    out["budget"] = [
+        {"metric": "decode throughput (tok/s)", "emulated": out["tok_per_s"], "seed_budget": 20,
+         "bound": round(bound, 3), "ratio_to_bound": round(out["tok_per_s"] / bound, 4)},
+        {"metric": "weight stream (GB/s)", "emulated": round(wbytes * 1e3 / tok_ps, 3), "seed_budget": 3,
+         "bound": round(hp_bw / 1e9, 3), "ratio_to_bound": round(wbytes * 1e3 / tok_ps / (hp_bw / 1e9), 4)},
+        {"metric": "KV read (GB/s)", "emulated": round(comp.kv_bytes / ntok * 1e3 / tok_ps, 3), "seed_budget": 6,
+         "bound": None, "ratio_to_bound": None},
+        {"metric": "L2 activation traffic (GB/s)", "emulated": round(comp.l2_bytes / ntok * 1e3 / tok_ps, 3),
+         "seed_budget": 1.6, "bound": None, "ratio_to_bound": None},
+    ]
+    out["bounds"] = {"weight_bytes_per_token": int(wbytes), "kv_bytes_per_token": int(comp.kv_bytes / ntok),
+                     "gemv_macs_per_token": int(comp.macs / ntok),
+                     "hp_gemv_bandwidth_GBps": round(hp_bw / 1e9, 3), "gemv_mac_rate_GMACps": round(mac_rate / 1e9, 3),
+                     "tok_s_bound_weight_stream": round(bound_w, 3), "tok_s_bound_macs": round(bound_mac, 3),
+                     "tok_s_bound_ddr": round(ddr_bound, 3)}
+    out["prefetch_overlap_us"] = round(ov["total_ps"] / 1e6, 3)
+    out["weight_transfer_us"] = round(ov["transfer_ps"] / 1e6, 3)
+    out["prefetch_overlap_per_layer_us"] = {k: round(v / 1e6 / ntok, 3) for k, v in sorted(ov["per_layer_ps"].items())}
+    po = ple_overlap(system, comp)
+    out["ple_overlap_us"] = round(po["total_ps"] / 1e6, 3)
+    out["ple_exposed_us"] = round(po["exposed_ps"] / 1e6, 3)
+    out["ple_overlap_per_layer_us"] = {k: round(v / 1e6 / ntok, 3) for k, v in sorted(po["per_layer_ps"].items())}
+    out["ple_window_ps"] = po["window_ps"]
+    out["ple_window_per_layer_us"] = {k: round(v / 1e6 / ntok, 3)
+                                      for k, v in sorted(po["window_per_layer_ps"].items())}
+    out["instructions_per_token"] = round(len(comp.where) / ntok)
+    out["polls_per_token"] = round(len(waits) / ntok, 1)
+    if comp.data:
+        out["token_ids"] = comp.hm.tokens[1:] + [comp.next_token]
+        out["greedy_tokens"] = [int(l.argmax()) for l in comp.hm.logits]
+    out["kv_ring"] = {"max_tokens": comp.ring.max_tokens, "written": comp.ring.written, "sink": comp.ring.sink,
+                      "attended": comp.ring.attended()}
+    out["tables"] = {"gemma3n per-stage (per token)": rows,
+                     "utilisation (emulated tokens)": [{"unit": k, "busy": v} for k, v in util.items()],
+                     "budget vs seed §6 and bounds": out["budget"]}
+    return out
