@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from emulator.units import WALL_TIME_MAX
 from emulator.schema import (AnyValue, Bool, Doc, Enum, Int, List, Map, Problem, Quantity, SchemaError, Str,
                              load_yaml, read_text, validate)
 from emulator.trace import KIND_CODES
@@ -82,7 +83,7 @@ SCENARIO_SCHEMA = Map({
     }, required=False),
     "stop": Map({
         "max_time": Quantity("time", default=None, doc="stop when virtual time would pass this"),
-        "wall_timeout": Quantity("time", default=None, doc="wall-clock guard over build, run and check "
+        "wall_timeout": Quantity("time", high=WALL_TIME_MAX, default=None, doc="wall-clock guard over build, run and check "
                                                            "(unset: 1h); status wall-timeout, exit 5"),
     }, required=False),
     "output": Map({

@@ -352,9 +352,11 @@ class Enum(Spec):
 class Quantity(Spec):
     """A string with a unit, parsed to the engine's integer unit of ``kind``."""
 
-    def __init__(self, kind: str, **kw):
+    def __init__(self, kind: str, *, high: int | None = None, **kw):
+        """``high``: a bound other than the kind's virtual-time range (e.g. a wall-clock limit)."""
         super().__init__(**kw)
         self.kind = kind
+        self.high = high
         self.expected = {"time": "a time like '30ns'", "frequency": "a frequency like '1.2GHz'",
                          "size": "a size like '64KiB'",
                          "bandwidth": "a bandwidth like '256GB/s' or 'unlimited'"}[kind]
@@ -372,13 +374,16 @@ class Quantity(Spec):
             ctx.fail(path, self.expected, value, hint)
             return None
         low, high = QUANTITY_RANGE[self.kind]
+        if self.high is not None:
+            high = self.high
         if out < low:
             hint = "write 'unlimited' for a link without serialisation delay" if self.kind == "bandwidth" else ""
             ctx.fail(path, f"{self.expected} of at least {format_quantity(low, self.kind)}", value, hint)
             return None
         if out > high:
-            ctx.fail(path, f"{self.expected} of at most {format_quantity(high, self.kind)} "
-                     "(virtual time must fit the engine's integer picoseconds with room to add)", value)
+            why = "" if self.high is not None else \
+                " (virtual time must fit the engine's integer picoseconds with room to add)"
+            ctx.fail(path, f"{self.expected} of at most {format_quantity(high, self.kind)}{why}", value)
             return None
         return out
 

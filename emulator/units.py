@@ -33,12 +33,14 @@ __all__ = [
     "PS_PER_S",
     "QUANTITY_RANGE",
     "UNLIMITED",
+    "WALL_TIME_MAX",
     "format_quantity",
 ]
 
 PS_PER_S = 10**12
 
-_TIME = {"ps": 1, "ns": 10**3, "us": 10**6, "µs": 10**6, "ms": 10**9, "s": 10**12}
+_TIME = {"ps": 1, "ns": 10**3, "us": 10**6, "µs": 10**6, "ms": 10**9, "s": 10**12, "min": 60 * 10**12,
+         "h": 3600 * 10**12}
 _FREQ = {"Hz": 1, "kHz": 10**3, "KHz": 10**3, "MHz": 10**6, "GHz": 10**9, "THz": 10**12}
 _SIZE = {
     "B": 1,
@@ -66,6 +68,8 @@ QUANTITY_RANGE = {
     "bandwidth": (1, 10**15),
 }
 UNLIMITED = "unlimited"
+#: the longest wall-clock limit a scenario or sweep may set (ps): 10**6 s, about 11.6 days
+WALL_TIME_MAX = 10**18
 
 _NUM = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+)\s*([A-Za-zµ/]+)\s*$")
 

@@ -72,5 +72,5 @@ def test_cli_compare_of_two_bundles_and_two_traces(tmp_path, emu):
     assert "identical runs" in same
     t = emu("compare", a / "trace.emutrace", b / "trace.emutrace", "--json", check=0).stdout
     assert json.loads(t)["end_time_delta_ps"] == delta
-    bad = emu("compare", a, tmp_path / "missing", check=1)
+    bad = emu("compare", a, tmp_path / "missing", check=2)   # bad input: exit 2 (docs/exit-codes.md)
     assert "no such bundle directory or trace file" in bad.stderr and "Traceback" not in bad.stderr

@@ -31,7 +31,7 @@ def _png(path: Path) -> bool:
 
 def test_ahbm_bundle_plots_by_kind_per_pe_and_per_cube(tmp_path, emu):
     out = tmp_path / "prefill"
-    emu("run", ROOT / "scenarios" / "ahbm" / "attention_prefill.yaml", "--quiet", "--out", out,
+    emu("run", ROOT / "scenarios" / "ahbm" / "attention_prefill.yaml", "--quiet", "--plots", "--out", out,
         "--set", "trace.enabled=true", check=0)
     for name in ("utilisation.png", "links.png", "ahbm_pes.png", "ahbm_cubes.png"):
         assert _png(out / name), name
@@ -40,7 +40,7 @@ def test_ahbm_bundle_plots_by_kind_per_pe_and_per_cube(tmp_path, emu):
 
 def test_pccx_bundle_plots_its_units_and_fifos(tmp_path, emu):
     out = tmp_path / "softmax"
-    emu("run", ROOT / "scenarios" / "pccx" / "softmax-asm.yaml", "--quiet", "--out", out,
+    emu("run", ROOT / "scenarios" / "pccx" / "softmax-asm.yaml", "--quiet", "--plots", "--out", out,
         "--set", "trace.enabled=true", check=0)
     for name in ("utilisation.png", "links.png", "pccx_units.png"):
         assert _png(out / name), name
@@ -49,7 +49,7 @@ def test_pccx_bundle_plots_its_units_and_fifos(tmp_path, emu):
 
 def test_plots_without_a_trace_come_from_the_counters(tmp_path, emu):
     out = tmp_path / "notrace"
-    emu("run", ROOT / "scenarios" / "ahbm" / "attention_prefill.yaml", "--quiet", "--out", out,
+    emu("run", ROOT / "scenarios" / "ahbm" / "attention_prefill.yaml", "--quiet", "--plots", "--out", out,
         "--set", "trace.enabled=false", check=0)
     for name in ("utilisation.png", "links.png", "ahbm_pes.png"):
         assert _png(out / name), name

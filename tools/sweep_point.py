@@ -19,8 +19,10 @@ import time
 import traceback
 from pathlib import Path
 
+import dataclasses
+
 from tools.bundle import Bundle
-from tools.runner import run_scenario, scenario_from_resolved
+from tools.runner import execute, plan_run, scenario_from_resolved
 
 __all__ = ["run_point", "run_point_collect"]
 
@@ -40,10 +42,13 @@ def run_point(task: dict, directory: str) -> dict:
         sc.output = {**(sc.output or {}), "dir": str(d), "plots": bool(task.get("plots"))}
         if task.get("timeout_ps") and not (sc.stop or {}).get("wall_timeout"):
             sc.stop = {**(sc.stop or {}), "wall_timeout": task["timeout_ps"]}
-        bundle = Bundle(d)
-        trace_path = bundle.trace_path if sc.trace.get("enabled") else None
-        res, system, result = run_scenario(sc, trace_path=trace_path)
-        bundle.write(sc, res, system, result, trace_path)
+        plan = plan_run(sc, out=str(d), plots=bool(task.get("plots")))
+        if not sc.trace.get("enabled"):   # a sweep keeps traces only where the scenario asks for one
+            plan = dataclasses.replace(plan, trace=None, trace_requested=False)
+        outcome = execute(plan)
+        res = outcome.res
+        res["bundle"] = str(d)
+        Bundle(d).write(plan, outcome)
     except Exception as e:  # noqa: BLE001 -- any failure of one point is that point's status
         res = {"status": "error", "error": f"{type(e).__name__}: {e}",
                "traceback": traceback.format_exc(limit=8), "wall_s": round(time.perf_counter() - t0, 6)}

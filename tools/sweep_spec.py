@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emulator.scenario import ROOT, load_scenario
+from emulator.units import WALL_TIME_MAX
 from emulator.schema import (AnyValue, Bool, Doc, Int, List, Map, Problem, Quantity, SchemaError, Spec, Str,
                              load_yaml, read_text, validate)
 
@@ -114,7 +115,7 @@ SWEEP_SCHEMA = Map({
     "metrics": List(Str(), default=None,
                     doc="result.json keys (dotted paths) or workload report keys; default: end_time_ps and the "
                         "workload's scalar checks"),
-    "timeout": Quantity("time", default=None, doc="wall-clock limit of one point (the engine's guard, then a kill)"),
+    "timeout": Quantity("time", high=WALL_TIME_MAX, default=None, doc="wall-clock limit of one point (the engine's guard, then a kill)"),
     "point_plots": Bool(default=False, doc="write the per-point bundle plots"),
     "best": Map({
         "minimize": Str(doc="the metric to minimise"),

@@ -31,7 +31,7 @@ PROFILE_SCHEMA = Map({
     "scheduler_cycles": Int(min=1, default=1),
     "uop_fifo_depth": Int(min=1, default=2),
     "sync_gemx": Bool(default=False, doc="as built: the Global Scheduler forces SYNC_OP on GEMM/GEMV µops, so "
-                      "issue waits for their retirement (reference §1.2); false = GEMV/GEMM issue async"),
+                      "issue waits for their retirement (pccx-v002 RTL: global scheduler); false = GEMV/GEMM issue async"),
     "dispatcher": Map({"len_lookup_cycles": Int(min=1, default=7), "memset_cycles": Int(min=1, default=1)}),
     "status": Map({"done_on": List(Enum(list(OPCODES)), default=["MEMSET", "CVO", "GEMM"])}),
     "ddr": Map({"bandwidth": Quantity("bandwidth"), "latency": Quantity("time"),
@@ -54,15 +54,15 @@ PROFILE_SCHEMA = Map({
                 "reduce_cycles_per_element": Int(min=0, default=1),
                 "emax_from": Enum(["gemv+gemm", "gemm"], default="gemv+gemm",
                                   doc="source of the CVO's e_max: GEMV/GEMM findemax (docs) or only the GEMM "
-                                      "normaliser (as-built top, reference §1.3: stale in decode)"),
+                                      "normaliser (as-built top, pccx-v002 RTL top: stale in decode)"),
                 "gelu_form": Enum(["sigmoid", "tanh"], default="sigmoid",
-                                  doc="GELU of the SFU: the RTL's x*sigmoid(1.702x) (reference §1.3) or, what-if, "
+                                  doc="GELU of the SFU: the RTL's x*sigmoid(1.702x) (pccx-v002 RTL SFU) or, what-if, "
                                       "the model's tanh form"),
-                "gemv_fifo_words": Int(min=0, default=0, doc="seed §3.2 rule 2: depth (L2 words) of a direct "
+                "gemv_fifo_words": Int(min=0, default=0, doc="pccx Gemma 3N pipeline, overlap rule 2: depth (L2 words) of a direct "
                                        "GEMV->SFU result FIFO; 0 = none (the RTL and the pccx docs have no such "
                                        "path: the program polls DONE between a GEMV and the CVO reading its output)"),
                 "tanh": Bool(default=False, doc="give the SFU a TANH function (code 0x8, not in the real CVO, "
-                             "reference §1.3): what-if option, latency from latency.TANH"),
+                             "of the pccx-v002 RTL): what-if option, latency from latency.TANH"),
                 "latency": Map({**{f: Int(min=0) for f in CVO_FUNCS},
                                 "TANH": Int(min=0, default=12, doc="ASSUMPTION: as GELU (same sigmoid-class pipeline)")})}),
     "host": Map({"element_time": Quantity("time", default="1ns", doc="host CPU time per element of an "

@@ -57,8 +57,8 @@ ADDR = {"q": 0, "o": 64 * MiB, "k": 1024 * MiB, "v": 1536 * MiB}
 F16 = np.float16
 
 PARAMS = Map({
-    "case": Enum(["decode", "prefill"], default="decode", doc="seed §5: decode (T_q = 1) or prefill"),
-    "C": Int(min=1, default=8, doc="CUBEs per CUBE Group: 1, 2, 4, 8 (seed §0 knob); default 8, the fastest"
+    "case": Enum(["decode", "prefill"], default="decode", doc="ADR-0060 §5: decode (T_q = 1) or prefill"),
+    "C": Int(min=1, default=8, doc="CUBEs per CUBE Group: 1, 2, 4, 8 (ADR-0060 §0 knob); default 8, the fastest"
                                    " of 1/2/4/8 for Llama3-70B decode at 8K context on ahbm-1sip (measured"
                                    " 24.9 / 13.4 / 7.7 / 5.1 us; needs a 4x2 CUBE rectangle per head)"),
     "P": Int(min=1, default=8, doc="PEs per CUBE used: 1 or the machine's pes_per_cube"),

@@ -35,8 +35,8 @@ PARAMS = Map({
     "model_set": Map({}, open=True, default={}, doc="overrides deep-merged into the config (e.g. kv: {dtype: int8})"),
     "tokens": Int(min=1, default=1, doc="decode tokens emulated"),
     "context": Int(min=0, default=0, doc="positions already in the KV ring before the first emulated token"),
-    "prefetch": Bool(default=True, doc="seed §3.2 rule 1 on (stream of GEMV n+1 issued at GEMV n's push) or off"),
-    "ple_overlap": Bool(default=True, doc="seed §3.2 rule 3 on (layer i's PLE injection rides on layer i+1's AltUp "
+    "prefetch": Bool(default=True, doc="pccx Gemma 3N pipeline, overlap rule 1 on (stream of GEMV n+1 issued at GEMV n's push) or off"),
+    "ple_overlap": Bool(default=True, doc="pccx Gemma 3N pipeline, overlap rule 3 on (layer i's PLE injection rides on layer i+1's AltUp "
                         "router: its GEMVs run under the router's host work, its host math shares the router's "
                         "round trips) or off (PLE injection serialised after the AltUp correction)"),
     "corrupt": Map({"seq": Int(min=0, doc="instruction number (push order) to corrupt"),
