@@ -303,5 +303,5 @@ def check(system, profile: dict, p: dict, result, context: Context) -> dict:
                       "attended": comp.ring.attended()}
     out["tables"] = {"gemma3n per-stage (per token)": rows,
                      "utilisation (emulated tokens)": [{"unit": k, "busy": v} for k, v in util.items()],
-                     "budget vs seed §6 and bounds": out["budget"]}
+                     "budget vs the pccx Gemma 3N plan and bounds": out["budget"]}
     return out
