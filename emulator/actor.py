@@ -47,7 +47,7 @@ class Actor:
         self.finished_at: int | None = None
         self.killed = False
         self.cancel_scope = None
-        self.faults: list = []   # objects with on_busy(actor, t, duration) -> (duration, label) (emulator/faults.py)
+        self.faults: list = []   # objects with on_busy(actor, t, duration, label) -> (duration, label) (emulator/faults.py)
         self._emit = None
 
     def __repr__(self) -> str:
