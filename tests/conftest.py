@@ -33,19 +33,7 @@ def run_with_context():
     from tools import runner
 
     def run(scenario):
-        kept = []
-        real = runner.build_system
-
-        def keep(*a, **k):
-            system, workload = real(*a, **k)
-            kept.append(workload.check.keywords.get("context") if hasattr(workload.check, "keywords") else None)
-            return system, workload
-
-        runner.build_system = keep
-        try:
-            res, system, _ = runner.run_scenario(scenario)
-        finally:
-            runner.build_system = real
-        return res, system, kept[0]
+        outcome = runner.execute(runner.plan_run(scenario, bundle=False))
+        return outcome.res, outcome.system, outcome.context
 
     return run

@@ -121,20 +121,21 @@ def plan_run(scenario: Scenario, *, out: str | None = None, bundle: bool = True,
                    notes=tuple(notes))
 
 
-def _build(plan: RunPlan) -> tuple[System, Any]:
-    """The built system and the workload bound to the context its ``build`` returned (DESIGN.md §7)."""
+def _build(plan: RunPlan) -> tuple[System, Any, Any]:
+    """The built system, the workload bound to the context its ``build`` returned (DESIGN.md §7), and that context."""
     sc = plan.scenario
     if plan.trace is not None:
         Path(plan.trace.path).parent.mkdir(parents=True, exist_ok=True)
     system = System(sc.name, seed=sc.seed, mode=sc.mode, trace=plan.trace, scenario=sc.resolved())
     context = plan.workload.build(system, sc.profile, sc.params)
     install_faults(system, sc.faults)
-    return system, plan.workload.bind(context)
+    return system, plan.workload.bind(context), context
 
 
 def build_system(scenario: Scenario, *, trace_path: str | None = None) -> tuple[System, object]:
     """Build ``scenario``'s machine (no bundle), tracing to ``trace_path`` if given; returns (system, workload)."""
-    return _build(plan_run(scenario, bundle=False, trace_path=trace_path))
+    system, workload, _ = _build(plan_run(scenario, bundle=False, trace_path=trace_path))
+    return system, workload
 
 
 def scenario_from_resolved(d: dict) -> Scenario:
@@ -169,6 +170,7 @@ class RunOutcome:
     result: RunResult | None         # None when stopped while building
     trace_path: str | None           # the trace file written (with its footer), None for none
     notes: list = field(default_factory=list)
+    context: Any = None              # what the workload's ``build`` returned (handed to its check)
 
 
 def final_status(result: RunResult | None, checks: dict, stopped: str | None) -> tuple[str, str | None]:
@@ -190,7 +192,7 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
     thread reports the partial outcome and ends the process with that status.
     """
     sc = plan.scenario
-    system = result = None
+    system = result = context = None
     checks: dict = {}
     phase = "build"
     t0 = time.perf_counter()
@@ -206,7 +208,7 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
 
     with StopSwitch(plan.wall_timeout_s, on_stuck=stuck if finish is not None else None) as switch:
         try:
-            system, workload = _build(plan)
+            system, workload, context = _build(plan)
             build_s = time.perf_counter() - t0
             phase = "run"
             if progress is not None:
@@ -235,7 +237,7 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
     res = _result_dict(plan, system, result, status, error, checks, build_s, trace_path)
     if stopped:
         res["stopped_in"] = phase
-    return RunOutcome(res=res, system=system, result=result, trace_path=trace_path, notes=notes)
+    return RunOutcome(res=res, system=system, result=result, trace_path=trace_path, notes=notes, context=context)
 
 
 def _apply_trace_policy(plan: RunPlan, trace_path: str | None, notes: list) -> str | None:

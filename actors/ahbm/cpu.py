@@ -134,12 +134,11 @@ class PeCpu(Actor, PeBackend):
         cap = self.credits.get(engine)
         if cap is None:
             port = self.ipcq_resp if engine == "ipcq" else self.done
-            src = self.to[_PORT[engine]].link
-            dst = src.dst.owner if src is not None else None
-            caps = [ln.capacity for ln in port.links if ln.src.owner is dst]
-            if not caps:
+            peer = self.to[_PORT[engine]].peer
+            cap = port.capacity_from(peer) if peer is not None else None
+            if cap is None:
                 raise RuntimeError(f"{self.name}: no completion link from the {engine} engine")
-            cap = self.credits[engine] = caps[0]
+            self.credits[engine] = cap
         return cap
 
     async def _issue(self, engine: str, msg) -> int:

@@ -51,7 +51,6 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
-import trio
 from trio.lowlevel import ParkingLot
 
 from emulator.actor import Actor
@@ -197,16 +196,11 @@ class DmaEngine(Actor):
         self._noc_answers = Answers(self, self.noc_in)
 
     async def run(self) -> None:
-        try:
-            async with trio.open_nursery() as n:
-                n.start_soon(self._pc_answers.run)
-                if self.noc_in.links:
-                    n.start_soon(self._noc_answers.run)
-                await self._front(n)
-        except BaseExceptionGroup as eg:
-            while isinstance(eg, BaseExceptionGroup):
-                eg = eg.exceptions[0]
-            raise eg from None
+        async with self.subtasks() as n:
+            n.start_soon(self._pc_answers.run)
+            if self.noc_in.links:
+                n.start_soon(self._noc_answers.run)
+            await self._front(n)
 
     async def _front(self, nursery) -> None:
         """Take commands in order: admission (slot, TCM hazards), store's TCM read, setup; then the data phase."""
