@@ -30,7 +30,7 @@ depth; 1 keeps the scheduler's FIFO-DMA recurrence exact); N > 1 models a DMA
 engine with N outstanding transactions (as AXI-style engines have), so a remote
 access no longer blocks local ones behind it.  Completions may then return out
 of order: each :class:`~protocols.ahbm.Done` carries the command ``id``, and
-every client (cpu.py, scheduler.py, tl/cpu.py) already matches completions by
+every client (cpu.py, scheduler.py, tl/kernel_registry.py) already matches completions by
 id (a set / dict of finished ids), so no client changes.
 
 Ordering kept with N > 1: a command whose TCM buffer ``buf`` is the target of

@@ -42,7 +42,7 @@ from actors.ahbm.kernels.gqa_index import (GroupLayout, coords_of_rank, reduce_t
                                            valid_len)
 from actors.ahbm.dma import REGION_BITS
 from actors.ahbm.params import pe_name
-from actors.ahbm.tl.cpu import register_kernel
+from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.tl.kernel_workload import KernelHooks, KernelLayout, Output, kernel_workload
 from actors.registry import HOST_DATA_BYTES, format_bytes
 from emulator.errors import BuildError

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from protocols.ahbm_tl import KernelLaunch
 
+import actors.ahbm.tl.kernel_registry  # noqa: F401  (registers the PE CPU's KernelLaunch handler)
+
 __all__ = ["kernel_launches"]
 
 

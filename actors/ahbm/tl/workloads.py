@@ -41,7 +41,7 @@ from actors.ahbm.kernels.attention_decode import attention_decode
 from actors.ahbm.kernels.attention_prefill import attention_prefill
 from actors.ahbm.params import Params
 from actors.ahbm.tl import gqa_workload
-from actors.ahbm.tl.cpu import register_kernel
+from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.tl.kernel_workload import KernelContext, KernelHooks, KernelLayout, Output, kernel_workload
 from actors.registry import HOST_DATA_BYTES, format_bytes
 from emulator.errors import BuildError
