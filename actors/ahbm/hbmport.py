@@ -18,7 +18,8 @@ from emulator.actor import Actor
 from protocols.ahbm import MemReq, MemResp, payload
 from protocols.codec import TensorDesc
 
-from actors.ahbm.dma import Direct, channel_access, check_block
+from actors.ahbm.answers import Direct
+from actors.ahbm.hbm_access import channel_access, check_block
 
 
 class HbmPort(Actor):
