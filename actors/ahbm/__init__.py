@@ -17,3 +17,5 @@ Modules (one concept each):
 * ``machine``    the family entry point (``PROFILE_SCHEMA``, ``WORKLOADS``);
 * ``testkit``    helpers for tests (load a profile with overrides, build, read PE logs).
 """
+
+__all__: list[str] = []

@@ -14,14 +14,13 @@ from emulator.units import transfer_ps
 from protocols.ahbm import IpcqData, MemReq, MemResp, NocPacket, payload
 from protocols.codec import TensorDesc, encode
 
+from actors.ahbm.cpu import PKT_ID0
 from actors.ahbm.tiles import plan
 
-__all__ = ["BF16", "PKT_ID0", "dma_model", "gemm_model", "math_model", "composite_model", "path_model",
+__all__ = ["BF16", "dma_model", "gemm_model", "math_model", "composite_model", "path_model",
            "mesh_links", "noc_model", "remote_dma_model", "host_load_model", "ipcq_model"]
 
 BF16 = "<f2"   # bf16 stored as float16 (ref §3.3)
-#: id of the first NOC packet of the microbench (and of the packet the NOC model sizes)
-PKT_ID0 = 1 << 16
 
 
 def dma_model(nbytes: int, prm) -> int:

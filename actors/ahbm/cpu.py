@@ -65,6 +65,8 @@ from actors.ahbm.costs import dispatch_ps
 from actors.ahbm.memory import TcmClient
 from actors.ahbm.params import pe_name
 
+__all__ = ["PeCpu", "PKT_ID0"]
+
 PKT_ID0 = 1 << 16  # packet ids start here so their msgpack size is constant (5 bytes)
 
 _KIND = {"dma": "dma", "gemm": "gemm", "math": "math", "composite": "composite", "send": "ipcq", "recv": "ipcq",

@@ -21,6 +21,8 @@ from protocols.codec import TensorDesc
 from actors.ahbm.answers import Direct
 from actors.ahbm.hbm_access import channel_access, check_block
 
+__all__ = ["HbmPort"]
+
 
 class HbmPort(Actor):
     daemon = True

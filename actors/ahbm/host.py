@@ -37,6 +37,8 @@ from protocols.ahbm import MemReq, PeDone, payload
 from protocols.ahbm_tl import KernelDone
 from protocols.codec import TensorDesc
 
+__all__ = ["Host"]
+
 
 
 class Host(Actor):

@@ -95,6 +95,8 @@ from emulator.units import transfer_ps
 from protocols.ahbm import MemReq, MemResp, NocPacket
 from protocols.codec import encode
 
+__all__ = ["Router", "PortLoad", "LOCAL"]
+
 #: local output of a routed message at its destination CUBE: CPU mailbox, HBM port, DMA
 LOCAL = {NocPacket: "pe", MemReq: "mem", MemResp: "dma"}
 

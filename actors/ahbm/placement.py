@@ -20,6 +20,8 @@ import numpy as np
 
 from actors.ahbm.costs import stripe
 
+__all__ = ["Placement", "Shard", "split_rows"]
+
 
 @dataclass(frozen=True)
 class Shard:

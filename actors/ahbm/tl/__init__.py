@@ -17,3 +17,5 @@ to the PE's engines.  Modules (one concept each):
                 built by actors/ahbm/builder.py;
 * ``testing``   profile + small-machine helpers for tests.
 """
+
+__all__: list[str] = []
