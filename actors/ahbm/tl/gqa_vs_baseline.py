@@ -19,6 +19,7 @@ line traffic stays inside their own Groups' CUBEs.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -88,7 +89,7 @@ def _layout(prm, p) -> KernelLayout:
 
 
 def _kernel(c, lay: KernelLayout) -> str:
-    from actors.ahbm.tl.workloads import DECODE
+    from actors.ahbm.tl.workloads import DECODE   # cycle: workloads imports this module
     return DECODE if c in set(lay.info["baseline"]) else gw.KERNEL
 
 
@@ -117,7 +118,6 @@ def _outputs(ctx) -> list:
 
 
 def _as_gqa(ctx):
-    from dataclasses import replace
     return replace(ctx, params={**_gqa_params(ctx.params)})
 
 
