@@ -57,13 +57,6 @@ class Workload:
             return self
         return dataclasses.replace(self, check=functools.partial(self.check, context=context))
 
-    def bind(self, context) -> "Workload":
-        """This workload with ``check`` given ``context=`` the value ``build`` returned (DESIGN.md §7:
-        workloads return a context that the runner hands to check).  ``None``: unchanged."""
-        if context is None or self.check is None:
-            return self
-        return dataclasses.replace(self, check=functools.partial(self.check, context=context))
-
 
 def family(name: str):
     """The module of machine family ``name`` (KeyError if unknown or not installed)."""

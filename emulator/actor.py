@@ -9,18 +9,28 @@ Time inside an actor: :meth:`busy` charges a service time (recorded as a busy
 span in the trace; fault hooks may stretch or stall it), :meth:`sleep` waits
 without being busy.  Both are integer picoseconds on the virtual clock.
 
+Sub-tasks: an actor that needs concurrent tasks (a router's inputs and
+outputs, a DMA's answer readers) opens ``async with self.subtasks() as n`` — one
+rule for their errors: the first real error of any sub-task is raised as a plain
+exception (:func:`emulator.errors.first_error`), so the run's error report names
+the actor and the cause, not an exception group.
+
 ``daemon = True`` marks a server (router, engine, memory) that runs forever;
 the run is finished when every non-daemon actor has returned.
 """
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from typing import Any
+
+import trio
 
 import numpy as np
 from trio._core._run import GLOBAL_RUN_CONTEXT
 from trio.lowlevel import enable_ki_protection
 
 from emulator import clock as _clock
+from emulator.errors import first_error
 from emulator.link import InPort, OutPort, select
 from emulator.rng import stream
 from emulator.trace import BUSY, MARK
@@ -47,7 +57,7 @@ class Actor:
         self.finished_at: int | None = None
         self.killed = False
         self.cancel_scope = None
-        self.faults: list = []   # objects with on_busy(actor, t, duration) -> (duration, label) (emulator/faults.py)
+        self.faults: list = []   # objects with on_busy(actor, t, duration, label) -> (duration, label) (emulator/faults.py)
         self._emit = None
 
     def __repr__(self) -> str:
@@ -112,6 +122,18 @@ class Actor:
         return await select(*ports)
 
     # -- randomness and results ------------------------------------------------
+    @asynccontextmanager
+    async def subtasks(self):
+        """A Trio nursery for this actor's concurrent sub-tasks (see the module docstring).
+
+        Leaves when the body and every sub-task have returned; an error in any of
+        them cancels the others and is raised plain (first non-cancellation leaf)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                yield nursery
+        except BaseExceptionGroup as eg:
+            raise first_error(eg) from None
+
     def rng(self, name: str = "") -> np.random.Generator:
         """This actor's seeded random stream (``name`` picks a sub-stream)."""
         return stream(self.system.seed, f"{self.name}/{name}" if name else self.name)

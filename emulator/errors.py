@@ -1,6 +1,8 @@
 """Errors that end a run, each with a message a user can act on."""
 from __future__ import annotations
 
+import trio
+
 
 class EmulatorError(Exception):
     """Base class for errors the ``emu`` command reports without a traceback."""
@@ -11,6 +13,16 @@ def leaf_exceptions(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for sub in exc.exceptions for leaf in leaf_exceptions(sub)]
     return [exc]
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The error to report for ``exc``: itself, or inside (nested) groups the first leaf that is not
+    a cancellation (a failing sub-task cancels its siblings), else the first leaf."""
+    leaves = leaf_exceptions(exc)
+    for leaf in leaves:
+        if not isinstance(leaf, trio.Cancelled):
+            return leaf
+    return leaves[0]
 
 
 class ActorError(EmulatorError):

@@ -29,6 +29,12 @@ until the earliest arrival and delivers *every* message that is due in one
 wake-up; a waiting receiver gets the message handed over directly.  No
 ``trio.sleep``, cancel scope or memory channel on the hot path.
 
+Public read-only statistics of a link: ``busy_ps`` (serialisation time charged
+so far), ``free_at`` (when the last message's serialisation ends), ``messages``,
+``bytes``, ``delivered``, ``dropped``.  Engine hooks for senders that model the
+wire themselves: :meth:`Link.serialise_at_sender`, :meth:`Link.charge_occupancy`;
+for clients that count credits: :meth:`InPort.capacity_from`, :attr:`OutPort.peer`.
+
 Fault hooks: ``Link.faults`` is a list of objects with ``on_send(link, t, seq,
 msg_name, data, nbytes)`` returning ``None`` (no effect) or a
 :class:`FaultEffect`; see ``emulator/faults.py``.
@@ -121,6 +127,17 @@ class InPort:
 
     def __len__(self) -> int:
         return len(self.buf)
+
+    def capacity_from(self, sender: "Actor") -> int | None:
+        """Capacity (messages) of the link into this port from actor ``sender``; ``None`` if none is wired.
+
+        A client that keeps its own credit count for a reply queue (a PE CPU's
+        completion queues, actors/ahbm/cpu.py) reads the queue's depth here
+        instead of walking the wiring."""
+        for link in self.links:
+            if link.src.owner is sender:
+                return link.capacity
+        return None
 
     # called by the link task at delivery time
     def _deliver(self, msg, link: "Link", seq: int, now: int) -> None:
@@ -276,6 +293,11 @@ class OutPort:
     def __repr__(self) -> str:
         return f"<OutPort {self.path}>"
 
+    @property
+    def peer(self) -> "Actor | None":
+        """The actor at the other end of this port's link (``None`` while unwired)."""
+        return self.link.dst.owner if self.link is not None else None
+
     def detach(self) -> None:
         """Forget the link (the owner leaves its system, e.g. to be replayed alone)."""
         self.link = None
@@ -328,6 +350,8 @@ class Link:
         self.last_arrival = 0
         self.seq = 0
         self.faults: list = []
+        #: modelled bandwidth while the sender serialises (:meth:`serialise_at_sender`), else None
+        self.sender_bandwidth: int | None = None
         self.task = None
         self.wake = None
         self.clock = None
@@ -354,6 +378,28 @@ class Link:
     def outstanding(self) -> int:
         """Messages holding a credit: in flight plus waiting in the receiver's in-port."""
         return self.capacity - self.credits
+
+    # -- sender-side serialisation ---------------------------------------------
+    def serialise_at_sender(self) -> int:
+        """Let the sender serialise this link itself; returns the link's modelled bandwidth.
+
+        From now on the link charges no serialisation (its ``bandwidth`` is 0) but
+        keeps its latency, FIFO order, credits and faults other than
+        ``bandwidth_factor``.  The sender times each message with the returned
+        bandwidth (a cut-through router, actors/ahbm/noc.py, overlaps a packet's
+        serialisation on consecutive links) and reports the occupancy with
+        :meth:`charge_occupancy` so ``busy_ps`` still reads right.  Idempotent
+        (a system run again keeps the modelled figure).  The normal send path is
+        unchanged: it only sees ``bandwidth == 0``.
+        """
+        if self.sender_bandwidth is None:
+            self.sender_bandwidth = self.bandwidth
+            self.bandwidth = 0
+        return self.sender_bandwidth
+
+    def charge_occupancy(self, ps: int) -> None:
+        """A sender-serialised link was busy ``ps`` more (statistics only, timing unchanged)."""
+        self.busy_ps += ps
 
     # -- sender side ----------------------------------------------------------
     async def _wait_credit(self, owner) -> None:

@@ -1,4 +1,4 @@
-"""Messages of the AHBM machine (tags 200-499).
+"""Messages of the AHBM machine (tags 200-279; the ``tl`` runtime's are 450-499, protocols/ahbm_tl.py).
 
 Families (tags):
 
@@ -292,7 +292,7 @@ def payload(x) -> Payload:
     Charged size of the data-mode form: ext record around (ndarray ext with the
     raw bytes); of the timing-mode form: ext record around (descriptor ext) +
     nbytes.  The smaller one gets ``pad`` bytes until both are equal (computed
-    from the msgpack header rules; checked by tests/test_ahbm_protocol.py).
+    from the msgpack header rules; checked by tests/test_ahbm_engines.py::test_payload_size_same_in_both_modes).
     """
     d = desc_of(x)
     data_wire, desc_wire = array_ext_len(d), desc_ext_len(d)

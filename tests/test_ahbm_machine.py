@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from actors.ahbm.microbench import build_idle, context
+from actors.ahbm.idle import build_idle
 from actors.ahbm.params import Params
 from actors.ahbm.placement import split_rows
 from actors.ahbm.testkit import build, load_profile
@@ -12,8 +12,7 @@ from emulator.system import System
 def test_idle_whole_2sip_machine_builds_and_runs():
     prof = load_profile("ahbm-2sip")
     system = System("idle", mode="timing")
-    build_idle(system, prof, {"launch": True})
-    m = context(system)["machine"]
+    m = build_idle(system, prof, {"launch": True})["machine"]
     prm = Params.of(prof)
     # per PE: cpu, sched, dma, gemm, math, tcm, ipcq, hbm port + 8 pseudo-channels; per CUBE a router; one host;
     # per router output towards a neighbour CUBE (and the IO die's host output) an occupancy actor (noc.PortLoad)
@@ -83,11 +82,11 @@ def test_microbench_same_timing_in_data_and_timing_mode():
     out = {}
     for mode in ("timing", "data"):
         system = System("mb", mode=mode, seed=3)
-        build_microbench(system, prof, params)
+        ctx = build_microbench(system, prof, params)
         res = system.run()
         assert res.status == "finished", res.error
-        checks = check_microbench(system, prof, params, res)
-        out[mode] = (res.end_time_ps, sorted(context(system)["machine"].host.logs.items()))
+        checks = check_microbench(system, prof, params, res, context=ctx)
+        out[mode] = (res.end_time_ps, sorted(ctx["machine"].host.logs.items()))
         assert checks["max_abs_err_pct"] == 0
     assert out["timing"] == out["data"]
     assert checks["max_abs_err"] == 0.0      # same fp32 accumulation order as the engines

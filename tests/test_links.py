@@ -153,3 +153,49 @@ def test_a_write_to_a_sent_array_is_an_error():
     sys_.connect(w.out, sink.inp, capacity=1, latency=ns(1), bandwidth=0)
     res = sys_.run()
     assert res.status == "error" and "read-only" in res.error
+
+
+async def test_sender_side_serialisation_leaves_only_latency_and_counts_the_reported_occupancy(vclock):
+    msg = big(0)
+    system, src, sink, link = pair([(0, msg)], latency=ns(30), bandwidth=BW)
+    assert link.serialise_at_sender() == BW
+    assert link.serialise_at_sender() == BW      # idempotent: the modelled figure is kept
+    link.charge_occupancy(123)
+    await run(system)
+    assert sink.times == [ns(30)]                # the sender serialises: the link adds its latency only
+    assert link.busy_ps == 123
+
+
+def test_ports_tell_their_peer_and_the_capacity_of_a_link_from_it():
+    system, src, sink, link = pair([], capacity=3, latency=0)
+    other = system.add(Source("other", []))
+    assert src.out.peer is sink
+    assert sink.inp.capacity_from(src) == 3
+    assert sink.inp.capacity_from(other) is None
+    assert other.out.peer is None
+
+
+class _Failing(Actor):
+    caught = None
+
+    async def run(self):
+        async def bad():
+            await self.sleep(ns(1))
+            raise ValueError("sub-task broke")
+
+        try:
+            async with self.subtasks() as n:
+                n.start_soon(bad)
+                n.start_soon(trio.sleep_forever)
+        except BaseException as e:
+            self.caught = e
+            raise
+
+
+async def test_an_actor_sub_task_error_is_raised_plain_with_the_actor_named(vclock):
+    system = System("subtasks")
+    actor = system.add(_Failing("failing"))
+    res = await run(system)
+    assert type(actor.caught) is ValueError                     # plain, not an exception group
+    assert res.status == "error"
+    assert "failing failed at t=1000 ps: ValueError: sub-task broke" in res.error   # not an exception group

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from actors.ahbm.tl.cpu import register_kernel
+from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.tl.testing import hbm_fetch, hbm_place, machine
 from emulator.testing import run
 

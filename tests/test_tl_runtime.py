@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from actors.ahbm.costs import dma_ps, dispatch_ps, gemm_ps, math_ps, stripe
-from actors.ahbm.tl.cpu import register_kernel
+from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.tl.scratch import scheduler_reserve
 from actors.ahbm.tl.testing import hbm_fetch, hbm_place, machine, params
 from emulator.testing import run

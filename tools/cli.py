@@ -291,15 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
     trace_tools.add_parser(sub)
     compare.add_parser(sub)
     sweep.add_parser(sub)
-    import importlib
-    from tools import campaign
+    from tools import campaign, pccx_cli
     campaign.add_parser(sub)   # emu faults campaign
-    for extra in ("tools.pccx_cli", "tools.ahbm_cli"):  # machine-specific subcommands, when present
-        try:
-            importlib.import_module(extra).add_parser(sub)
-        except ModuleNotFoundError as e:
-            if e.name != extra:
-                raise
+    pccx_cli.add_parser(sub)   # pccx-specific subcommands
     return p
 
 

@@ -122,7 +122,7 @@ def plan_run(scenario: Scenario, *, out: str | None = None, bundle: bool = True,
 
 
 def _build(plan: RunPlan) -> tuple[System, Any, Any]:
-    """The built system, the workload bound to the context its ``build`` returned (DESIGN.md §7), the context."""
+    """The built system, the workload bound to the context its ``build`` returned (DESIGN.md §7), and that context."""
     sc = plan.scenario
     if plan.trace is not None:
         Path(plan.trace.path).parent.mkdir(parents=True, exist_ok=True)
@@ -170,7 +170,7 @@ class RunOutcome:
     result: RunResult | None         # None when stopped while building
     trace_path: str | None           # the trace file written (with its footer), None for none
     notes: list = field(default_factory=list)
-    context: Any = None              # what the workload's ``build`` returned (tests look inside the run)
+    context: Any = None              # what the workload's ``build`` returned (handed to its check)
 
 
 def final_status(result: RunResult | None, checks: dict, stopped: str | None) -> tuple[str, str | None]:
@@ -192,9 +192,8 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
     thread reports the partial outcome and ends the process with that status.
     """
     sc = plan.scenario
-    system = result = None
+    system = result = context = None
     checks: dict = {}
-    context = None
     phase = "build"
     t0 = time.perf_counter()
     build_s = 0.0

@@ -37,6 +37,8 @@ from actors.ahbm.scheduler import PeScheduler
 from protocols.ahbm import Launch
 from protocols.ahbm_tl import KernelLaunch
 
+__all__ = ["TCM_CLIENTS", "Pe", "Machine", "pe_neighbours", "completion_depth", "programs_of", "build_machine"]
+
 TCM_CLIENTS = ["cpu", "dma", "gemm", "math", "ipcq"]
 
 

@@ -14,6 +14,8 @@ import math
 
 from emulator.units import transfer_ps
 
+__all__ = ["MATH_OPS", "stripe", "pc_ps", "dma_ps", "gemm_cycles", "gemm_ps", "math_cycles", "math_ps", "dispatch_ps"]
+
 # MATH ops: passes over the elements (1 element / lane / cycle each, ref §2.3
 # "exp/max/sum at 1 elem/lane/cycle") and whether the op ends in a row
 # reduction (log2(lanes) extra cycles for the lane tree, ref §2.3).

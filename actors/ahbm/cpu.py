@@ -7,8 +7,10 @@ the host sends (host.py), so every PE of every machine can run either:
   in order by :meth:`PeCpu.execute`; answered by a :class:`~protocols.ahbm.PeDone`
   with per-command timings ``[label, t_start, t_issued, t_done]`` (t_start
   before dispatch, t_issued after);
-* :class:`~protocols.ahbm_tl.KernelLaunch`: a synchronous ``tl`` kernel, run in a
-  greenback portal by actors/ahbm/tl/cpu.py (:func:`~actors.ahbm.tl.cpu.run_kernel`);
+* any other launch type with a handler registered by :meth:`PeCpu.register_launch`:
+  the ``tl`` runtime registers :class:`~protocols.ahbm_tl.KernelLaunch` (a synchronous
+  kernel run in a greenback portal, actors/ahbm/tl/kernel_registry.py), so this
+  hardware module never imports the kernel runtime;
   answered by a :class:`~protocols.ahbm_tl.KernelDone`.
 
 Both go through the same issue primitives (:meth:`dma`, :meth:`gemm`,
@@ -58,13 +60,12 @@ from collections import deque
 from emulator.actor import Actor
 from protocols.ahbm import (CompositeCmd, DmaCmd, GemmCmd, IpcqCmd, Launch, MathCmd, NocPacket, PeDone,
                             payload)
-from protocols.ahbm_tl import KernelLaunch
 
 from actors.ahbm.costs import dispatch_ps
 from actors.ahbm.memory import TcmClient
 from actors.ahbm.params import pe_name
-from actors.ahbm.tl.backend import PeBackend
-from actors.ahbm.tl.cpu import run_kernel
+
+__all__ = ["PeCpu", "PKT_ID0"]
 
 PKT_ID0 = 1 << 16  # packet ids start here so their msgpack size is constant (5 bytes)
 
@@ -74,10 +75,19 @@ _KIND = {"dma": "dma", "gemm": "gemm", "math": "math", "composite": "composite",
 _PORT = {"dma": "dma", "gemm": "gemm", "math": "math", "sched": "sched", "ipcq": "ipcq"}
 
 
-class PeCpu(Actor, PeBackend):
-    """A PE CPU (see the module docstring)."""
+class PeCpu(Actor):
+    """A PE CPU (see the module docstring); it offers the ``tl`` runtime's backend interface
+    (actors/ahbm/tl/backend.py, a structural protocol) without importing the runtime."""
 
     daemon = True
+    #: launch message type -> ``async handler(cpu, launch) -> done message``, for launches
+    #: other than command scripts (:meth:`register_launch`)
+    launch_handlers: dict = {}
+
+    @classmethod
+    def register_launch(cls, msg_type: type, handler) -> None:
+        """Let this CPU run launches of ``msg_type`` with ``handler`` (e.g. the ``tl`` runtime's kernels)."""
+        cls.launch_handlers[msg_type] = handler
 
     def __init__(self, name: str, *, prm, coord: tuple[int, int, int], dirs=()):
         super().__init__(name)
@@ -101,7 +111,6 @@ class PeCpu(Actor, PeBackend):
         self.mailbox: deque = deque()             # NOC packets arrived before their receive was posted
         self.noc_waiting: deque = deque()         # posted NOC receives (src or None, cid, buf)
         self.pkt_seq = 0
-        self.kernels_run = 0
 
     # -- backend interface (actors/ahbm/tl/backend.py) ---------------------------------
     @property
@@ -134,12 +143,11 @@ class PeCpu(Actor, PeBackend):
         cap = self.credits.get(engine)
         if cap is None:
             port = self.ipcq_resp if engine == "ipcq" else self.done
-            src = self.to[_PORT[engine]].link
-            dst = src.dst.owner if src is not None else None
-            caps = [ln.capacity for ln in port.links if ln.src.owner is dst]
-            if not caps:
+            peer = self.to[_PORT[engine]].peer
+            cap = port.capacity_from(peer) if peer is not None else None
+            if cap is None:
                 raise RuntimeError(f"{self.name}: no completion link from the {engine} engine")
-            cap = self.credits[engine] = caps[0]
+            self.credits[engine] = cap
         return cap
 
     async def _issue(self, engine: str, msg) -> int:
@@ -311,13 +319,14 @@ class PeCpu(Actor, PeBackend):
         while True:
             launch = await self.launch.recv()
             self.completed.clear()
-            if isinstance(launch, KernelLaunch):
-                done = await run_kernel(self, launch)
-                self.kernels_run += 1
-            elif isinstance(launch, Launch):
+            if isinstance(launch, Launch):
                 done = await self.run_script(launch)
             else:
-                raise RuntimeError(f"{self.name}: cannot run a {type(launch).__name__}")
+                handler = self.launch_handlers.get(type(launch))
+                if handler is None:
+                    raise RuntimeError(f"{self.name}: cannot run a {type(launch).__name__}"
+                                       f" (launch types: Launch, {', '.join(t.__name__ for t in self.launch_handlers)})")
+                done = await handler(self, launch)
             await self.pe_done.send(done)
 
     def describe(self) -> dict:

@@ -30,7 +30,7 @@ depth; 1 keeps the scheduler's FIFO-DMA recurrence exact); N > 1 models a DMA
 engine with N outstanding transactions (as AXI-style engines have), so a remote
 access no longer blocks local ones behind it.  Completions may then return out
 of order: each :class:`~protocols.ahbm.Done` carries the command ``id``, and
-every client (cpu.py, scheduler.py, tl/cpu.py) already matches completions by
+every client (cpu.py, scheduler.py, tl/kernel_registry.py) already matches completions by
 id (a set / dict of finished ids), so no client changes.
 
 Ordering kept with N > 1: a command whose TCM buffer ``buf`` is the target of
@@ -48,126 +48,22 @@ Timing mode moves TensorDescs only.
 """
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
-import trio
 from trio.lowlevel import ParkingLot
 
 from emulator.actor import Actor
-from protocols.ahbm import DmaCmd, Done, MemReq, PcReq, payload
+from protocols.ahbm import DmaCmd, Done, MemReq, payload
 from protocols.codec import TensorDesc
 
-from actors.ahbm.costs import stripe
+from actors.ahbm.answers import Answers, Mailbox
+from actors.ahbm.hbm_access import channel_access, check_block
 from actors.ahbm.memory import TcmClient
+
+__all__ = ["DmaEngine", "REGION_BITS"]
 
 
 #: loads are counted per 2**REGION_BITS-byte address region (256 MiB)
 REGION_BITS = 28
-
-
-def block_offset(addr: int, base: int, rows: int, row_bytes: int, pitch: int) -> int:
-    """Position of HBM byte ``addr`` of a 2-D block in its contiguous image."""
-    r, col = divmod(addr - base, pitch) if rows > 1 else (0, addr - base)
-    return r * row_bytes + col
-
-
-class Answers:
-    """Routes the answers arriving on one in-port to the access waiting for them, by request id.
-
-    :meth:`expect` registers an id for a :class:`Mailbox` before the request is
-    sent; :meth:`run` (a task of the owning actor) delivers each answer to its
-    mailbox.  An answer nobody expects is a clear error.
-    """
-
-    def __init__(self, actor: Actor, port):
-        self.actor = actor
-        self.port = port
-        self.owner: dict[int, "Mailbox"] = {}
-
-    def expect(self, rid: int, box: "Mailbox") -> None:
-        self.owner[rid] = box
-
-    async def run(self) -> None:
-        while True:
-            self.port.idle = not self.owner   # waiting with no request in flight = nothing to do
-            r = await self.port.recv()
-            box = self.owner.pop(r.id, None)
-            if box is None:
-                raise RuntimeError(f"{self.actor.name}: answer {type(r).__name__} {r.id} on {self.port.name}"
-                                   f" matches no request in flight")
-            box.items.append(r)
-            box.lot.unpark()
-
-
-class Mailbox:
-    """The answers of one access (filled by :class:`Answers`)."""
-
-    def __init__(self, answers: Answers | None = None):
-        self.answers = answers
-        self.items: deque = deque()
-        self.lot = ParkingLot()
-
-    def expect(self, rid: int) -> None:
-        self.answers.expect(rid, self)
-
-    async def recv(self):
-        while not self.items:
-            await self.lot.park()
-        return self.items.popleft()
-
-
-class Direct:
-    """A response source that is the in-port itself (one access at a time: hbmport.py)."""
-
-    def __init__(self, port):
-        self.port = port
-
-    def expect(self, rid: int) -> None:
-        pass
-
-    async def recv(self):
-        return await self.port.recv()
-
-
-async def channel_access(actor: Actor, pc_req, pc_resp, client: str, op: str, addr: int, rows: int,
-                         row_bytes: int, pitch: int, blob: bytes | None, data_mode: bool, seq: list) -> bytes | None:
-    """Run one block access on the pseudo-channels (all in parallel); return the image read (data mode).
-
-    ``pc_resp`` is where this access's answers come from (:class:`Mailbox` or :class:`Direct`).
-    """
-    prm = actor.prm
-    pieces = stripe(addr, rows, row_bytes, pitch, prm.burst, prm.pcs)
-    sent = 0
-    for pc, plist in enumerate(pieces):
-        if not plist:
-            continue
-        nbytes = sum(length for _, length in plist)
-        items = []
-        if data_mode:
-            if op == "write":
-                items = [[a, ln, blob[(o := block_offset(a, addr, rows, row_bytes, pitch)):o + ln]] for a, ln in plist]
-            else:
-                items = [[a, ln] for a, ln in plist]
-        seq[0] += 1
-        pc_resp.expect(seq[0])
-        await pc_req[pc].send(PcReq(seq[0], op, nbytes, items, client))
-        sent += 1
-    image = bytearray(rows * row_bytes) if (data_mode and op == "read") else None
-    for _ in range(sent):
-        r = await pc_resp.recv()
-        if image is not None:
-            for a, data in r.items:
-                o = block_offset(a, addr, rows, row_bytes, pitch)
-                image[o:o + len(data)] = data
-    return None if image is None else bytes(image)
-
-
-def check_block(prm, who: str, addr: int, rows: int, row_bytes: int, pitch: int) -> None:
-    if row_bytes > pitch and rows > 1:
-        raise RuntimeError(f"{who}: rows overlap (row_bytes {row_bytes} > pitch {pitch})")
-    if addr < 0 or addr + (rows - 1) * pitch + row_bytes > prm.hbm_capacity:
-        raise RuntimeError(f"{who}: block at {addr:#x} outside the PE's HBM ({prm.hbm_capacity} B)")
 
 
 class DmaEngine(Actor):
@@ -197,16 +93,11 @@ class DmaEngine(Actor):
         self._noc_answers = Answers(self, self.noc_in)
 
     async def run(self) -> None:
-        try:
-            async with trio.open_nursery() as n:
-                n.start_soon(self._pc_answers.run)
-                if self.noc_in.links:
-                    n.start_soon(self._noc_answers.run)
-                await self._front(n)
-        except BaseExceptionGroup as eg:
-            while isinstance(eg, BaseExceptionGroup):
-                eg = eg.exceptions[0]
-            raise eg from None
+        async with self.subtasks() as n:
+            n.start_soon(self._pc_answers.run)
+            if self.noc_in.links:
+                n.start_soon(self._noc_answers.run)
+            await self._front(n)
 
     async def _front(self, nursery) -> None:
         """Take commands in order: admission (slot, TCM hazards), store's TCM read, setup; then the data phase."""

@@ -22,6 +22,8 @@ from protocols.codec import TensorDesc
 from actors.ahbm.costs import gemm_ps
 from actors.ahbm.memory import TcmClient
 
+__all__ = ["GemmEngine"]
+
 
 class GemmEngine(Actor):
     daemon = True

@@ -18,7 +18,10 @@ from emulator.actor import Actor
 from protocols.ahbm import MemReq, MemResp, payload
 from protocols.codec import TensorDesc
 
-from actors.ahbm.dma import Direct, channel_access, check_block
+from actors.ahbm.answers import Direct
+from actors.ahbm.hbm_access import channel_access, check_block
+
+__all__ = ["HbmPort"]
 
 
 class HbmPort(Actor):

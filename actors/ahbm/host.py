@@ -31,14 +31,14 @@ kernel start/end relative to ``launch_ps`` and the kernel's counters.
 from __future__ import annotations
 
 import numpy as np
-import trio
 
 from emulator.actor import Actor
 from protocols.ahbm import MemReq, PeDone, payload
 from protocols.ahbm_tl import KernelDone
 from protocols.codec import TensorDesc
 
-from actors.ahbm.noc import first_error
+__all__ = ["Host"]
+
 
 
 class Host(Actor):
@@ -74,12 +74,9 @@ class Host(Actor):
                 await self.noc_in.recv()
                 self.load_done.append(self.now)
 
-        try:
-            async with trio.open_nursery() as n:
-                n.start_soon(acks)
-                await self._send_loads()
-        except BaseExceptionGroup as eg:
-            raise first_error(eg) from None
+        async with self.subtasks() as n:
+            n.start_soon(acks)
+            await self._send_loads()
 
     async def run(self) -> None:
         if self.loads:

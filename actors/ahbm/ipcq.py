@@ -45,6 +45,8 @@ from protocols.ahbm import IpcqCmd, IpcqCredit, IpcqData, IpcqResp, payload
 from actors.ahbm.memory import TcmClient
 from actors.ahbm.params import DIRS
 
+__all__ = ["Ipcq"]
+
 
 class Ipcq(Actor):
     daemon = True

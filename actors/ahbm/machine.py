@@ -13,7 +13,8 @@ on the same PE CPU actor (actors/ahbm/cpu.py).
 """
 from __future__ import annotations
 
-from actors.ahbm.microbench import IDLE_PARAMS, MICRO_PARAMS, build_idle, build_microbench, check_microbench, context
+from actors.ahbm.idle import IDLE_PARAMS, build_idle, check_idle
+from actors.ahbm.microbench import MICRO_PARAMS, build_microbench, check_microbench
 from actors.ahbm.params import PROFILE_SCHEMA
 from actors.ahbm.tl.workloads import WORKLOADS as TL_WORKLOADS
 from actors.registry import Workload
@@ -21,15 +22,10 @@ from actors.registry import Workload
 __all__ = ["PROFILE_SCHEMA", "WORKLOADS"]
 
 
-def _check_idle(system, profile, params, result) -> dict:
-    m = context(system)["machine"]
-    return {"pes": len(m.pes), "routers": len(m.routers), "pes_done": len(m.host.logs)}
-
-
 WORKLOADS = {
     "microbench": Workload("microbench", "DMA / GEMM / MATH / composite / IPCQ / NOC / UCIe times vs closed forms",
                            MICRO_PARAMS, build_microbench, check_microbench),
     "idle": Workload("idle", "build the whole machine and run an empty script on every PE", IDLE_PARAMS, build_idle,
-                     _check_idle),
+                     check_idle),
 }
 WORKLOADS.update(TL_WORKLOADS)

@@ -22,6 +22,8 @@ from protocols.codec import TensorDesc
 from actors.ahbm.costs import MATH_OPS, math_ps
 from actors.ahbm.memory import TcmClient
 
+__all__ = ["MathEngine", "compute", "result_shape"]
+
 _ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "maximum": 2, "bias": 2, "sub_row": 2, "mul_row": 2, "div_row": 2}
 
 

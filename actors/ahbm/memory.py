@@ -23,6 +23,8 @@ from protocols.codec import TensorDesc
 
 from actors.ahbm.costs import pc_ps
 
+__all__ = ["HbmChannel", "Tcm", "TcmClient", "nbytes_of"]
+
 
 class HbmChannel(Actor):
     """One HBM pseudo-channel controller of a PE."""

@@ -1,4 +1,4 @@
-"""Workloads of the AHBM machine: ``microbench`` (measured vs closed form) and ``idle``.
+"""The AHBM ``microbench`` workload: engine and interconnect times measured vs closed form.
 
 ``microbench`` launches, in one run on SIP 0, a set of independent measurements
 on separate PEs (so they do not share engines), and the check prints each
@@ -9,7 +9,7 @@ formulas written out (the same formulas the engines' docstrings cite):
   ``setup + access_latency + ceil((N / pcs) / (pc_bw x eff))``;
 * ``gemm`` m x k x n on the array: ``fill_drain + ceil(m/R) ceil(n/C) k`` cycles;
 * ``math`` op on E elements: ``fixed + ceil(E / lanes) (+ log2 lanes)`` cycles;
-* ``composite`` GEMM: the double-buffered tile recurrence (:func:`composite_model`);
+* ``composite`` GEMM: the double-buffered tile recurrence (closed_forms.composite_model);
 * ``dma_load remote`` N bytes from another CUBE's PE over h hops:
   ``setup + Z(S_req, h) + latency + ceil((N/pcs) / bw_eff) + Z(S_resp, h)``, Z = NOC zero-load below
   with the DMA attach link (``noc.attach_bandwidth``) at the requester's end and the HBM port's
@@ -22,7 +22,7 @@ formulas written out (the same formulas the engines' docstrings cite):
   +1.5 ns per 128 B, ref §1.2);
 * ``noc`` over h CUBE hops: ``2 (S/B_att + L_att) + (h+1) alpha + h (S/B_cube + L_cube)``
   (store-and-forward) or ``2 L_att + (h+1) alpha + h L_cube + S / B_bottleneck``
-  (``noc.switching: cut_through``; :func:`path_model`, noc.py docstring);
+  (``noc.switching: cut_through``; closed_forms.path_model, noc.py docstring);
 * ``ucie`` one SIP crossing (when the profile has 2+ SIPs): same with the SIP link.
 
 With ``noc.switching: cut_through`` (scenarios/ahbm/microbench-cut-through.yaml)
@@ -35,24 +35,21 @@ in time so each runs at zero load.
 
 Data mode adds a table of engine results against numpy (composite C, GEMM,
 MATH, DMA store) and ``max_abs_err``.
-
-``idle`` builds the whole machine and launches an empty script on every PE
-(``launch: true``) or on none: the scale check of the issue.
 """
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 
-from emulator.schema import Bool, Int, List, Map, Quantity
-from emulator.units import transfer_ps
-from protocols.ahbm import IpcqData, NocPacket, payload
-from protocols.codec import TensorDesc, encode
+from emulator.errors import BuildError
+from emulator.schema import Int, List, Map, Quantity
 
 from actors.ahbm.builder import build_machine
+from actors.ahbm.closed_forms import (BF16, composite_model, dma_model, gemm_model, host_load_model, ipcq_model,
+                                      math_model, noc_model, remote_dma_model)
+from actors.ahbm.params import Params, pe_name
 from actors.ahbm.placement import Placement
-from actors.ahbm.tiles import plan
+
+__all__ = ["MICRO_PARAMS", "build_microbench", "measure", "check_microbench"]
 
 MICRO_PARAMS = Map({
     "dma_sizes": List(Quantity("size"), default=["4KiB", "64KiB", "256KiB"], doc="DMA load sizes (own HBM)"),
@@ -66,21 +63,6 @@ MICRO_PARAMS = Map({
     "host_load_bytes": Quantity("size", default="64KiB", doc="timed host load into CUBE 10 (before the launches)"),
 })
 
-IDLE_PARAMS = Map({"launch": Bool(default=True, doc="launch an empty script on every PE")})
-
-BF16 = "<f2"   # bf16 stored as float16 (ref §3.3)
-
-#: what a build left for its check: machine, expectations, placement (per System, dropped with it)
-_CONTEXT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def context(system) -> dict:
-    """The built machine and bookkeeping of a microbench / idle build (``machine``, ...)."""
-    try:
-        return _CONTEXT[system]
-    except KeyError:
-        raise KeyError("this system was not built by an AHBM workload of actors/ahbm/microbench.py") from None
-PKT_ID0 = 1 << 16
 
 
 def _arr(shape, rng) -> np.ndarray:
@@ -91,143 +73,9 @@ def _elems_payload(nbytes: int) -> np.ndarray:
     return np.zeros((max(nbytes // 2, 1),), np.float16)
 
 
-# --------------------------------------------------------------------------- closed forms
-def dma_model(nbytes: int, prm) -> int:
-    """Aligned block of N bytes: ``setup + latency + ceil(ceil(N/pcs) / bw_eff)`` (every PC gets N/pcs)."""
-    per_pc = -(-nbytes // prm.pcs) if nbytes >= prm.pcs * prm.burst else min(nbytes, prm.burst)
-    return prm.dma_setup + prm.hbm_latency + transfer_ps(per_pc, prm.pc_bw_eff)
-
-
-def gemm_model(m, k, n, prm, accumulate: bool = False) -> int:
-    R, C = prm.array_rows, prm.array_cols
-    core = (-(-m // R)) * (-(-n // C)) * k if prm.charge_padded else -(-(m * n * k) // (R * C))
-    return prm.pe_clk.ps((0 if accumulate else prm.fill_drain) + core)
-
-
-def math_model(elements: int, reduce: bool, prm) -> int:
-    import math
-    return prm.pe_clk.ps(prm.math_fixed + -(-elements // prm.lanes) + (math.ceil(math.log2(prm.lanes)) if reduce else 0))
-
-
-def _block_ps(addr, rows, row_bytes, pitch, prm) -> int:
-    per_pc = [0] * prm.pcs
-    for r in range(rows):
-        a, end = addr + r * pitch, addr + r * pitch + row_bytes
-        while a < end:
-            nxt = min(end, (a // prm.burst + 1) * prm.burst)
-            per_pc[(a // prm.burst) % prm.pcs] += nxt - a
-            a = nxt
-    return prm.dma_setup + max(prm.hbm_latency + transfer_ps(b, prm.pc_bw_eff) for b in per_pc if b)
-
-
-def composite_model(M, K, N, esize, epilogue, prm, a_addr=0, b_addr=0, c_addr=0) -> int:
-    """The scheduler's double-buffered stream (scheduler.py docstring) as a recurrence.
-
-    One FIFO DMA queue: loads of step s+1 are queued when step s's loads are done;
-    GEMM s runs when its loads are done and GEMM s-1 (and the epilogue of the tile
-    before) are finished; epilogue MATH steps then the store are issued at the end
-    of an output tile; the command ends with the last store.
-    """
-    dma_free = 0
-
-    def dma(t, cost):
-        nonlocal dma_free
-        dma_free = max(t, dma_free) + cost
-        return dma_free
-
-    def loads(s, t):   # resident blocks (tiles.py Step.load_a / load_b) are not re-loaded
-        end = t
-        if s.load_a:
-            end = dma(t, _block_ps(a_addr + (s.m0 * K + s.k0) * esize, s.tm, s.tk * esize, K * esize, prm))
-        if s.load_b:
-            end = dma(t, _block_ps(b_addr + (s.k0 * N + s.n0) * esize, s.tk, s.tn * esize, N * esize, prm))
-        return end
-
-    steps = plan(M, K, N, prm.tile)
-    ready = loads(steps[0], 0)
-    t = 0
-    end = 0
-    for s in steps:
-        t = max(t, ready)
-        if s.index + 1 < len(steps):
-            ready = loads(steps[s.index + 1], t)
-        t += gemm_model(s.tm, s.tk, s.tn, prm, accumulate=not s.first)
-        if s.last:
-            for op, _ in epilogue:
-                t += math_model(s.tm * s.tn, False, prm)
-            end = dma(t, _block_ps(c_addr + (s.m0 * N + s.n0) * esize, s.tm, s.tn * esize, N * esize, prm))
-    return max(t, end)
-
-
-def path_model(S: int, links: list[tuple[int, int]], prm) -> int:
-    """Zero-load time of one routed message of S bytes over ``links`` = [(bandwidth, latency), ...]
-    (attach link, mesh links, attach link), with a router between consecutive links (noc.py docstring):
-
-    * store-and-forward: ``sum_i (ceil(S/B_i) + L_i) + (n - 1) alpha``;
-    * cut-through: ``sum_i L_i + (n - 1) alpha + max_i ceil(S/B_i)`` (R1: alpha h + S/B_bottleneck).
-    """
-    routers = (len(links) - 1) * prm.router_ps
-    if prm.cut_through:
-        return sum(lat for _, lat in links) + routers + max(transfer_ps(S, bw) for bw, _ in links)
-    return sum(transfer_ps(S, bw) + lat for bw, lat in links) + routers
-
-
-def mesh_links(hops: int, prm, *, sip_hops: int = 0) -> list[tuple[int, int]]:
-    """The CUBE links of an XY path of ``hops`` links, ``sip_hops`` of them UCIe SIP crossings."""
-    return ([(prm.cube_link_bw, prm.cube_link_latency)] * (hops - sip_hops)
-            + [(prm.sip_link_bw, prm.sip_link_latency)] * sip_hops)
-
-
-def noc_model(nbytes_payload: int, hops: int, prm, *, sip_hops: int = 0) -> int:
-    """Zero-load time of one NOC packet PE -> PE over ``hops`` CUBE links (``sip_hops`` of them UCIe SIP links)."""
-    S = encode(NocPacket(PKT_ID0, [0, 0, 0], [0, 0, 0], 0, payload(TensorDesc.of((nbytes_payload // 2,), BF16))))[1]
-    att = (prm.attach_bw, prm.link_ps)
-    return path_model(S, [att] + mesh_links(hops, prm, sip_hops=sip_hops) + [att], prm)
-
-
-def remote_dma_model(nbytes: int, hops: int, addr: int, src, dst, prm) -> int:
-    """Remote load: ``setup + Z(S_req, h) + latency + ceil((N/pcs) / bw_eff) + Z(S_resp, h)`` (dma.py docstring).
-
-    The request runs DMA attach link -> mesh -> the owner's HBM port link; the response the
-    reverse (builder.py: DMA links ``noc.attach_bandwidth``, HBM port links ``noc.hbm_attach_bandwidth``).
-    """
-    from protocols.ahbm import MemReq, MemResp
-
-    dma_att, hbm_att = (prm.attach_bw, prm.link_ps), (prm.hbm_attach_bw, prm.link_ps)
-    mesh = mesh_links(hops, prm)
-    req = encode(MemReq(1, "read", list(src), list(dst), 0, addr, 1, nbytes, nbytes, None))[1]
-    resp = encode(MemResp(1, list(dst), list(src), 0, payload(TensorDesc.of((nbytes,), "|u1"))))[1]
-    return (dma_model(nbytes, prm) + path_model(req, [dma_att] + mesh + [hbm_att], prm)
-            + path_model(resp, [hbm_att] + mesh[::-1] + [dma_att], prm))
-
-
-def host_load_model(nbytes: int, hops: int, addr: int, dst, prm) -> int:
-    """Timed host load: request over the host interface + NOC, channels, acknowledgement back (host.py docstring).
-
-    The request's last link and the acknowledgement's first are the owner's HBM port link
-    (``noc.hbm_attach_bandwidth``, ref §1.2 hbm_to_router_bw_gbs 256; builder.py).
-    """
-    from protocols.ahbm import MemReq, MemResp
-
-    links = [(prm.io_bw, prm.io_latency)] + mesh_links(hops, prm) + [(prm.hbm_attach_bw, prm.link_ps)]
-    io = prm.io_coord
-    req = encode(MemReq(1, "write", io, list(dst), 0, addr, 1, nbytes, nbytes,
-                        payload(TensorDesc.of((nbytes,), "|u1"))))[1]
-    ack = encode(MemResp(1, list(dst), io, 0, None))[1]
-    return (path_model(req, links, prm) + prm.hbm_latency + transfer_ps(-(-nbytes // prm.pcs), prm.pc_bw_eff)
-            + path_model(ack, links[::-1], prm))
-
-
-def ipcq_model(nbytes_payload: int, prm) -> int:
-    """IPCQ message: ``S / ipcq.bandwidth + ipcq.fixed_overhead`` (ipcq.py docstring; ref §1.2 kernbench2 figures)."""
-    S = encode(IpcqData(1, payload(TensorDesc.of((nbytes_payload // 2,), BF16))))[1]
-    return transfer_ps(S, prm.ipcq_bw) + prm.ipcq_overhead
-
-
-# --------------------------------------------------------------------------- build
-def build_microbench(system, profile: dict, p: dict) -> None:
-    from actors.ahbm.params import Params
-    from emulator.errors import BuildError
+def build_microbench(system, profile: dict, p: dict) -> dict:
+    """Build the machine with the measurement scripts; the context (machine, expectations with their
+    closed forms, placement, pre-placed arrays and their addresses) goes to :func:`check_microbench`."""
     prm = Params.of(profile)
     if prm.cx < 4 or prm.cy < 4 or prm.P < 8 or prm.gx < 2:
         raise BuildError(f"microbench needs a CUBE mesh of at least 4x4 and >= 8 PEs per CUBE (PE grid x >= 2);"
@@ -371,11 +219,10 @@ def build_microbench(system, profile: dict, p: dict) -> None:
         if "remote" in e:
             src_pe, own, hops, nbytes = e["remote"]
             e["model"] = remote_dma_model(nbytes, hops, addrs[(own, "remote")], src_pe, own, prm)
-    _CONTEXT[system] = {"machine": machine, "expect": expect, "placement": place, "pre": pre, "addrs": addrs}
+    return {"machine": machine, "expect": expect, "placement": place, "pre": pre, "addrs": addrs}
 
 
 def _log(host, coord, label):
-    from actors.ahbm.params import pe_name
     log = host.logs.get(f"{pe_name(*coord)}/cpu")
     if log is None:
         return None
@@ -385,9 +232,8 @@ def _log(host, coord, label):
     return None
 
 
-def measure(system) -> list[dict]:
-    """Rows ``bench, measured_ns, model_ns, err_%`` from a finished microbench run."""
-    info = context(system)
+def measure(info: dict) -> list[dict]:
+    """Rows ``bench, measured_ns, model_ns, err_%`` from a finished microbench run (``info``: its build's context)."""
     host = info["machine"].host
     rows = []
     for e in info["expect"]:
@@ -406,22 +252,22 @@ def measure(system) -> list[dict]:
     return rows
 
 
-def check_microbench(system, profile: dict, p: dict, result) -> dict:
+def check_microbench(system, profile: dict, p: dict, result, *, context: dict) -> dict:
+    """The measured-vs-closed-form table (and in data mode the results vs numpy)."""
     if result.status != "finished":
         return {}
-    rows = measure(system)
+    rows = measure(context)
     out = {"tables": {"AHBM microbenchmarks: measured vs closed form": rows},
            "max_abs_err_pct": max(abs(r["err_%"]) for r in rows if r["err_%"] is not None)}
     if system.mode == "data":
-        extra = _data_checks(system, p)
+        extra = _data_checks(context, p)
         out["max_abs_err"] = extra["max_abs_err"]
         out["tables"].update(extra["tables"])
     return out
 
 
-def _data_checks(system, p) -> dict:
+def _data_checks(info: dict, p) -> dict:
     """Data mode: engine results against numpy (fp32 accumulate of bf16-as-f16 inputs, ref §3.3)."""
-    info = context(system)
     m, place, pre = info["machine"], info["placement"], info["pre"]
     arrays = {(c, n): a for _, c, n, a in pre}
     rows = []
@@ -455,12 +301,3 @@ def _data_checks(system, p) -> dict:
     st = np.frombuffer(place.read(pe, info["addrs"][(pe, "st")], p["dma_sizes"][0]), np.float16)
     worst = max(worst, row("dma_store landed", st, arrays[(pe, "st_src")]))
     return {"max_abs_err": worst, "tables": {"data mode: results vs numpy": rows}}
-
-
-def build_idle(system, profile: dict, p: dict) -> None:
-    from actors.ahbm.params import Params
-    prm = Params.of(profile)
-    scripts = {}
-    if p["launch"]:
-        scripts = {(s, c, q): [] for s in range(prm.sips) for c in range(prm.cubes) for q in range(prm.P)}
-    _CONTEXT[system] = {"machine": build_machine(system, profile, scripts=scripts)}

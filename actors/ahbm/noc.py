@@ -36,9 +36,9 @@ configurable"):
   §4.4).  The head is forwarded ``alpha`` after it arrives; the tail follows
   at the pace of the slowest link so far.  Routers serialise themselves: at
   run start a router takes the bandwidth of every link it sends on and of the
-  attach links it receives from and sets the link's to 0 (the link keeps its
-  latency, FIFO order and credits; the router adds the occupancy to the link's
-  ``busy_ps`` so link utilisation still reads right).  Per packet of S bytes (msgpack size, as
+  attach links it receives from (``Link.serialise_at_sender``: the link keeps its
+  latency, FIFO order and credits; the router reports the occupancy with
+  ``Link.charge_occupancy`` so link utilisation still reads right).  Per packet of S bytes (msgpack size, as
   the link would charge):
 
   - from an attach link (bandwidth B_in, latency L_in): ``start_in = max(now -
@@ -95,15 +95,10 @@ from emulator.units import transfer_ps
 from protocols.ahbm import MemReq, MemResp, NocPacket
 from protocols.codec import encode
 
+__all__ = ["Router", "PortLoad", "LOCAL"]
+
 #: local output of a routed message at its destination CUBE: CPU mailbox, HBM port, DMA
 LOCAL = {NocPacket: "pe", MemReq: "mem", MemResp: "dma"}
-
-
-def first_error(eg: BaseException) -> BaseException:
-    """The first leaf of an exception group (so a failing internal task reads as a plain error)."""
-    while isinstance(eg, BaseExceptionGroup):
-        eg = eg.exceptions[0]
-    return eg
 
 
 class _Queue:
@@ -174,7 +169,6 @@ class Router(Actor):
         self.ins["io"] = self.in_port("in_io", idle=True)
         self.outs["io"] = self.out_port("out_io")
         self.forwarded = 0
-        self._bw: dict = {}                  # cut-through: link -> its modelled bandwidth (_take_over)
         # occupancy actors of the NOC outputs: the mesh / UCIe directions, and the host interface on
         # the IO die's CUBE (PE attach outputs are not recorded: 3 P more actors per router)
         self.loads = {k: PortLoad(f"{name}/out_{k}") for k in self.dirs}
@@ -236,7 +230,7 @@ class Router(Actor):
                 start = max(self.now - inj["latency"], inj["free"])
                 ser = transfer_ps(S, inj["bandwidth"])
                 inj["free"] = start + ser
-                inj["link"].busy_ps += ser            # the link's statistics keep its occupancy
+                inj["link"].charge_occupancy(ser)     # the link's statistics keep its occupancy
                 head = start + inj["latency"]
                 tail = head + ser
             await queues[out].put((head + alpha, tail + alpha, S, pkt))
@@ -256,7 +250,7 @@ class Router(Actor):
             await port.send(pkt)
             stall = self.now - t_send             # credit stall: the whole packet moves later
             free = end + stall
-            port.link.busy_ps += end - start      # the link's statistics keep its occupancy
+            port.link.charge_occupancy(end - start)   # the link's statistics keep its occupancy
             self.forwarded += 1
             if load is not None:
                 load.span(start + stall, end + stall, f"{type(pkt).__name__} {pkt.id}")
@@ -265,37 +259,26 @@ class Router(Actor):
         wired_out = {k: p for k, p in self.outs.items() if p.link is not None}
         queues = {k: _Queue(self.prm.router_buffer) for k in wired_out}
         ct = self.prm.cut_through
-        try:
-            async with trio.open_nursery() as n:
-                for k, p in wired_out.items():
-                    if ct:
-                        n.start_soon(self._output_ct, k, p, queues[k], self._take_over(p.link), self.loads.get(k))
-                    else:
-                        n.start_soon(self._output, p, queues[k], self.loads.get(k))
-                for k, p in self.ins.items():
-                    if not p.links:
-                        continue
-                    if not ct:
-                        n.start_soon(self._input, p, queues)
-                        continue
-                    inj = None
-                    if k not in self.dirs:
-                        if len(p.links) != 1:
-                            raise RuntimeError(f"{self.name}: cut-through needs one link into {p.path},"
-                                               f" found {len(p.links)}")
-                        link = p.links[0]
-                        inj = {"bandwidth": self._take_over(link), "latency": link.latency, "free": 0, "link": link}
-                    n.start_soon(self._input_ct, k, p, queues, inj)
-        except BaseExceptionGroup as eg:
-            raise first_error(eg) from None
-
-    def _take_over(self, link) -> int:
-        """Cut-through: the modelled bandwidth of ``link``, whose serialisation this router does
-        from now on (the link's own bandwidth is set to 0; kept if the system runs again)."""
-        if link not in self._bw:
-            self._bw[link] = link.bandwidth
-            link.bandwidth = 0
-        return self._bw[link]
+        async with self.subtasks() as n:
+            for k, p in wired_out.items():
+                if ct:
+                    n.start_soon(self._output_ct, k, p, queues[k], p.link.serialise_at_sender(), self.loads.get(k))
+                else:
+                    n.start_soon(self._output, p, queues[k], self.loads.get(k))
+            for k, p in self.ins.items():
+                if not p.links:
+                    continue
+                if not ct:
+                    n.start_soon(self._input, p, queues)
+                    continue
+                inj = None
+                if k not in self.dirs:
+                    if len(p.links) != 1:
+                        raise RuntimeError(f"{self.name}: cut-through needs one link into {p.path},"
+                                           f" found {len(p.links)}")
+                    link = p.links[0]
+                    inj = {"bandwidth": link.serialise_at_sender(), "latency": link.latency, "free": 0, "link": link}
+                n.start_soon(self._input_ct, k, p, queues, inj)
 
     def replay_blocker(self) -> str | None:
         if self.prm.cut_through:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from emulator.schema import Bool, Enum, Float, Int, Map, Quantity, Str
 from emulator.units import ClockDomain
 
+__all__ = ["Params", "PROFILE_SCHEMA", "DIRS", "OPPOSITE", "pe_name", "cube_name"]
+
 DIRS = ("N", "S", "E", "W")
 OPPOSITE = {"N": "S", "S": "N", "E": "W", "W": "E"}
 

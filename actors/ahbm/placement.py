@@ -18,7 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from protocols.codec import TensorDesc
+
 from actors.ahbm.costs import stripe
+
+__all__ = ["Placement", "Shard", "split_rows"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,6 @@ class Placement:
 
     def tcm_put(self, coord: tuple, buf: str, array: np.ndarray) -> None:
         """Put a tensor in PE ``coord``'s TCM before the run (array in data mode, descriptor in timing mode)."""
-        from protocols.codec import TensorDesc
         arr = np.ascontiguousarray(array)
         self.m.pe(*coord).tcm.preload(buf, arr if self.data else TensorDesc.like(arr))
 

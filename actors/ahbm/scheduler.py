@@ -25,6 +25,8 @@ from protocols.ahbm import CompositeCmd, DmaCmd, Done, GemmCmd, MathCmd
 
 from actors.ahbm.tiles import plan
 
+__all__ = ["PeScheduler", "EPILOGUE_OPS"]
+
 #: epilogue steps a composite accepts (single-operand MATH ops, seed §0 bias/relu/scale)
 EPILOGUE_OPS = ("scale", "relu", "exp")
 

@@ -14,6 +14,8 @@ from actors.ahbm.placement import Placement
 from emulator.scenario import load_profile as emulator_load_profile
 from emulator.system import System
 
+__all__ = ["load_profile", "build", "log"]
+
 
 def load_profile(name: str = "ahbm-1sip", overrides: dict | None = None) -> dict:
     """The validated AHBM profile ``name`` with ``overrides`` merged in."""

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = ["Step", "plan"]
+
 
 @dataclass(frozen=True)
 class Step:

@@ -222,7 +222,7 @@ class Cvo(Actor):
         if self.fifo is None:
             await self._serve()
             return
-        async with trio.open_nursery() as n:
+        async with self.subtasks() as n:
             n.start_soon(self._drain)
             await self._serve()
 

@@ -151,7 +151,7 @@ class L2(Actor):
                 await self.resp[who].send(Ack(m.req))
 
     async def run(self) -> None:
-        async with trio.open_nursery() as n:
+        async with self.subtasks() as n:
             n.start_soon(self._serve, "A", ("acp",))
             n.start_soon(self._serve, "B", self.PORT_B_PRIORITY)
 
@@ -198,7 +198,7 @@ class HpPort(Actor):
 
     async def run(self) -> None:
         ahead, behind = trio.open_memory_channel(self.outstanding)
-        async with trio.open_nursery() as n:
+        async with self.subtasks() as n:
             n.start_soon(self._fetch, ahead)
             n.start_soon(self._move, behind)
 
@@ -235,7 +235,7 @@ class Acp(Actor):
             await ahead.aclose()
 
         ahead, behind = trio.open_memory_channel(self.outstanding)
-        async with trio.open_nursery() as nursery:
+        async with self.subtasks() as nursery:
             nursery.start_soon(fetch, ahead)
             async for off, n in behind:
                 d = await self.ddr_resp.recv()

@@ -1,1 +1,3 @@
 """``tl`` kernels of the AHBM machine (seed ADR-0060 and the baselines of its §A)."""
+
+__all__: list[str] = []

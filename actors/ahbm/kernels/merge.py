@@ -3,8 +3,7 @@
 * :func:`init_running` - the running state ``m = -inf, l = 0, O = 0`` (fp32);
 * :func:`fold_tile` - one online-softmax step over a score tile ``S`` and its ``V``;
 * :func:`lse_merge` - the log-sum-exp merge of two partial states
-  ``m = max(ma, mb); l = la e^(ma-m) + lb e^(mb-m); O = Oa e^(ma-m) + Ob e^(mb-m)``;
-* :func:`line_dirs` - directions to the previous / next rank of an open line.
+  ``m = max(ma, mb); l = la e^(ma-m) + lb e^(mb-m); O = Oa e^(ma-m) + Ob e^(mb-m)``.
 """
 from __future__ import annotations
 

@@ -9,11 +9,13 @@ to the PE's engines.  Modules (one concept each):
 * ``handles``   TensorHandle (lazy data, operators -> MATH commands);
 * ``scratch``   TCM arenas and ``tl.scratch_scope`` (per-tile recycling);
 * ``runtime``   the ``tl`` API (load/store/dot/composite/ref/trans/MATH/send/recv/...);
-* ``cpu``       the kernel registry and ``run_kernel``: how the machine's PE CPU
-                (actors/ahbm/cpu.py, the backend) runs a KernelLaunch;
+* ``kernel_registry`` the kernel registry and ``run_kernel``, registered as the PE
+                CPU's KernelLaunch handler (actors/ahbm/cpu.py stays hardware-only);
 * ``launcher``  KernelLaunch messages for a grid of PEs, sent by the machine's host
                 (``io/host``, actors/ahbm/host.py; protocols/ahbm_tl.py);
 * ``workloads`` the baseline attention workloads (``WORKLOADS``), on the machine
                 built by actors/ahbm/builder.py;
 * ``testing``   profile + small-machine helpers for tests.
 """
+
+__all__: list[str] = []

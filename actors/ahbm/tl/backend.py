@@ -15,11 +15,14 @@ chain same-engine commands without waiting.
 """
 from __future__ import annotations
 
+from typing import Protocol
+
 __all__ = ["PeBackend"]
 
 
-class PeBackend:
-    """What a PE CPU offers the kernel runtime (see the module docstring)."""
+class PeBackend(Protocol):
+    """What a PE CPU offers the kernel runtime (see the module docstring); structural, so the
+    hardware (actors/ahbm/cpu.py) implements it without importing the runtime."""
 
     #: this PE's actor-name prefix, e.g. ``sip0/cube00/pe3``
     pe: str

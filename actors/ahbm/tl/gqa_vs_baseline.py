@@ -19,6 +19,7 @@ line traffic stays inside their own Groups' CUBEs.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -65,7 +66,7 @@ def _layout(prm, p) -> KernelLayout:
     if lay.groups_per_sip < 2:
         raise BuildError(f"workload.params.C: two Groups of {p['C']} CUBEs must fit one SIP's"
                          f" {prm.cx}x{prm.cy} CUBE mesh")
-    g = gw._layout(prm, _gqa_params(p))
+    g = gw.gqa_layout(prm, _gqa_params(p))
     _, cubes = lay.cubes_of_head(1)
     w, h = lay.shape
     pes = snake(prm.gx, prm.gy)
@@ -80,24 +81,24 @@ def _layout(prm, p) -> KernelLayout:
         r = rank[c]
         return dict(q_ptr=BASE_ADDR["q"], k_ptr=BASE_ADDR["k"], v_ptr=BASE_ADDR["v"], o_ptr=BASE_ADDR["o"], M=M, d=d,
                     S=S, tile=p["tile"], scale=1.0 / math.sqrt(d), rank=r, n=R,
-                    fwd=base._peer(line[r], line[r + 1], prm) if r + 1 < R else None,
-                    bwd=base._peer(line[r], line[r - 1], prm) if r > 0 else None, gemm=p["baseline_gemm"])
+                    fwd=base.line_peer(line[r], line[r + 1], prm) if r + 1 < R else None,
+                    bwd=base.line_peer(line[r], line[r - 1], prm) if r > 0 else None, gemm=p["baseline_gemm"])
 
     info = {**g.info, "gqa": list(g.coords), "baseline": line, "S": S}
     return KernelLayout(list(g.coords) + line, args_of, g.grid_of, g.num_programs, info)
 
 
 def _kernel(c, lay: KernelLayout) -> str:
-    from actors.ahbm.tl.workloads import DECODE
+    from actors.ahbm.tl.workloads import DECODE   # cycle: workloads imports this module
     return DECODE if c in set(lay.info["baseline"]) else gw.KERNEL
 
 
 def _inputs(rng, lay, p) -> dict:
-    return gw._inputs(rng, lay, {**_gqa_params(p), "heads": 1})
+    return gw.gqa_inputs(rng, lay, {**_gqa_params(p), "heads": 1})
 
 
 def _place(place, lay, data, p) -> None:
-    gw._place(place, lay, data, _gqa_params(p))
+    gw.gqa_place(place, lay, data, _gqa_params(p))
     x = data[0]
     S, T = lay.info["S"], (p["tile"] if 0 < p["tile"] < lay.info["S"] else lay.info["S"])
     for r, c in enumerate(lay.info["baseline"]):
@@ -111,18 +112,17 @@ def _place(place, lay, data, p) -> None:
 def _outputs(ctx) -> list:
     p = ctx.params
     gctx = _as_gqa(ctx)
-    outs = gw._outputs(gctx)
+    outs = gw.gqa_outputs(gctx)
     outs += [Output(c, BASE_ADDR["o"], (p["G"], p["d"]), "h0") for c in ctx.layout.info["baseline"]]
     return outs
 
 
 def _as_gqa(ctx):
-    from dataclasses import replace
     return replace(ctx, params={**_gqa_params(ctx.params)})
 
 
 def _reference(ctx) -> dict:
-    return gw._reference(_as_gqa(ctx))
+    return gw.gqa_reference(_as_gqa(ctx))
 
 
 def _metrics(ctx, system, res) -> dict:

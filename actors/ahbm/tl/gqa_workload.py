@@ -42,14 +42,15 @@ from actors.ahbm.kernels.gqa_index import (GroupLayout, coords_of_rank, reduce_t
                                            valid_len)
 from actors.ahbm.dma import REGION_BITS
 from actors.ahbm.params import pe_name
-from actors.ahbm.tl.cpu import register_kernel
+from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.tl.kernel_workload import KernelHooks, KernelLayout, Output, kernel_workload
 from actors.registry import HOST_DATA_BYTES, format_bytes
 from emulator.errors import BuildError
 from emulator.schema import Enum, Int, Map
 from emulator.units import format_time
 
-__all__ = ["GQA", "reference_gqa", "ADDR"]
+__all__ = ["GQA", "reference_gqa", "ADDR", "KERNEL", "MiB", "gqa_layout", "gqa_inputs", "gqa_place", "gqa_outputs",
+           "gqa_reference"]
 
 KERNEL = register_kernel(gqa_attention, "gqa_attention")
 MiB = 1 << 20
@@ -86,7 +87,7 @@ def _ring(p) -> bool:
     return p["case"] == "prefill" and p["C"] * p["P"] > 1
 
 
-def _layout(prm, p) -> KernelLayout:
+def gqa_layout(prm, p) -> KernelLayout:
     C, P, case = p["C"], p["P"], p["case"]
     try:
         lay = GroupLayout(prm.cx, prm.cy, C)
@@ -153,7 +154,7 @@ def _limits(profile: dict, p: dict, mode: str) -> list:
     return out
 
 
-def _inputs(rng, lay: KernelLayout, p) -> dict:
+def gqa_inputs(rng, lay: KernelLayout, p) -> dict:
     G, d, S = p["G"], p["d"], p["context"]
     T = 1 if p["case"] == "decode" else p["chunk"]
     out = {}
@@ -180,7 +181,7 @@ def _write_kt_tiles(write, coord, k, starts):
         write(coord, ADDR["k"] + s0 * d * 2, np.ascontiguousarray(k[s0:s0 + n].T).tobytes())
 
 
-def _place(place, lay: KernelLayout, data, p) -> None:
+def gqa_place(place, lay: KernelLayout, data, p) -> None:
     prm = place.m.prm
     G, d, S, R = p["G"], p["d"], p["context"], p["C"] * p["P"]
     for h, x in data.items():
@@ -241,7 +242,7 @@ def _root_coord(ctx, h: int) -> tuple:
     return sip, cube, pe
 
 
-def _outputs(ctx) -> list:
+def gqa_outputs(ctx) -> list:
     p, prm = ctx.params, ctx.prm
     G, d, R = p["G"], p["d"], p["C"] * p["P"]
     outs = []
@@ -259,7 +260,7 @@ def _outputs(ctx) -> list:
     return outs
 
 
-def _reference(ctx) -> dict:
+def gqa_reference(ctx) -> dict:
     p = ctx.params
     G, d, S, R = p["G"], p["d"], p["context"], p["C"] * p["P"]
     out = {}
@@ -349,5 +350,5 @@ def _metrics(ctx, system, res) -> dict:
 
 
 GQA = KernelHooks("gqa_attention", "seed ADR-0060 GQA fused attention: CUBE Groups, 2-level reduce-to-root, Ring",
-                  PARAMS, KERNEL, _layout, _inputs, _place, _outputs, _reference, _metrics, limits=_limits)
+                  PARAMS, KERNEL, gqa_layout, gqa_inputs, gqa_place, gqa_outputs, gqa_reference, _metrics, limits=_limits)
 WORKLOAD = kernel_workload(GQA)

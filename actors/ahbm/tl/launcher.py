@@ -7,15 +7,17 @@ timed host loads) over the IO die -> PE command path (``io.launch_latency``)
 and learns of completion from the PEs' :class:`~protocols.ahbm_tl.KernelDone`
 messages.  The grid may be any set of PEs of any SIPs and CUBEs.
 
-:func:`kernel_launches` builds the ``kernels`` argument of ``build_machine``;
-:func:`kernel_report` reads the host's report after the run (kernel latency =
-last completion received minus the launch, per PE start/end and op counts).
+:func:`kernel_launches` builds the ``kernels`` argument of ``build_machine``.
+The host's report (``system.reports["io/host"]``) holds the kernel latency (last
+completion received minus the launch) and per-PE start/end and op counts.
 """
 from __future__ import annotations
 
 from protocols.ahbm_tl import KernelLaunch
 
-__all__ = ["kernel_launches", "kernel_report"]
+import actors.ahbm.tl.kernel_registry  # noqa: F401  (registers the PE CPU's KernelLaunch handler)
+
+__all__ = ["kernel_launches"]
 
 
 def kernel_launches(kernel: str, coords, args_of, grid_of, num_programs) -> dict:
@@ -24,7 +26,3 @@ def kernel_launches(kernel: str, coords, args_of, grid_of, num_programs) -> dict
     return {tuple(c): KernelLaunch(kernel, dict(args_of(tuple(c))), [int(x) for x in grid_of(tuple(c))],
                                    [int(x) for x in num_programs]) for c in coords}
 
-
-def kernel_report(system) -> dict:
-    """The host's kernel report: ``launch_ps``, ``kernel_latency_ps``, ``pes`` {name: {start_ps, end_ps, ...}}."""
-    return system.reports["io/host"]

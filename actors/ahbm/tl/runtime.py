@@ -39,6 +39,7 @@ import greenback
 
 from protocols.codec import TensorDesc
 from actors.ahbm.costs import MATH_OPS, math_ps
+from actors.ahbm.scheduler import EPILOGUE_OPS
 from actors.ahbm.tl.errors import KernelError, user_site
 from actors.ahbm.tl.handles import TensorHandle, nbytes
 from actors.ahbm.tl.scratch import Arena, ScratchScope, scheduler_reserve
@@ -362,7 +363,6 @@ class Tl:
         if dtype is None:
             dtype = next((x.dtype for x in (b, a) if x.addr is not None), "<f2")
         dtype = np.dtype(dtype).str
-        from actors.ahbm.scheduler import EPILOGUE_OPS
         steps = []
         for step in epilogue:
             name, scalar = (step, 0.0) if isinstance(step, str) else (step[0], float(step[1]) if len(step) > 1 else 0.0)

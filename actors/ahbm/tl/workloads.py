@@ -41,7 +41,7 @@ from actors.ahbm.kernels.attention_decode import attention_decode
 from actors.ahbm.kernels.attention_prefill import attention_prefill
 from actors.ahbm.params import Params
 from actors.ahbm.tl import gqa_workload
-from actors.ahbm.tl.cpu import register_kernel
+from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.tl.kernel_workload import KernelContext, KernelHooks, KernelLayout, Output, kernel_workload
 from actors.registry import HOST_DATA_BYTES, format_bytes
 from emulator.errors import BuildError
@@ -49,7 +49,7 @@ from emulator.schema import Enum, Int, Map
 from emulator.units import format_time
 
 __all__ = ["WORKLOADS", "line_order", "cube_line", "reference_attention", "output_of", "DECODE_HOOKS",
-           "PREFILL_HOOKS"]
+           "PREFILL_HOOKS", "line_peer"]
 
 DECODE = register_kernel(attention_decode, "attention_decode")
 PREFILL = register_kernel(attention_prefill, "attention_prefill")
@@ -95,7 +95,7 @@ def line_order(prm: Params, n: int, cubes: int = 1) -> list[tuple[int, int, int]
     return [(s, c, p) for s, c in cube_line(prm, cubes) for p in snake][:n]
 
 
-def _peer(a: tuple, b: tuple, prm: Params):
+def line_peer(a: tuple, b: tuple, prm: Params):
     """How rank at ``a`` reaches rank at ``b``: an IPCQ direction, or ``[sip, cube, pe]`` over the NOC / UCIe."""
     if a[:2] == b[:2]:
         (ax, ay), (bx, by) = (a[2] % prm.gx, a[2] // prm.gx), (b[2] % prm.gx, b[2] // prm.gx)
@@ -142,8 +142,8 @@ def _line_layout(kernel_args):
             r = rank_of[coord]
             return {**dict(q_ptr=addr["q"], k_ptr=addr["k"], v_ptr=addr["v"], o_ptr=addr["o"], M=M, d=d, S=S,
                            tile=tile, scale=1.0 / math.sqrt(d), rank=r, n=n,
-                           fwd=_peer(order[r], order[r + 1], prm) if r + 1 < n else None,
-                           bwd=_peer(order[r], order[r - 1], prm) if r > 0 else None), **kernel_args(p)}
+                           fwd=line_peer(order[r], order[r + 1], prm) if r + 1 < n else None,
+                           bwd=line_peer(order[r], order[r - 1], prm) if r > 0 else None), **kernel_args(p)}
 
         return KernelLayout(order, args_of, lambda c: (c[2], c[1], c[0]), (prm.P, prm.cubes, prm.sips),
                             {"addr": addr, "T": tile if 0 < tile < S else S})

@@ -1,8 +1,11 @@
-"""Running a ``tl`` kernel on a PE CPU: the kernel registry and :func:`run_kernel`.
+"""The ``tl`` kernel registry and :func:`run_kernel`, the PE CPU's KernelLaunch handler.
 
 The PE CPU (actors/ahbm/cpu.py, :class:`~actors.ahbm.cpu.PeCpu`) is one actor
-per PE in the machine built by actors/ahbm/builder.py.  When the host sends it
-a :class:`~protocols.ahbm_tl.KernelLaunch` it calls :func:`run_kernel`, which
+per PE in the machine built by actors/ahbm/builder.py; it is hardware only and
+knows no kernels.  Importing this module registers :func:`run_kernel` as its
+handler of :class:`~protocols.ahbm_tl.KernelLaunch` (``PeCpu.register_launch``;
+launcher.py imports it, so any workload that builds kernel launches has it).
+When the host sends a PE a KernelLaunch the CPU calls :func:`run_kernel`, which
 looks the kernel up (:func:`kernel`), enters a greenback portal in the CPU's
 Trio task (once, at the first kernel) and calls the synchronous kernel function
 with a :class:`~actors.ahbm.tl.runtime.Tl` whose backend is the CPU itself:
@@ -24,6 +27,7 @@ import greenback
 
 from protocols.ahbm_tl import KernelDone, KernelLaunch
 
+from actors.ahbm.cpu import PeCpu
 from actors.ahbm.tl.errors import KernelError, site_of
 from actors.ahbm.tl.runtime import Tl
 
@@ -72,3 +76,6 @@ async def run_kernel(cpu, launch: KernelLaunch) -> KernelDone:
     except Exception as e:  # a bug in the kernel itself: name the PE and the kernel line
         raise KernelError(cpu.pe, f"the kernel raised {type(e).__name__}: {e}", site_of(e.__traceback__)) from None
     return KernelDone(cpu.pe, launch.kernel, start, cpu.now, stats)
+
+
+PeCpu.register_launch(KernelLaunch, run_kernel)

@@ -1,0 +1,155 @@
+"""Closed-form models of the AHBM engines and interconnect: the times the microbench checks against.
+
+Each function writes out the formula the engine's own docstring cites (dma.py,
+gemm.py, mathunit.py, scheduler.py, noc.py, ipcq.py, host.py) from the machine
+parameters (actors/ahbm/params.Params), independently of the actors, so a
+measured time can be compared with it (actors/ahbm/microbench.py, tests).
+The formulas and their sources are listed in microbench.py's docstring.
+"""
+from __future__ import annotations
+
+import math
+
+from emulator.units import transfer_ps
+from protocols.ahbm import IpcqData, MemReq, MemResp, NocPacket, payload
+from protocols.codec import TensorDesc, encode
+
+from actors.ahbm.cpu import PKT_ID0
+from actors.ahbm.tiles import plan
+
+__all__ = ["BF16", "dma_model", "gemm_model", "math_model", "composite_model", "path_model",
+           "mesh_links", "noc_model", "remote_dma_model", "host_load_model", "ipcq_model"]
+
+BF16 = "<f2"   # bf16 stored as float16 (ref §3.3)
+
+
+def dma_model(nbytes: int, prm) -> int:
+    """Aligned block of N bytes: ``setup + latency + ceil(ceil(N/pcs) / bw_eff)`` (every PC gets N/pcs)."""
+    per_pc = -(-nbytes // prm.pcs) if nbytes >= prm.pcs * prm.burst else min(nbytes, prm.burst)
+    return prm.dma_setup + prm.hbm_latency + transfer_ps(per_pc, prm.pc_bw_eff)
+
+
+def gemm_model(m, k, n, prm, accumulate: bool = False) -> int:
+    R, C = prm.array_rows, prm.array_cols
+    core = (-(-m // R)) * (-(-n // C)) * k if prm.charge_padded else -(-(m * n * k) // (R * C))
+    return prm.pe_clk.ps((0 if accumulate else prm.fill_drain) + core)
+
+
+def math_model(elements: int, reduce: bool, prm) -> int:
+    return prm.pe_clk.ps(prm.math_fixed + -(-elements // prm.lanes) + (math.ceil(math.log2(prm.lanes)) if reduce else 0))
+
+
+def _block_ps(addr, rows, row_bytes, pitch, prm) -> int:
+    per_pc = [0] * prm.pcs
+    for r in range(rows):
+        a, end = addr + r * pitch, addr + r * pitch + row_bytes
+        while a < end:
+            nxt = min(end, (a // prm.burst + 1) * prm.burst)
+            per_pc[(a // prm.burst) % prm.pcs] += nxt - a
+            a = nxt
+    return prm.dma_setup + max(prm.hbm_latency + transfer_ps(b, prm.pc_bw_eff) for b in per_pc if b)
+
+
+def composite_model(M, K, N, esize, epilogue, prm, a_addr=0, b_addr=0, c_addr=0) -> int:
+    """The scheduler's double-buffered stream (scheduler.py docstring) as a recurrence.
+
+    One FIFO DMA queue: loads of step s+1 are queued when step s's loads are done;
+    GEMM s runs when its loads are done and GEMM s-1 (and the epilogue of the tile
+    before) are finished; epilogue MATH steps then the store are issued at the end
+    of an output tile; the command ends with the last store.
+    """
+    dma_free = 0
+
+    def dma(t, cost):
+        nonlocal dma_free
+        dma_free = max(t, dma_free) + cost
+        return dma_free
+
+    def loads(s, t):   # resident blocks (tiles.py Step.load_a / load_b) are not re-loaded
+        end = t
+        if s.load_a:
+            end = dma(t, _block_ps(a_addr + (s.m0 * K + s.k0) * esize, s.tm, s.tk * esize, K * esize, prm))
+        if s.load_b:
+            end = dma(t, _block_ps(b_addr + (s.k0 * N + s.n0) * esize, s.tk, s.tn * esize, N * esize, prm))
+        return end
+
+    steps = plan(M, K, N, prm.tile)
+    ready = loads(steps[0], 0)
+    t = 0
+    end = 0
+    for s in steps:
+        t = max(t, ready)
+        if s.index + 1 < len(steps):
+            ready = loads(steps[s.index + 1], t)
+        t += gemm_model(s.tm, s.tk, s.tn, prm, accumulate=not s.first)
+        if s.last:
+            for op, _ in epilogue:
+                t += math_model(s.tm * s.tn, False, prm)
+            end = dma(t, _block_ps(c_addr + (s.m0 * N + s.n0) * esize, s.tm, s.tn * esize, N * esize, prm))
+    return max(t, end)
+
+
+def path_model(S: int, links: list[tuple[int, int]], prm) -> int:
+    """Zero-load time of one routed message of S bytes over ``links`` = [(bandwidth, latency), ...]
+    (attach link, mesh links, attach link), with a router between consecutive links (noc.py docstring):
+
+    * store-and-forward: ``sum_i (ceil(S/B_i) + L_i) + (n - 1) alpha``;
+    * cut-through: ``sum_i L_i + (n - 1) alpha + max_i ceil(S/B_i)`` (R1: alpha h + S/B_bottleneck).
+    """
+    routers = (len(links) - 1) * prm.router_ps
+    if prm.cut_through:
+        return sum(lat for _, lat in links) + routers + max(transfer_ps(S, bw) for bw, _ in links)
+    return sum(transfer_ps(S, bw) + lat for bw, lat in links) + routers
+
+
+def mesh_links(hops: int, prm, *, sip_hops: int = 0) -> list[tuple[int, int]]:
+    """The CUBE links of an XY path of ``hops`` links, ``sip_hops`` of them UCIe SIP crossings."""
+    return ([(prm.cube_link_bw, prm.cube_link_latency)] * (hops - sip_hops)
+            + [(prm.sip_link_bw, prm.sip_link_latency)] * sip_hops)
+
+
+def noc_model(nbytes_payload: int, hops: int, prm, *, sip_hops: int = 0) -> int:
+    """Zero-load time of one NOC packet PE -> PE over ``hops`` CUBE links (``sip_hops`` of them UCIe SIP links)."""
+    S = encode(NocPacket(PKT_ID0, [0, 0, 0], [0, 0, 0], 0, payload(TensorDesc.of((nbytes_payload // 2,), BF16))))[1]
+    att = (prm.attach_bw, prm.link_ps)
+    return path_model(S, [att] + mesh_links(hops, prm, sip_hops=sip_hops) + [att], prm)
+
+
+def remote_dma_model(nbytes: int, hops: int, addr: int, src, dst, prm) -> int:
+    """Remote load: ``setup + Z(S_req, h) + latency + ceil((N/pcs) / bw_eff) + Z(S_resp, h)`` (dma.py docstring).
+
+    The request runs DMA attach link -> mesh -> the owner's HBM port link; the response the
+    reverse (builder.py: DMA links ``noc.attach_bandwidth``, HBM port links ``noc.hbm_attach_bandwidth``).
+    """
+
+    dma_att, hbm_att = (prm.attach_bw, prm.link_ps), (prm.hbm_attach_bw, prm.link_ps)
+    mesh = mesh_links(hops, prm)
+    req = encode(MemReq(1, "read", list(src), list(dst), 0, addr, 1, nbytes, nbytes, None))[1]
+    resp = encode(MemResp(1, list(dst), list(src), 0, payload(TensorDesc.of((nbytes,), "|u1"))))[1]
+    return (dma_model(nbytes, prm) + path_model(req, [dma_att] + mesh + [hbm_att], prm)
+            + path_model(resp, [hbm_att] + mesh[::-1] + [dma_att], prm))
+
+
+def host_load_model(nbytes: int, hops: int, addr: int, dst, prm) -> int:
+    """Timed host load: request over the host interface + NOC, channels, acknowledgement back (host.py docstring).
+
+    The request's last link and the acknowledgement's first are the owner's HBM port link
+    (``noc.hbm_attach_bandwidth``, ref §1.2 hbm_to_router_bw_gbs 256; builder.py).
+    """
+
+    links = [(prm.io_bw, prm.io_latency)] + mesh_links(hops, prm) + [(prm.hbm_attach_bw, prm.link_ps)]
+    io = prm.io_coord
+    req = encode(MemReq(1, "write", io, list(dst), 0, addr, 1, nbytes, nbytes,
+                        payload(TensorDesc.of((nbytes,), "|u1"))))[1]
+    ack = encode(MemResp(1, list(dst), io, 0, None))[1]
+    return (path_model(req, links, prm) + prm.hbm_latency + transfer_ps(-(-nbytes // prm.pcs), prm.pc_bw_eff)
+            + path_model(ack, links[::-1], prm))
+
+
+def ipcq_model(nbytes_payload: int, prm) -> int:
+    """IPCQ message: ``S / ipcq.bandwidth + ipcq.fixed_overhead`` (ipcq.py docstring; ref §1.2 kernbench2 figures)."""
+    S = encode(IpcqData(1, payload(TensorDesc.of((nbytes_payload // 2,), BF16))))[1]
+    return transfer_ps(S, prm.ipcq_bw) + prm.ipcq_overhead
+
+
+# --------------------------------------------------------------------------- build

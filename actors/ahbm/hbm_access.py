@@ -1,0 +1,59 @@
+"""A 2-D HBM block access on a PE's pseudo-channels, shared by the DMA engine (dma.py) and the HBM port
+(hbmport.py): address striping (costs.stripe), one request per channel that holds part of the block, all
+in parallel, and the block image gathered from the answers (data mode)."""
+from __future__ import annotations
+
+from protocols.ahbm import PcReq
+
+from emulator.actor import Actor
+
+from actors.ahbm.costs import stripe
+
+__all__ = ["block_offset", "channel_access", "check_block"]
+
+
+def block_offset(addr: int, base: int, rows: int, row_bytes: int, pitch: int) -> int:
+    """Position of HBM byte ``addr`` of a 2-D block in its contiguous image."""
+    r, col = divmod(addr - base, pitch) if rows > 1 else (0, addr - base)
+    return r * row_bytes + col
+
+
+async def channel_access(actor: Actor, pc_req, pc_resp, client: str, op: str, addr: int, rows: int,
+                         row_bytes: int, pitch: int, blob: bytes | None, data_mode: bool, seq: list) -> bytes | None:
+    """Run one block access on the pseudo-channels (all in parallel); return the image read (data mode).
+
+    ``pc_resp`` is where this access's answers come from (:class:`Mailbox` or :class:`Direct`).
+    """
+    prm = actor.prm
+    pieces = stripe(addr, rows, row_bytes, pitch, prm.burst, prm.pcs)
+    sent = 0
+    for pc, plist in enumerate(pieces):
+        if not plist:
+            continue
+        nbytes = sum(length for _, length in plist)
+        items = []
+        if data_mode:
+            if op == "write":
+                items = [[a, ln, blob[(o := block_offset(a, addr, rows, row_bytes, pitch)):o + ln]] for a, ln in plist]
+            else:
+                items = [[a, ln] for a, ln in plist]
+        seq[0] += 1
+        pc_resp.expect(seq[0])
+        await pc_req[pc].send(PcReq(seq[0], op, nbytes, items, client))
+        sent += 1
+    image = bytearray(rows * row_bytes) if (data_mode and op == "read") else None
+    for _ in range(sent):
+        r = await pc_resp.recv()
+        if image is not None:
+            for a, data in r.items:
+                o = block_offset(a, addr, rows, row_bytes, pitch)
+                image[o:o + len(data)] = data
+    return None if image is None else bytes(image)
+
+
+def check_block(prm, who: str, addr: int, rows: int, row_bytes: int, pitch: int) -> None:
+    """A clear error for a block whose rows overlap or that lies outside the PE's HBM."""
+    if row_bytes > pitch and rows > 1:
+        raise RuntimeError(f"{who}: rows overlap (row_bytes {row_bytes} > pitch {pitch})")
+    if addr < 0 or addr + (rows - 1) * pitch + row_bytes > prm.hbm_capacity:
+        raise RuntimeError(f"{who}: block at {addr:#x} outside the PE's HBM ({prm.hbm_capacity} B)")
