@@ -4,20 +4,17 @@ Layout: actors/pccx/profile.py (schema, ``load_profile``, clocks), builder.py (`
 actor and link), report.py (per-opcode latency table), the engines (frontend, memory, gemv, compute,
 driver) and the workloads: ``program`` — the hand-written overlap program of actors/pccx/program.py;
 ``asm`` — a ``.pasm`` text program (actors/pccx/asmprog.py); ``gemma3n`` — Gemma 3N decode
-(actors/pccx/gemma3n/).  ``build_machine``, ``load_profile``, ``clocks`` and ``latency_table`` are
-re-exported for existing callers.
+(actors/pccx/gemma3n/).
 """
 from __future__ import annotations
 
 from actors.pccx import asmprog as _asm
 from actors.pccx import program as _program
-from actors.pccx.builder import build_machine
 from actors.pccx.gemma3n import workload as _gemma3n
-from actors.pccx.profile import PROFILE_SCHEMA, clocks, load_profile
-from actors.pccx.report import latency_table
+from actors.pccx.profile import PROFILE_SCHEMA
 from actors.registry import Workload
 
-__all__ = ["PROFILE_SCHEMA", "WORKLOADS", "build_machine", "clocks", "load_profile", "latency_table"]
+__all__ = ["PROFILE_SCHEMA", "WORKLOADS"]
 
 WORKLOADS = {
     "program": Workload("program", "hand-written program using every opcode: MEMCPY in, MEMSET shapes, GEMVs with "
@@ -29,4 +26,3 @@ WORKLOADS = {
                         "driver token loop, KV ring, weight prefetch; budget report", _gemma3n.PARAMS,
                         _gemma3n.build, _gemma3n.check),
 }
-
