@@ -55,10 +55,6 @@ class Reference:
         x1, x2 = x[:half], x[half:]
         return np.concatenate([x1 * np.cos(ang) - x2 * np.sin(ang), x2 * np.cos(ang) + x1 * np.sin(ang)])
 
-    def router(self, i, x):
-        D = self.c["hidden"]
-        return np.tanh(self.W[f"L{i}.router" if x is not None else ""] @ (self.norm(x, self.g["router"][i]) / D))
-
     def slot(self):
         T = self.c["kv"]["max_tokens"]
         p = self.pos

@@ -287,7 +287,7 @@ class Compiler:
                     self.ddr_init[self.kv_addr[(i, h, "V")] + hd * T // 2] = vs.tobytes()
         # L2: the CVO window first, then the rest
         l2 = self.l2 = L2Layout(self.profile["l2"]["words"])
-        Lmax = T if not c["kv"]["sliding_window"] else T   # global layers attend the whole ring either way
+        Lmax = T   # every layer's scores span the whole ring (global layers attend all of it; sliding ones too)
         self.a = a = {}
         a["scores"] = l2.alloc("scores", Lmax, cvo=True)
         a["exp"] = l2.alloc("exp", Lmax, cvo=True)
