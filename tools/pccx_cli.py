@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
 from protocols import pccx_isa as isa
@@ -70,14 +71,14 @@ def cmd_compile(args) -> int:
         c = load_config(args.config)
         comp = Compiler(c, load_profile(args.profile), prefetch=not args.no_prefetch,
                         ple_overlap=not args.no_ple_overlap)
+        for _ in range(args.context):
+            comp.ring.append()
+        steps = comp.setup()
+        for t in range(args.context, args.context + args.tokens):
+            steps += comp.token(t)
     except (CompileError, EmulatorError, OSError) as e:
         print(f"error: {args.config}: {e}", file=sys.stderr)
         return 2
-    for _ in range(args.context):
-        comp.ring.append()
-    steps = comp.setup()
-    for t in range(args.context, args.context + args.tokens):
-        steps += comp.token(t)
     lines = [f"# {c['name']} on {args.profile}: {args.tokens} token(s) after {args.context} context positions",
              f"# emu pccx compile {args.config}; stages per instruction in the trailing comment"]
     seq = 0
@@ -115,8 +116,21 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def _count(minimum: int):
+    """argparse type: an integer >= ``minimum`` (a clear usage error otherwise, never a traceback)."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"{n} is below {minimum}")
+        return n
+    return parse
+
+
 def add_parser(sub) -> None:
-    p = sub.add_parser("pccx", help="pccx v002 ISA tools (disasm, asm)")
+    p = sub.add_parser("pccx", help="pccx v002 ISA tools (disasm, asm, compile)")
     psub = p.add_subparsers(dest="pccx_cmd", required=True)
     d = psub.add_parser("disasm", help="disassemble 64-bit instruction words (hex)")
     d.add_argument("words", nargs="+", metavar="WORD")
@@ -128,8 +142,8 @@ def add_parser(sub) -> None:
     c.add_argument("config", metavar="CONFIG")
     c.add_argument("-o", "--output", metavar="PASM")
     c.add_argument("--profile", default="pccx-v002-documented")
-    c.add_argument("--context", type=int, default=0, help="positions already in the KV ring")
-    c.add_argument("--tokens", type=int, default=1)
+    c.add_argument("--context", type=_count(0), default=0, help="positions already in the KV ring")
+    c.add_argument("--tokens", type=_count(1), default=1)
     c.add_argument("--no-prefetch", action="store_true", help="seed §3.2 rule 1 off")
     c.add_argument("--no-ple-overlap", action="store_true", help="seed §3.2 rule 3 off (PLE injection serialised)")
     c.set_defaults(func=cmd_compile)
