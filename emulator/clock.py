@@ -325,12 +325,17 @@ def _abort_data(task) -> None:
         data.abort_wait(task)
 
 
-def _make_trap(task):
+def _aborter(task):
+    """The abort function of a park of ``task``: undo its registration (:func:`_abort_data`)."""
     def abort(_raise_cancel):
         _abort_data(task)
         return trio.lowlevel.Abort.SUCCEEDED
 
-    return _trio_run.WaitTaskRescheduled(abort)
+    return abort
+
+
+def _make_trap(task):
+    return _trio_run.WaitTaskRescheduled(_aborter(task))
 
 
 @types.coroutine
@@ -350,12 +355,7 @@ def _fast_park(data):
 async def _safe_park(data):
     task = trio.lowlevel.current_task()
     task.custom_sleep_data = data
-
-    def abort(_raise_cancel):
-        _abort_data(task)
-        return trio.lowlevel.Abort.SUCCEEDED
-
-    return await trio.lowlevel.wait_task_rescheduled(abort)
+    return await trio.lowlevel.wait_task_rescheduled(_aborter(task))
 
 
 def _safe_wake(task, value=None) -> None:

@@ -117,9 +117,8 @@ class FaultKind:
         return []
 
     def install(self, targets: list) -> None:
-        attr = "faults"
         for t in targets:
-            getattr(t, attr).append(self)
+            t.faults.append(self)
 
     def active(self, t: int) -> bool:
         if t < self.start or (self.end is not None and t >= self.end):
@@ -183,21 +182,24 @@ class CorruptFault(FaultKind):
         return FaultEffect(self.label, data=bytes(buf))
 
 
-_FACTOR = Param(Float(min=0.0, max=10**6, default=None, doc="slow-down factor (slow), > 1 is slower"), True, 1.5, 100)
+class _SlowFault(FaultKind):
+    """``slow`` on a link or an actor: the ``factor`` key and its check."""
 
+    kind = "slow"
+    params = {"factor": Param(Float(min=0.0, max=10**6, default=None, doc="slow-down factor (slow), > 1 is slower"),
+                              True, 1.5, 100)}
 
-def _positive_factor(f: dict) -> list:
-    if f.get("factor") is not None and f["factor"] <= 0:
-        return [(("factor",), "a slow-down factor > 0 (2 = twice as slow)", f"{f['factor']}")]
-    return []
+    @classmethod
+    def check(cls, f: dict) -> list:
+        if f.get("factor") is not None and f["factor"] <= 0:
+            return [(("factor",), "a slow-down factor > 0 (2 = twice as slow)", f"{f['factor']}")]
+        return []
 
 
 @register
-class SlowLinkFault(FaultKind):
-    kind, target = "slow", "link"
+class SlowLinkFault(_SlowFault):
+    target = "link"
     summary = "serialisation at bandwidth / `factor`"
-    params = {"factor": _FACTOR}
-    check = classmethod(lambda cls, f: _positive_factor(f))
 
     def install(self, targets):
         if all(l.bandwidth == 0 for l in targets):
@@ -215,11 +217,9 @@ class SlowLinkFault(FaultKind):
 
 # --------------------------------------------------------------------------- actor kinds
 @register
-class SlowActorFault(FaultKind):
-    kind, target = "slow", "actor"
+class SlowActorFault(_SlowFault):
+    target = "actor"
     summary = "busy spans take `factor` times longer"
-    params = {"factor": _FACTOR}
-    check = classmethod(lambda cls, f: _positive_factor(f))
 
     def on_busy(self, actor, t, duration, label):
         if not self.active(t):

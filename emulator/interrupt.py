@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 from contextlib import contextmanager
 from typing import Callable
 
@@ -77,7 +76,6 @@ class StopSwitch:
         self._watchdog: threading.Timer | None = None
         self._lock = threading.Lock()
         self.reason: str | None = None
-        self.requested_at: float | None = None
         self._soft: Callable[[str], None] | None = None
         self._saved: dict = {}
         self._active = False
@@ -142,7 +140,6 @@ class StopSwitch:
         first = self.reason is None
         if first:
             self.reason = "wall-timeout" if signum == signal.SIGALRM else "interrupted"
-            self.requested_at = time.monotonic()
             if self.on_stuck is not None:
                 self._start_watchdog(self.stuck_after_s)
         if self._soft is None or not first:

@@ -308,7 +308,6 @@ class System:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                self.lazy_links = LAZY_LINK_TASKS
                 if not self.lazy_links:
                     for link in self.links:
                         nursery.start_soon(self._guard_link, link, name=f"link:{link.name}")
@@ -337,8 +336,7 @@ class System:
         if status == "finished" and any(a.killed and not a.daemon for a in self.actors.values()):
             status = "killed"   # it ended only because unfinished workload actors were killed
         error_text = None
-        errors = [str(e) for e in self._errors[:MAX_LISTED_ERRORS]]
-        more = self._late_errors + max(0, len(self._errors) - MAX_LISTED_ERRORS)
+        errors, more = self._listed_errors()
         if reason == "error":
             for e, text in zip(self._errors, errors):
                 self.recorder.emit((ERROR, e.time_ps, e.where, text))
@@ -356,6 +354,7 @@ class System:
         wall = time.perf_counter() - self._t0_wall if self._t0_wall else 0.0
         self.recorder.flush()
         digest = self.recorder.digest
+        errors, more = self._listed_errors()
         if footer:
             self.finish_trace(status, end)
         return RunResult(
@@ -364,9 +363,13 @@ class System:
             time_steps=self.clock.steps if self.clock is not None else 0,
             reports=self.reports, deadlock=report, error=error_text, faults=list(self.fault_log),
             fault_summary=fault_summary(self.fault_plan, self.fault_log),
-            errors=[str(e) for e in self._errors[:MAX_LISTED_ERRORS]],
-            more_errors=self._late_errors + max(0, len(self._errors) - MAX_LISTED_ERRORS),
+            errors=errors, more_errors=more,
         )
+
+    def _listed_errors(self) -> tuple[list[str], int]:
+        """The first ``MAX_LISTED_ERRORS`` errors as text, and how many more there were."""
+        return ([str(e) for e in self._errors[:MAX_LISTED_ERRORS]],
+                self._late_errors + max(0, len(self._errors) - MAX_LISTED_ERRORS))
 
     def stop_result(self, status: str) -> RunResult:
         """The partial result of a run stopped from outside, now, with the trace footer written.
@@ -471,7 +474,6 @@ class System:
         return False
 
     def _on_idle(self) -> bool:
-        self.recorder.maybe_flush()
         if self._stop_reason is not None:
             return self._wake(self._stop_reason)
         if self._remaining > 0:

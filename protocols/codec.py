@@ -336,7 +336,6 @@ def decode(data: bytes):
 
 # --------------------------------------------------------------------------- hand-over
 _SCALARS = frozenset((int, float, str, bool, type(None), bytes))
-_KEYS = _SCALARS
 _NUMERIC_KINDS = frozenset("biufc")
 
 
@@ -369,7 +368,7 @@ def _rebuild(v):
     if t is dict:
         out = {}
         for k, x in v.items():
-            if type(k) not in _KEYS:
+            if type(k) not in _SCALARS:
                 raise _Undecided
             out[k] = _rebuild(x)
         return out
