@@ -257,8 +257,8 @@ def run_campaign(scenario_path: str, *, plans: int = 100, seed: int = 0, kinds=N
     results = pool.map(jobs_)
     rows = []
     for i, (plan, res) in enumerate(zip(drawn, results)):
-        rows.append({"plan": i, "faults": len(plan), "kinds": "+".join(f"{f['kind']}/{'link' if 'link' in f else 'actor'}"
-                                                                          for f in plan),
+        kinds = "+".join(f"{f['kind']}/{'link' if 'link' in f else 'actor'}" for f in plan)
+        rows.append({"plan": i, "faults": len(plan), "kinds": kinds,
                      "targets": " ".join(f.get("link") or f.get("actor") for f in plan), **res})
     _write_reproducers(pool, sc, scenario_path, base_sets, rows, drawn, baseline, out_dir, max_time, wall,
                        minimise)
