@@ -37,3 +37,21 @@ def run_with_context():
         return outcome.res, outcome.system, outcome.context
 
     return run
+
+
+@pytest.fixture(scope="session")
+def machine_trace_files(tmp_path_factory):
+    """Full traces of the AHBM attention prefill and the pccx program (``emu run --no-bundle --trace``),
+    recorded once per session: ``{"ahbm": path, "pccx": path}``."""
+    from actors import registry
+    from emulator.scenario import load_scenario
+    from tools.runner import run_scenario
+
+    d = tmp_path_factory.mktemp("machine-traces")
+    out = {}
+    for key, scen in (("ahbm", "ahbm/attention_prefill.yaml"), ("pccx", "pccx/program.yaml")):
+        path = d / f"{key}.emutrace"
+        res, _, _ = run_scenario(load_scenario(str(ROOT / "scenarios" / scen), registry), trace_path=str(path))
+        assert res["status"] == "finished", res
+        out[key] = path
+    return out

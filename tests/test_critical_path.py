@@ -9,25 +9,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PREFILL = ROOT / "scenarios" / "ahbm" / "attention_prefill.yaml"
-PCCX = ROOT / "scenarios" / "pccx" / "program.yaml"
 REDUCE = ROOT / "scenarios" / "demo" / "reduce.yaml"
 
 
 @pytest.fixture(scope="module")
-def traces(tmp_path_factory):
-    """One AHBM prefill and one pccx program trace, recorded by the real ``emu run``."""
-    import subprocess
-    import sys
-
-    d = tmp_path_factory.mktemp("cp")
-    out = {}
-    for key, scen in (("ahbm", PREFILL), ("pccx", PCCX)):
-        path = d / f"{key}.emutrace"
-        subprocess.run([sys.executable, "-m", "tools.cli", "run", str(scen), "--no-bundle", "--quiet",
-                        "--trace", str(path)], check=True, capture_output=True, cwd=d)
-        out[key] = path
-    return out
+def traces(machine_trace_files):
+    """One AHBM prefill and one pccx program trace (tests/conftest.py)."""
+    return machine_trace_files
 
 
 def _summary(emu, path) -> dict:

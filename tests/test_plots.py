@@ -29,28 +29,28 @@ def _png(path: Path) -> bool:
     return path.is_file() and path.read_bytes()[:4] == b"\x89PNG"
 
 
+def _run_with_plots(emu, out, scenario, *, trace):
+    emu("run", ROOT / "scenarios" / scenario, "--quiet", "--plots", "--out", out,
+        "--set", f"trace.enabled={str(trace).lower()}", check=0)
+    return out
+
+
 def test_ahbm_bundle_plots_by_kind_per_pe_and_per_cube(tmp_path, emu):
-    out = tmp_path / "prefill"
-    emu("run", ROOT / "scenarios" / "ahbm" / "attention_prefill.yaml", "--quiet", "--plots", "--out", out,
-        "--set", "trace.enabled=true", check=0)
+    out = _run_with_plots(emu, tmp_path / "prefill", "ahbm/attention_prefill.yaml", trace=True)
     for name in ("utilisation.png", "links.png", "ahbm_pes.png", "ahbm_cubes.png"):
         assert _png(out / name), name
     assert not (out / "pccx_units.png").exists()
 
 
 def test_pccx_bundle_plots_its_units_and_fifos(tmp_path, emu):
-    out = tmp_path / "softmax"
-    emu("run", ROOT / "scenarios" / "pccx" / "softmax-asm.yaml", "--quiet", "--plots", "--out", out,
-        "--set", "trace.enabled=true", check=0)
+    out = _run_with_plots(emu, tmp_path / "softmax", "pccx/softmax-asm.yaml", trace=True)
     for name in ("utilisation.png", "links.png", "pccx_units.png"):
         assert _png(out / name), name
     assert not (out / "ahbm_pes.png").exists()
 
 
 def test_plots_without_a_trace_come_from_the_counters(tmp_path, emu):
-    out = tmp_path / "notrace"
-    emu("run", ROOT / "scenarios" / "ahbm" / "attention_prefill.yaml", "--quiet", "--plots", "--out", out,
-        "--set", "trace.enabled=false", check=0)
+    out = _run_with_plots(emu, tmp_path / "notrace", "ahbm/attention_prefill.yaml", trace=False)
     for name in ("utilisation.png", "links.png", "ahbm_pes.png"):
         assert _png(out / name), name
     assert not (out / "ahbm_cubes.png").exists()      # a timeline needs the trace

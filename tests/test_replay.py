@@ -134,18 +134,11 @@ def test_replay_refuses_a_filtered_trace(tmp_path):
 
 # -- the shipped machines (issue 14 item 8) -------------------------------------------
 AHBM_PREFILL = ROOT / "scenarios" / "ahbm" / "attention_prefill.yaml"
-PCCX_PROGRAM = ROOT / "scenarios" / "pccx" / "program.yaml"
 
 
 @pytest.fixture(scope="module")
-def machine_traces(tmp_path_factory):
-    d = tmp_path_factory.mktemp("machines")
-    out = {}
-    for key, scen in (("ahbm", AHBM_PREFILL), ("pccx", PCCX_PROGRAM)):
-        res, tr = record(d / f"{key}.emutrace", scen)
-        assert res["status"] == "finished"
-        out[key] = (d / f"{key}.emutrace", tr)
-    return out
+def machine_traces(machine_trace_files):
+    return {key: (path, read_trace(str(path))) for key, path in machine_trace_files.items()}
 
 
 def test_cli_replays_an_ahbm_pe_cpu(machine_traces, emu):

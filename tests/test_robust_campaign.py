@@ -82,3 +82,15 @@ def test_campaign_command_writes_tables_csv_and_runnable_reproducers(tmp_path, c
         rc = main(["run", r["reproducer"], "--no-bundle", "--quiet"])   # the reproducer gives the same outcome
         assert {"deadlock": 3, "killed": 6}[r["outcome"]] == rc
     capsys.readouterr()
+
+
+def test_a_run_past_the_pool_timeout_is_a_hang_and_results_keep_their_order():
+    from tools.campaign import _Pool
+
+    jobs = [{"scenario": str(ROOT / "scenarios" / "ahbm" / "attention_decode.yaml"), "sets": []},
+            {"scenario": str(REDUCE), "sets": ["workload.params.rounds=1", "trace.enabled=false"]}]
+    (slow,) = _Pool(1, timeout=0.0).map(jobs[:1])      # killed as soon as the pool looks
+    assert slow["outcome"] == "hang" and slow["end_time_ps"] is None
+    quick, decode = _Pool(2, timeout=60).map(jobs[::-1])  # the quick run finishes first, stays first
+    assert quick["status"] == decode["status"] == "finished"
+    assert quick["end_time_ps"] < decode["end_time_ps"]

@@ -8,7 +8,7 @@ kind's own parameters, within the ranges the kinds declare
 fault-free run's duration.  ``--kinds`` and ``--targets`` (a glob) restrict
 the draw.
 
-Each plan runs on a local process pool (``--jobs``) with a virtual-time limit
+Each plan runs on the sweep's process pool (tools.sweep_backends, ``--jobs``) with a virtual-time limit
 (10x the fault-free end time) and a wall-clock guard, and is classified:
 
 ==================  ===========================================================
@@ -40,7 +40,6 @@ import csv
 import fnmatch
 import json
 import math
-import multiprocessing
 import re
 import sys
 import traceback
@@ -171,32 +170,38 @@ def _run_one(job: dict) -> dict:
 
 
 class _Pool:
-    """A local process pool whose stuck workers are terminated (a hang becomes an outcome, not a stall)."""
+    """The sweep's process pool (tools.sweep_backends.PoolBackend): a fresh process per run, and a
+    run still going ``timeout`` seconds after it started is killed (a hang becomes an outcome, not a stall)."""
 
     def __init__(self, jobs: int, timeout: float, progress: bool = False):
-        self.progress = progress
-        ctx = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
-                                          else "spawn")
-        self.jobs, self.timeout, self.ctx = jobs, timeout, ctx
-        self.pool = ctx.Pool(jobs, maxtasksperchild=50)
+        from tools.sweep_backends import PoolBackend
+        self.progress, self.timeout = progress, timeout
+        self.backend = PoolBackend(jobs, work=_run_one, preload=["tools.campaign", "tools.runner", "actors"])
 
     def map(self, jobs: list[dict]) -> list[dict]:
-        pending = [self.pool.apply_async(_run_one, (j,)) for j in jobs]
-        out = []
-        for i, p in enumerate(pending):
-            if self.progress and i and i % 50 == 0:
-                print(f"... {i}/{len(pending)} runs", file=sys.stderr, flush=True)
-            try:
-                out.append(p.get(timeout=self.timeout))
-            except multiprocessing.TimeoutError:
-                out.append({"outcome": "hang", "status": "hang", "end_time_ps": None, "error": "no answer"})
-                self.pool.terminate()   # our own workers only; start a fresh pool for the rest
-                self.pool = self.ctx.Pool(self.jobs, maxtasksperchild=50)
-        return out
+        out: list = [None] * len(jobs)
+        progress, n = self.progress, len(jobs)
 
-    def close(self):
-        self.pool.terminate()
-        self.pool.join()
+        class Events:
+            done_count = 0
+
+            @staticmethod
+            def running(_n):
+                pass
+
+            @classmethod
+            def done(cls, task, record):
+                if "result" in record:    # the pool's own failure record: killed or the worker died
+                    failed = record["result"]
+                    outcome = "hang" if failed["status"] == "wall-timeout" else "crash"
+                    record = {"outcome": outcome, "status": outcome, "end_time_ps": None, "error": failed["error"]}
+                out[task["index"]] = record
+                cls.done_count += 1
+                if progress and cls.done_count % 50 == 0:
+                    print(f"... {cls.done_count}/{n} runs", file=sys.stderr, flush=True)
+
+        self.backend.run([{**j, "index": i, "kill_after_s": self.timeout} for i, j in enumerate(jobs)], Events)
+        return out
 
 
 def _sets(base_sets: list[str], faults: list[dict], max_time: str, wall: str) -> list[str]:
@@ -237,29 +242,26 @@ def run_campaign(scenario_path: str, *, plans: int = 100, seed: int = 0, kinds=N
     wall = f"{wall_timeout:g}s"
     base_sets = list(sets or [])
     pool = _Pool(jobs, timeout=3 * wall_timeout + 30, progress=True)
-    try:
-        (baseline,) = pool.map([{"scenario": scenario_path, "sets": _sets(base_sets, [], "1000s", wall)}])
-        if baseline.get("outcome") in ("crash", "hang") or baseline["end_time_ps"] is None:
-            raise RuntimeError(f"the fault-free run failed: {baseline}")
-        horizon = baseline["end_time_ps"]
-        max_time = f"{10 * horizon + 10**6}ps"
-        echo(f"fault-free run: {baseline['status']}, end {format_time(horizon)}; {len(actors)} actors, "
-             f"{len(links)} links; {plans} plans (seed {seed}) on {jobs} worker(s)")
-        rng = np.random.default_rng(seed)
-        drawn = [draw_plan(rng, actors, links, horizon, kinds=kinds, targets=targets, max_faults=max_faults)
-                 for _ in range(plans)]
-        jobs_ = [{"scenario": scenario_path, "baseline": baseline, "sets": _sets(base_sets, plan, max_time, wall)}
-                 for plan in drawn]
-        results = pool.map(jobs_)
-        rows = []
-        for i, (plan, res) in enumerate(zip(drawn, results)):
-            rows.append({"plan": i, "faults": len(plan), "kinds": "+".join(f"{f['kind']}/{'link' if 'link' in f else 'actor'}"
-                                                                              for f in plan),
-                         "targets": " ".join(f.get("link") or f.get("actor") for f in plan), **res})
-        _write_reproducers(pool, sc, scenario_path, base_sets, rows, drawn, baseline, out_dir, max_time, wall,
-                           minimise)
-    finally:
-        pool.close()
+    (baseline,) = pool.map([{"scenario": scenario_path, "sets": _sets(base_sets, [], "1000s", wall)}])
+    if baseline.get("outcome") in ("crash", "hang") or baseline["end_time_ps"] is None:
+        raise RuntimeError(f"the fault-free run failed: {baseline}")
+    horizon = baseline["end_time_ps"]
+    max_time = f"{10 * horizon + 10**6}ps"
+    echo(f"fault-free run: {baseline['status']}, end {format_time(horizon)}; {len(actors)} actors, "
+         f"{len(links)} links; {plans} plans (seed {seed}) on {jobs} worker(s)")
+    rng = np.random.default_rng(seed)
+    drawn = [draw_plan(rng, actors, links, horizon, kinds=kinds, targets=targets, max_faults=max_faults)
+             for _ in range(plans)]
+    jobs_ = [{"scenario": scenario_path, "baseline": baseline, "sets": _sets(base_sets, plan, max_time, wall)}
+             for plan in drawn]
+    results = pool.map(jobs_)
+    rows = []
+    for i, (plan, res) in enumerate(zip(drawn, results)):
+        kinds = "+".join(f"{f['kind']}/{'link' if 'link' in f else 'actor'}" for f in plan)
+        rows.append({"plan": i, "faults": len(plan), "kinds": kinds,
+                     "targets": " ".join(f.get("link") or f.get("actor") for f in plan), **res})
+    _write_reproducers(pool, sc, scenario_path, base_sets, rows, drawn, baseline, out_dir, max_time, wall,
+                       minimise)
     counts = Counter(r["outcome"] for r in rows)
     text = summary_text(rows, drawn, counts)
     (out_dir / "summary.txt").write_text(text + "\n")

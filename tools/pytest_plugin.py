@@ -323,6 +323,14 @@ class SimHarness:
             sc.faults = list(sc.faults) + list(extra)
         return sc
 
+    def _loaded(self, method: str, scenario, set, faults, seed, mode):
+        """``scenario`` loaded with the overrides, or as given when already loaded (then without overrides)."""
+        if not hasattr(scenario, "resolved"):
+            return self.load(scenario, set=set, faults=faults, seed=seed, mode=mode)
+        if set or faults or seed is not None or mode is not None:
+            raise ValueError(f"emu_sim.{method}: pass set/faults/seed/mode to load() when giving a loaded scenario")
+        return scenario
+
     async def run(self, scenario, *, set=(), faults=(), seed: int | None = None, mode: str | None = None,
                   until=None) -> SimRun:
         """Run a scenario (a path or a loaded :class:`Scenario`) on the test's virtual clock."""
@@ -338,10 +346,7 @@ class SimHarness:
         if self.runs or clock.now != 0:
             raise RuntimeError("emu_sim.run: one scenario per test (a machine's times start at 0 and the test's "
                                f"virtual clock is already at {format_time(clock.now)}); use another test")
-        if not hasattr(scenario, "resolved"):
-            scenario = self.load(scenario, set=set, faults=faults, seed=seed, mode=mode)
-        elif set or faults or seed is not None or mode is not None:
-            raise ValueError("emu_sim.run: pass set/faults/seed/mode to load() when giving a loaded scenario")
+        scenario = self._loaded("run", scenario, set, faults, seed, mode)
         self.runs += 1
         path = self.tmp_path / f"{scenario.name}.emutrace"
         scenario.trace = {"enabled": True, "payloads": True}
@@ -363,10 +368,7 @@ class SimHarness:
         """
         from tools.runner import run_scenario
 
-        if not hasattr(scenario, "resolved"):
-            scenario = self.load(scenario, set=set, faults=faults, seed=seed, mode=mode)
-        elif set or faults or seed is not None or mode is not None:
-            raise ValueError("emu_sim.run_sync: pass set/faults/seed/mode to load() when giving a loaded scenario")
+        scenario = self._loaded("run_sync", scenario, set, faults, seed, mode)
         self.runs += 1
         path = self.tmp_path / f"{scenario.name}-{self.runs}.emutrace"
         scenario.trace = {"enabled": True, "payloads": True}

@@ -122,7 +122,8 @@ def plan_run(scenario: Scenario, *, out: str | None = None, bundle: bool = True,
 
 
 def _build(plan: RunPlan) -> tuple[System, Any, Any]:
-    """The built system, the workload bound to the context its ``build`` returned (DESIGN.md §7), and that context."""
+    """The built system, the workload bound to the context its ``build`` returned, and that context
+    (docs/extending.md, "A workload")."""
     sc = plan.scenario
     if plan.trace is not None:
         Path(plan.trace.path).parent.mkdir(parents=True, exist_ok=True)

@@ -43,22 +43,28 @@ def _failure(status: str, error: str) -> dict:
     return {"result": {"status": status, "error": error}}
 
 
-def _child(task: dict, conn) -> None:
+def _sweep_point(task: dict) -> dict:
     from tools.sweep_point import run_point
-    record = run_point(task, task["dir"])
-    conn.send(record)
+    return run_point(task, task["dir"])
+
+
+def _child(work, task: dict, conn) -> None:
+    conn.send(work(task))
     conn.close()
 
 
 class PoolBackend:
+    """``work(task) -> record`` runs in the child (default: a sweep point); it must be a
+    module-level function (it is pickled by name), ``preload`` the modules it needs."""
     name = "pool"
 
-    def __init__(self, jobs: int | None = None):
+    def __init__(self, jobs: int | None = None, work=_sweep_point, preload=("tools.sweep_point",)):
         self.jobs = jobs or default_jobs()
+        self.work, self.preload = work, list(preload)
 
     def run(self, tasks: list[dict], events) -> None:
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["tools.sweep_point"])
+        ctx.set_forkserver_preload(self.preload)
         queue = list(tasks)
         running: dict = {}          # pipe end -> (task, process, start time)
         try:
@@ -66,7 +72,7 @@ class PoolBackend:
                 while queue and len(running) < self.jobs:
                     task = queue.pop(0)
                     r, w = ctx.Pipe(duplex=False)
-                    p = ctx.Process(target=_child, args=(task, w), name=f"emu-sweep-point-{task['index']}",
+                    p = ctx.Process(target=_child, args=(self.work, task, w), name=f"emu-sweep-point-{task['index']}",
                                     daemon=True)
                     p.start()
                     w.close()
