@@ -22,7 +22,7 @@ HOST_DATA_BYTES = 2 * 2**30
 
 
 def format_bytes(n: int) -> str:
-    """``n`` bytes in the largest binary unit, for limit messages (``'128 GiB'``)."""
+    """``n`` bytes in the largest binary unit, exact count after, for limit messages (``'4 GiB (4294967296 B)'``)."""
     for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:
             return f"{n / scale:.3g} {unit} ({n} B)"

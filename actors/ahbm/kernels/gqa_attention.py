@@ -56,8 +56,6 @@ moment its CUBE is done.  Only the Group root normalises and stores ``O``.
 """
 from __future__ import annotations
 
-import math
-
 from actors.ahbm.kernels.gqa_index import (GroupLayout, children_of, local_coords, rank_of, reduce_tree, root_of,
                                            snake, valid_len)
 from actors.ahbm.kernels.merge import fold_tile, init_running, lse_merge
@@ -92,14 +90,14 @@ def prefill_tiles(counter: int, tile: int, qs: int, qe: int) -> tuple[list[tuple
     return out, skipped
 
 
-def _sweep(tl, q, tiles, *, M, d, scale, composite, k_ptr, v_ptr, base):
+def _sweep(tl, q, tiles, *, M, d, scale, composite, k_ptr, v_ptr):
     """Online-softmax sweep over ``tiles`` = [(slot0, keys, mask kwargs or None)] of this rank's KV."""
     m, l, O = init_running(tl, M, d)
     if not tiles:
         return m, l, O
 
     def kt_addr(slot0):   # K pre-transposed per tile: tile starting at slot0 is [d, keys] at slot0*d
-        return k_ptr + (slot0 - base) * d * F2
+        return k_ptr + slot0 * d * F2
 
     def scores(t):
         return tl.composite("gemm", a=q, b=tl.ref(kt_addr(t[0]), (d, t[1])), epilogue=[("scale", scale)])
@@ -113,10 +111,10 @@ def _sweep(tl, q, tiles, *, M, d, scale, composite, k_ptr, v_ptr, base):
                 if j + 1 < len(tiles):   # next tile's Q·Kᵀ before this tile's scores are used (seed §3)
                     ahead += Sj.pending is not None    # Sj not yet waited for: the issue is really ahead
                     S_next = scores(tiles[j + 1])
-                v = tl.ref(v_ptr + (slot0 - base) * d * F2, (n, d))
+                v = tl.ref(v_ptr + slot0 * d * F2, (n, d))
             else:
                 kT = tl.load(kt_addr(slot0), (d, n))
-                v = tl.load(v_ptr + (slot0 - base) * d * F2, (n, d))
+                v = tl.load(v_ptr + slot0 * d * F2, (n, d))
                 Sj = tl.dot(q, kT) * scale
             if mask is not None:
                 Sj = Sj + tl.causal_mask(M, n, **mask)
@@ -173,7 +171,7 @@ def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, c
                 masked = [(ks, n, dict(q0=qs, q_period=T_q, k0=ks) if part else None) for ks, n, part in tiles]
                 q = q_handle(q_ptr + b * M * d * F2)
                 m, l, O = _sweep(tl, q, masked, M=M, d=d, scale=scale, composite=composite, k_ptr=k_ptr,
-                                 v_ptr=v_ptr, base=0)
+                                 v_ptr=v_ptr)
                 tl.store(o_ptr + b * M * d * 4, O / l)
         tl.report("tiles_computed", computed)
         tl.report("tiles_skipped", skipped)
@@ -185,7 +183,7 @@ def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, c
     my_len = valid_len(counter, rank, R)
     tiles = [(s0, n, None) for s0, n in decode_tiles(my_len, tile)]
     q = q_handle(q_ptr)
-    state = _sweep(tl, q, tiles, M=M, d=d, scale=scale, composite=composite, k_ptr=k_ptr, v_ptr=v_ptr, base=0)
+    state = _sweep(tl, q, tiles, M=M, d=d, scale=scale, composite=composite, k_ptr=k_ptr, v_ptr=v_ptr)
     tl.report("my_len", my_len)
     tl.report("partial_done_ps", tl.now())
     if R == 1:
@@ -277,7 +275,3 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
     tl.report("ring_rank", r)
     tl.store(o_ptr, O / l)
     return None
-
-
-def default_scale(d: int) -> float:
-    return 1.0 / math.sqrt(d)

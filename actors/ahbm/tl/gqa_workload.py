@@ -197,8 +197,7 @@ def gqa_place(place, lay: KernelLayout, data, p) -> None:
             sip, cubes = lay.info["group"].cubes_of_head(h)
             c = (sip, cubes[0], 0)
             T_q, nb = p["T_q"], p["chunk"] // p["T_q"]
-            T = p["tile"] if 0 < p["tile"] < S else S
-            _write_kt_tiles(place.write, c, k, [(s, min(T, S - s)) for s in range(0, S, T)])
+            _write_kt_tiles(place.write, c, k, decode_tiles(S, p["tile"]))   # the kernel's prefill_tiles grid
             place.write(c, ADDR["v"], np.ascontiguousarray(v).tobytes())
             blocks = q.reshape(G, nb, T_q, d).transpose(1, 0, 2, 3).reshape(nb, G * T_q, d)
             place.write(c, ADDR["q"], np.ascontiguousarray(blocks).tobytes())
