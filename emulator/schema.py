@@ -490,15 +490,18 @@ def validate(spec: Spec, doc: Doc, root: tuple = ()) -> Any:
     return out
 
 
-def describe_schema(spec: Spec, indent: int = 0) -> list[str]:
-    """Human-readable listing of a schema (for ``emu validate --schema`` and docs)."""
+def describe_schema(spec: Spec, indent: int = 0, notes: dict | None = None, path: str = "") -> list[str]:
+    """Human-readable listing of a schema (for ``emu validate --schema`` and docs); ``notes``: text appended
+    to the line of a dotted key path (which components read it, tools/components.py)."""
     lines = []
+    notes = notes or {}
     if isinstance(spec, Map):
         for key, sub in spec.fields.items():
             req = "required" if sub.required else (f"default {sub.default!r}" if sub.default is not _MISSING else "optional")
-            lines.append(f"{'  ' * indent}{key}: {sub.describe()} [{req}]{' - ' + sub.doc if sub.doc else ''}")
+            lines.append(f"{'  ' * indent}{key}: {sub.describe()} [{req}]{' - ' + sub.doc if sub.doc else ''}"
+                         f"{notes.get(path + key, '')}")
             if isinstance(sub, Map):
-                lines += describe_schema(sub, indent + 1)
+                lines += describe_schema(sub, indent + 1, notes, f"{path}{key}.")
             elif isinstance(sub, List) and isinstance(sub.item, Map):
-                lines += describe_schema(sub.item, indent + 1)
+                lines += describe_schema(sub.item, indent + 1, notes, f"{path}{key}.")
     return lines

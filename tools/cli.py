@@ -48,13 +48,20 @@ def cmd_schema(args) -> int:
     if args.scenario:
         from actors import registry
 
+        from tools.components import describe_components, family_components, scenario_schema, schema_notes
+
         sc = _load(args.scenario, args.set)
         family = registry.family(sc.family)
+        classes = family_components(family)
+        schema = scenario_schema(family.PROFILE_SCHEMA, family.WORKLOADS[sc.workload].params)
         print(f"machine profile (family {sc.family}):")
-        print("\n".join("  " + line for line in describe_schema(family.PROFILE_SCHEMA)))
+        print("\n".join("  " + line for line in describe_schema(family.PROFILE_SCHEMA,
+                                                                  notes=schema_notes(classes, schema))))
         for name, wl in family.WORKLOADS.items():
             print(f"workload {name}: {wl.summary}")
             print("\n".join("  " + line for line in describe_schema(wl.params)))
+        print(f"components (family {sc.family}, their declared ports and parameters):")
+        print("\n".join("  " + line for line in describe_components(classes, schema)))
     return 0
 
 
@@ -80,7 +87,16 @@ def cmd_validate(args) -> int:
     return 0
 
 
+def _classes(system) -> dict:
+    """The component classes of a built system, each with its first actor, in the order they were added."""
+    out: dict = {}
+    for a in system.actors.values():
+        out.setdefault(type(a), a)
+    return out
+
+
 def cmd_explain(args) -> int:
+    from tools.components import components_json, describe_components, scenario_schema
     from tools.runner import build_system
 
     sc = _load(args.scenario, args.set)
@@ -94,6 +110,7 @@ def cmd_explain(args) -> int:
             "scenario": sc.name, "profile": sc.profile, "workload": {"kind": sc.workload, "params": sc.params},
             "actors": {a.name: a.describe() for a in system.actors.values()},
             "links": [l.describe() for l in system.links],
+            "components": components_json(_classes(system)),
         }, indent=1, default=str))
         return 0
     print(f"scenario {sc.name}: machine {sc.profile_name} ({sc.profile_file}), workload {sc.workload}, "
@@ -109,6 +126,12 @@ def cmd_explain(args) -> int:
         d = a.describe()
         extra = " ".join(f"{k}={v}" for k, v in d.items() if k not in ("type", "inputs", "outputs"))
         print(f"  {a.name} [{d['type']}] in={','.join(d['inputs'])} out={','.join(d['outputs'])} {extra}")
+    from actors import registry
+    print(f"components ({len(_classes(system))} classes: declared ports and parameters, emulator/declare.py):")
+    fam = registry.family(sc.family)
+    schema = scenario_schema(fam.PROFILE_SCHEMA, fam.WORKLOADS[sc.workload].params)
+    print("\n".join("  " + line for line in describe_components(list(_classes(system)), schema, sc.profile, sc.params,
+                                                                  _classes(system))))
     print(f"links ({len(system.links)}):")
     for l in system.links:
         print(f"  {l.name}: capacity {l.capacity}, latency {format_time(l.latency)}, "

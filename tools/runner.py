@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from actors import registry
+from emulator.declare import check_system
 from emulator.faults import install_faults
 from emulator.interrupt import RunStopped, StopSwitch
 from emulator.scenario import Scenario
@@ -129,6 +130,7 @@ def _build(plan: RunPlan) -> tuple[System, Any, Any]:
         Path(plan.trace.path).parent.mkdir(parents=True, exist_ok=True)
     system = System(sc.name, seed=sc.seed, mode=sc.mode, trace=plan.trace, scenario=sc.resolved())
     context = plan.workload.build(system, sc.profile, sc.params)
+    check_system(system)   # ports and wiring against the components' declarations (emulator/declare.py)
     install_faults(system, sc.faults)
     return system, plan.workload.bind(context), context
 

@@ -22,6 +22,7 @@ on-PE wire; assumption: intra-PE control paths are not modelled as a cost):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 
 from actors.ahbm.cpu import PeCpu
 from actors.ahbm.dma import DmaEngine
@@ -34,6 +35,7 @@ from actors.ahbm.memory import HbmChannel, Tcm
 from actors.ahbm.noc import Router
 from actors.ahbm.params import OPPOSITE, Params, cube_name, pe_name
 from actors.ahbm.scheduler import PeScheduler
+from emulator.declare import params_for
 from protocols.ahbm import Launch
 from protocols.ahbm_tl import KernelLaunch
 
@@ -130,10 +132,12 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
     prm = Params.of(profile)
     m = Machine(prm)
     add, connect = system.add, system.connect
+    v = cache(lambda cls: params_for(cls, prm))   # each class reads only the parameters it declares
+
 
     for sip in range(prm.sips):
         for cube in range(prm.cubes):
-            m.routers[(sip, cube)] = add(Router(f"{cube_name(sip, cube)}/router", sip=sip, cube=cube, prm=prm,
+            m.routers[(sip, cube)] = add(Router(f"{cube_name(sip, cube)}/router", sip=sip, cube=cube, prm=v(Router),
                                                 dirs=list(_router_dirs(prm, sip, cube))))
             for load in m.routers[(sip, cube)].loads.values():   # its output-occupancy tracks
                 add(load)
@@ -142,15 +146,15 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
                 nb = pe_neighbours(prm, p)
                 pe = Pe(
                     (sip, cube, p),
-                    cpu=add(PeCpu(f"{base}/cpu", prm=prm, coord=(sip, cube, p), dirs=list(nb))),
-                    sched=add(PeScheduler(f"{base}/sched", prm=prm)),
-                    dma=add(DmaEngine(f"{base}/dma", prm=prm, clients=["cpu", "sched"], coord=(sip, cube, p))),
-                    gemm=add(GemmEngine(f"{base}/gemm", prm=prm, clients=["cpu", "sched"])),
-                    math=add(MathEngine(f"{base}/math", prm=prm, clients=["cpu", "sched"])),
-                    tcm=add(Tcm(f"{base}/tcm", clients=TCM_CLIENTS, capacity=prm.tcm_bytes)),
-                    ipcq=add(Ipcq(f"{base}/ipcq", depth=prm.ipcq_depth, dirs=list(nb))),
-                    pcs=[add(HbmChannel(f"{base}/hbm/pc{i}", index=i, prm=prm)) for i in range(prm.pcs)],
-                    port=add(HbmPort(f"{base}/hbm/port", prm=prm, coord=(sip, cube, p))),
+                    cpu=add(PeCpu(f"{base}/cpu", prm=v(PeCpu), coord=(sip, cube, p), dirs=list(nb))),
+                    sched=add(PeScheduler(f"{base}/sched", prm=v(PeScheduler))),
+                    dma=add(DmaEngine(f"{base}/dma", prm=v(DmaEngine), clients=["cpu", "sched"], coord=(sip, cube, p))),
+                    gemm=add(GemmEngine(f"{base}/gemm", prm=v(GemmEngine), clients=["cpu", "sched"])),
+                    math=add(MathEngine(f"{base}/math", prm=v(MathEngine), clients=["cpu", "sched"])),
+                    tcm=add(Tcm(f"{base}/tcm", clients=TCM_CLIENTS, **v(Tcm).kwargs())),
+                    ipcq=add(Ipcq(f"{base}/ipcq", dirs=list(nb), **v(Ipcq).kwargs())),
+                    pcs=[add(HbmChannel(f"{base}/hbm/pc{i}", index=i, prm=v(HbmChannel))) for i in range(prm.pcs)],
+                    port=add(HbmPort(f"{base}/hbm/port", prm=v(HbmPort), coord=(sip, cube, p))),
                 )
                 m.pes[(sip, cube, p)] = pe
                 for eng in (pe.dma, pe.gemm, pe.math):

@@ -58,12 +58,14 @@ from __future__ import annotations
 from collections import deque
 
 from emulator.actor import Actor
-from protocols.ahbm import (CompositeCmd, DmaCmd, GemmCmd, IpcqCmd, Launch, MathCmd, NocPacket, PeDone,
-                            payload)
+from emulator.declare import In, Out
+from protocols.ahbm import (CompositeCmd, DmaCmd, Done, GemmCmd, IpcqCmd, IpcqResp, Launch, MathCmd, NocPacket,
+                            PeDone, payload)
+from protocols.ahbm_tl import KernelDone, KernelLaunch
 
 from actors.ahbm.costs import dispatch_ps
-from actors.ahbm.memory import TcmClient
-from actors.ahbm.params import pe_name
+from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
+from actors.ahbm.params import GEOMETRY, declare, pe_name
 
 __all__ = ["PeCpu", "PKT_ID0"]
 
@@ -80,6 +82,18 @@ class PeCpu(Actor):
     (actors/ahbm/tl/backend.py, a structural protocol) without importing the runtime."""
 
     daemon = True
+    PORTS = (In("launch", Launch, KernelLaunch, doc="a script or a registered launch type, from the host", idle=True),
+             Out("pe_done", PeDone, KernelDone, doc="the launch's completion, to the host"),
+             Out("dma", DmaCmd, doc="DMA commands"), Out("gemm", GemmCmd, doc="GEMM commands"),
+             Out("math", MathCmd, doc="MATH commands"), Out("sched", CompositeCmd, doc="composites, to the scheduler"),
+             Out("ipcq", IpcqCmd, doc="IPCQ send / recv"), Out("noc_out", NocPacket, doc="NOC packets to other PEs"),
+             In("done", Done, doc="completions of the DMA, GEMM, MATH engines and the scheduler"),
+             In("ipcq_resp", IpcqResp, doc="IPCQ completions"), In("noc_in", NocPacket, doc="NOC packets from other PEs"),
+             *TCM_CLIENT_PORTS)
+    #: what the CPU and the ``tl`` runtime and kernels it runs read (tl/runtime.py: TCM and HBM allocators,
+    #: fills at the MATH lane rate; kernels: the PE grid)
+    PARAMS = declare(*GEOMETRY, "gx", "gy", "dispatch", "tcm_bytes", "tile", "burst", "hbm_capacity", "pe_clk",
+                     "lanes", "math_fixed")
     #: launch message type -> ``async handler(cpu, launch) -> done message``, for launches
     #: other than command scripts (:meth:`register_launch`)
     launch_handlers: dict = {}

@@ -52,12 +52,14 @@ import numpy as np
 from trio.lowlevel import ParkingLot
 
 from emulator.actor import Actor
-from protocols.ahbm import DmaCmd, Done, MemReq, payload
+from emulator.declare import In, Out
+from protocols.ahbm import DmaCmd, Done, MemReq, MemResp, PcReq, PcResp, payload
 from protocols.codec import TensorDesc
 
 from actors.ahbm.answers import Answers, Mailbox
 from actors.ahbm.hbm_access import channel_access, check_block
-from actors.ahbm.memory import TcmClient
+from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
+from actors.ahbm.params import declare
 
 __all__ = ["DmaEngine", "REGION_BITS"]
 
@@ -67,7 +69,17 @@ REGION_BITS = 28
 
 
 class DmaEngine(Actor):
+    """HBM <-> TCM block moves, local or remote (module docstring)."""
+
     daemon = True
+    PORTS = (In("cmd", DmaCmd, doc="DMA commands from the CPU and the scheduler", idle=True),
+             Out("done_{client}", Done, doc="completion to each client (cpu, sched)"),
+             Out("pc{i}", PcReq, doc="requests to pseudo-channel i of its PE"),
+             In("pc_resp", PcResp, doc="the channels' answers"),
+             Out("noc_out", MemReq, doc="remote HBM requests, into the router attach link"),
+             In("noc_in", MemResp, doc="remote HBM answers"),
+             *TCM_CLIENT_PORTS)
+    PARAMS = declare("pcs", "burst", "hbm_capacity", "dma_setup", "dma_outstanding")
 
     def __init__(self, name: str, *, prm, clients: list[str], coord: tuple = (0, 0, 0)):
         super().__init__(name)

@@ -16,17 +16,25 @@ from __future__ import annotations
 import numpy as np
 
 from emulator.actor import Actor
+from emulator.declare import In, Out
 from protocols.ahbm import Done, GemmCmd
 from protocols.codec import TensorDesc
 
 from actors.ahbm.costs import gemm_ps
-from actors.ahbm.memory import TcmClient
+from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
+from actors.ahbm.params import declare
 
 __all__ = ["GemmEngine"]
 
 
 class GemmEngine(Actor):
+    """The R x C MAC array (module docstring)."""
+
     daemon = True
+    PORTS = (In("cmd", GemmCmd, doc="GEMM commands from the CPU and the scheduler, FIFO", idle=True),
+             Out("done_{client}", Done, doc="completion to each client (cpu, sched)"),
+             *TCM_CLIENT_PORTS)
+    PARAMS = declare("array_rows", "array_cols", "fill_drain", "charge_padded", "pe_clk")
 
     def __init__(self, name: str, *, prm, clients: list[str]):
         super().__init__(name)

@@ -15,17 +15,26 @@ from __future__ import annotations
 import numpy as np
 
 from emulator.actor import Actor
-from protocols.ahbm import MemReq, MemResp, payload
+from emulator.declare import In, Out
+from protocols.ahbm import MemReq, MemResp, PcReq, PcResp, payload
 from protocols.codec import TensorDesc
 
 from actors.ahbm.answers import Direct
 from actors.ahbm.hbm_access import channel_access, check_block
+from actors.ahbm.params import declare
 
 __all__ = ["HbmPort"]
 
 
 class HbmPort(Actor):
+    """The NOC side of a PE's HBM controller (module docstring)."""
+
     daemon = True
+    PORTS = (In("req", MemReq, doc="remote HBM requests from the router (other PEs' DMAs, host loads)", idle=True),
+             Out("out", MemResp, doc="answers, back over the NOC"),
+             Out("pc{i}", PcReq, doc="requests to pseudo-channel i"),
+             In("pc_resp", PcResp, doc="the channels' answers"))
+    PARAMS = declare("pcs", "burst", "hbm_capacity")
 
     def __init__(self, name: str, *, prm, coord: tuple):
         super().__init__(name)

@@ -33,8 +33,9 @@ from __future__ import annotations
 import numpy as np
 
 from emulator.actor import Actor
-from protocols.ahbm import MemReq, PeDone, payload
-from protocols.ahbm_tl import KernelDone
+from emulator.declare import In, Out
+from protocols.ahbm import Launch, MemReq, MemResp, PeDone, payload
+from protocols.ahbm_tl import KernelDone, KernelLaunch
 from protocols.codec import TensorDesc
 
 __all__ = ["Host"]
@@ -42,6 +43,12 @@ __all__ = ["Host"]
 
 
 class Host(Actor):
+    """The IO die: timed tensor loads, then the PEs' launches and completions (module docstring)."""
+
+    PORTS = (Out("launch_{i}", Launch, KernelLaunch, doc="the launch of the i-th PE with a program"),
+             In("done", PeDone, KernelDone, doc="completions of every launched PE"),
+             Out("noc_out", MemReq, doc="timed loads, into the host interface"),
+             In("noc_in", MemResp, doc="the loads' acknowledgements"))
     def __init__(self, name: str, *, programs: dict, coord: list):
         """``programs``: {PE name: Launch | KernelLaunch}."""
         super().__init__(name)

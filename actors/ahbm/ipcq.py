@@ -40,16 +40,27 @@ from __future__ import annotations
 from collections import deque
 
 from emulator.actor import Actor
+from emulator.declare import In, Out, Param
 from protocols.ahbm import IpcqCmd, IpcqCredit, IpcqData, IpcqResp, payload
 
-from actors.ahbm.memory import TcmClient
+from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
 from actors.ahbm.params import DIRS
 
 __all__ = ["Ipcq"]
 
 
 class Ipcq(Actor):
+    """The PE's IPCQ block: N/S/E/W queue pairs with credits (module docstring)."""
+
     daemon = True
+    PORTS = (In("cmd", IpcqCmd, doc="send / recv commands from the CPU", idle=True),
+             Out("resp", IpcqResp, doc="completion of a send (on the wire) or a recv (in the TCM)"),
+             Out("tx_{dir}", IpcqData, doc="messages to the neighbour in direction dir"),
+             In("rx_{dir}", IpcqData, doc="messages from the neighbour in direction dir", idle=True),
+             Out("cr_tx_{dir}", IpcqCredit, doc="credits returned to the neighbour in direction dir"),
+             In("cr_rx_{dir}", IpcqCredit, doc="credits from the neighbour in direction dir", idle=True),
+             *TCM_CLIENT_PORTS)
+    PARAMS = (Param("depth", "ipcq.depth", "count", "ring slots per direction (credits)", lambda prm: prm.ipcq_depth),)
 
     def __init__(self, name: str, *, depth: int, dirs: list[str]):
         super().__init__(name)

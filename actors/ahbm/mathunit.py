@@ -16,11 +16,13 @@ from __future__ import annotations
 import numpy as np
 
 from emulator.actor import Actor
+from emulator.declare import In, Out
 from protocols.ahbm import Done, MathCmd
 from protocols.codec import TensorDesc
 
 from actors.ahbm.costs import MATH_OPS, math_ps
-from actors.ahbm.memory import TcmClient
+from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
+from actors.ahbm.params import declare
 
 __all__ = ["MathEngine", "compute", "result_shape"]
 
@@ -63,7 +65,13 @@ def result_shape(op: str, shapes: list[tuple]) -> tuple:
 
 
 class MathEngine(Actor):
+    """Element-wise ops and row reductions (module docstring)."""
+
     daemon = True
+    PORTS = (In("cmd", MathCmd, doc="MATH commands from the CPU and the scheduler, FIFO", idle=True),
+             Out("done_{client}", Done, doc="completion to each client (cpu, sched)"),
+             *TCM_CLIENT_PORTS)
+    PARAMS = declare("lanes", "math_fixed", "pe_clk")
 
     def __init__(self, name: str, *, prm, clients: list[str]):
         super().__init__(name)

@@ -18,18 +18,23 @@ import numpy as np
 from trio.lowlevel import ParkingLot
 
 from emulator.actor import Actor
+from emulator.declare import In, Out, Param
 from protocols.ahbm import PcReq, PcResp, TcmReq, TcmResp
 from protocols.codec import TensorDesc
 
 from actors.ahbm.costs import pc_ps
+from actors.ahbm.params import declare
 
-__all__ = ["HbmChannel", "Tcm", "TcmClient", "nbytes_of"]
+__all__ = ["HbmChannel", "Tcm", "TcmClient", "TCM_CLIENT_PORTS", "nbytes_of"]
 
 
 class HbmChannel(Actor):
     """One HBM pseudo-channel controller of a PE."""
 
     daemon = True
+    PORTS = (In("req", PcReq, doc="channel requests, FIFO (the PE's DMA and HBM port)", idle=True),
+             Out("resp_{client}", PcResp, doc="answers to each requester (dma, port)"))
+    PARAMS = declare("burst", "pc_bw_eff", "hbm_latency")
 
     def __init__(self, name: str, *, index: int, prm):
         super().__init__(name)
@@ -84,6 +89,9 @@ class Tcm(Actor):
     """The PE's scratch memory: named buffers, capacity-checked."""
 
     daemon = True
+    PORTS = (In("req", TcmReq, doc="read / write / free of a named buffer, from every client", idle=True),
+             Out("to_{client}", TcmResp, doc="the answer to each client (cpu, dma, gemm, math, ipcq)"))
+    PARAMS = (Param("capacity", "tcm.size", "B", "TCM (scratch) capacity", lambda prm: prm.tcm_bytes),)
 
     def __init__(self, name: str, *, clients: list[str], capacity: int):
         super().__init__(name)
@@ -132,6 +140,11 @@ class Tcm(Actor):
 
     def describe(self) -> dict:
         return {**super().describe(), "capacity_B": self.capacity}
+
+
+#: the two ports a :class:`TcmClient` adds to its actor (part of every TCM client's ``PORTS``)
+TCM_CLIENT_PORTS = (Out("tcm_req", TcmReq, doc="requests to the PE's TCM"),
+                    In("tcm_resp", TcmResp, doc="the TCM's answers"))
 
 
 class TcmClient:

@@ -90,10 +90,13 @@ from trio.lowlevel import ParkingLot
 import trio
 
 from emulator.actor import Actor
+from emulator.declare import In, Out
 from emulator.trace import BUSY
 from emulator.units import transfer_ps
 from protocols.ahbm import MemReq, MemResp, NocPacket
 from protocols.codec import encode
+
+from actors.ahbm.params import GEOMETRY, declare
 
 __all__ = ["Router", "PortLoad", "LOCAL"]
 
@@ -151,6 +154,18 @@ class Router(Actor):
     """The NOC router of one CUBE."""
 
     daemon = True
+    PORTS = (In("in_{dir}", NocPacket, MemReq, MemResp, doc="from the neighbour router in N/S/E/W (mesh, UCIe)",
+                idle=True),
+             Out("out_{dir}", NocPacket, MemReq, MemResp, doc="to the neighbour router in N/S/E/W"),
+             In("in_pe{p}", NocPacket, doc="PE p's CPU attach link", idle=True),
+             Out("out_pe{p}", NocPacket, doc="to PE p's CPU"),
+             In("in_dma{p}", MemReq, doc="PE p's DMA attach link (remote HBM requests)", idle=True),
+             Out("out_dma{p}", MemResp, doc="remote HBM answers to PE p's DMA"),
+             In("in_mem{p}", MemResp, doc="PE p's HBM port attach link (answers)", idle=True),
+             Out("out_mem{p}", MemReq, doc="requests to PE p's HBM port"),
+             In("in_io", MemReq, doc="the host interface (timed loads)", idle=True),
+             Out("out_io", MemResp, doc="load acknowledgements to the host interface"))
+    PARAMS = declare(*GEOMETRY, "io_attach", "router_ps", "router_buffer", "cut_through")
 
     def __init__(self, name: str, *, sip: int, cube: int, prm, dirs: list[str]):
         super().__init__(name)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from emulator.declare import Param
 from emulator.schema import Bool, Enum, Float, Int, Map, Quantity, Str
 from emulator.units import ClockDomain
 
-__all__ = ["Params", "PROFILE_SCHEMA", "DIRS", "OPPOSITE", "pe_name", "cube_name"]
+__all__ = ["Params", "PARAMS", "GEOMETRY", "declare", "PROFILE_SCHEMA", "DIRS", "OPPOSITE", "pe_name", "cube_name"]
 
 DIRS = ("N", "S", "E", "W")
 OPPOSITE = {"N": "S", "S": "N", "E": "W", "W": "E"}
@@ -205,3 +206,64 @@ def pe_name(sip: int, cube: int, pe: int) -> str:
 
 def cube_name(sip: int, cube: int) -> str:
     return f"sip{sip}/cube{cube:02d}"
+
+
+#: What each :class:`Params` field is: profile key path(s), unit, doc (the formula for a derived one).  A
+#: component declares the fields it reads with :func:`declare` (emulator/declare.py).
+PARAMS = {p.name: p for p in (
+    Param("sips", "sips", "count", "SIPs in the machine"),
+    Param("cx", "cubes.x", "count", "CUBE columns per SIP"),
+    Param("cy", "cubes.y", "count", "CUBE rows per SIP"),
+    Param("P", "pes_per_cube", "count", "PEs per CUBE"),
+    Param("gx", "pe_grid.x", "count", "PE grid columns inside a CUBE (IPCQ neighbours)"),
+    Param("gy", "pe_grid.y", "count", "PE grid rows inside a CUBE"),
+    Param("pe_clk", "clock.pe", "clock", "PE clock: cycles -> ps"),
+    Param("noc_clk", "clock.noc", "clock", "NOC clock"),
+    Param("pcs", "hbm.pcs_per_pe", "count", "HBM pseudo-channels per PE"),
+    Param("pc_bw_eff", ("hbm.pc_bandwidth", "hbm.efficiency"), "B/s",
+          "effective rate of one pseudo-channel: pc_bandwidth x efficiency"),
+    Param("hbm_latency", "hbm.access_latency", "ps", "closed-page access latency of one channel request"),
+    Param("burst", "hbm.burst", "B", "pseudo-channel interleave granularity"),
+    Param("hbm_capacity", "hbm.capacity", "B", "HBM bytes per PE"),
+    Param("dma_setup", ("dma.setup_cycles", "clock.pe"), "ps", "DMA descriptor setup: setup_cycles PE cycles"),
+    Param("dma_outstanding", "dma.outstanding", "count", "DMA commands in their data phase at once"),
+    Param("array_rows", "gemm.array_rows", "count", "MAC array rows R"),
+    Param("array_cols", "gemm.array_cols", "count", "MAC array columns C"),
+    Param("fill_drain", "gemm.fill_drain_cycles", "cycles", "array fill + drain, once per output block"),
+    Param("charge_padded", "gemm.charge_padded", "bool", "charge whole array passes for partial tiles"),
+    Param("tile", ("gemm.tile_m", "gemm.tile_k", "gemm.tile_n"), "elements",
+          "composite tile plan (TILE_M, TILE_K, TILE_N)"),
+    Param("lanes", "math.lanes", "count", "MATH fp32 lanes (1 element / lane / cycle)"),
+    Param("math_fixed", "math.fixed_cycles", "cycles", "MATH per-op pipeline latency"),
+    Param("tcm_bytes", "tcm.size", "B", "TCM (scratch) capacity"),
+    Param("ipcq_depth", "ipcq.depth", "count", "IPCQ ring slots per direction (credits)"),
+    Param("ipcq_overhead", "ipcq.fixed_overhead", "ps", "IPCQ per-message fixed time"),
+    Param("ipcq_bw", "ipcq.bandwidth", "B/s", "IPCQ message serialisation rate"),
+    Param("credit_latency", "ipcq.credit_latency", "ps", "IPCQ credit return"),
+    Param("router_ps", ("noc.router_cycles", "clock.noc"), "ps", "router pipeline latency alpha per hop"),
+    Param("link_ps", ("noc.link_cycles", "clock.noc"), "ps", "NOC wire latency per link"),
+    Param("attach_bw", "noc.attach_bandwidth", "B/s", "PE CPU / DMA <-> router links"),
+    Param("hbm_attach_bw", "noc.hbm_attach_bandwidth", "B/s", "HBM port <-> router links"),
+    Param("router_buffer", "noc.buffer", "count", "packets buffered per router output"),
+    Param("link_capacity", "noc.link_capacity", "count", "credits per NOC / UCIe link"),
+    Param("cut_through", "noc.switching", "bool", "noc.switching == cut_through"),
+    Param("cube_link_latency", ("ucie.intra_sip.port_latency", "noc.link_cycles"), "ps",
+          "CUBE<->CUBE in a SIP: 2 x port_latency + link"),
+    Param("cube_link_bw", "ucie.intra_sip.bandwidth", "B/s", "CUBE<->CUBE UCIe rate"),
+    Param("sip_link_latency", "ucie.inter_sip.latency", "ps", "SIP<->SIP UCIe latency"),
+    Param("sip_link_bw", "ucie.inter_sip.bandwidth", "B/s", "SIP<->SIP UCIe rate"),
+    Param("dispatch", ("cpu.dispatch_cycles", "clock.pe"), "ps", "CPU dispatch time per op kind"),
+    Param("cmd_depth", "cpu.command_queue_depth", "count", "entries of each engine command queue"),
+    Param("launch_latency", "io.launch_latency", "ps", "IO die -> PE launch path"),
+    Param("io_attach", ("io.attach.sip", "io.attach.cube"), "coord", "the CUBE router the host interface hangs on"),
+    Param("io_bw", "io.bandwidth", "B/s", "host interface rate, per direction"),
+    Param("io_latency", "io.latency", "ps", "host interface one-way latency"),
+)}
+
+#: a machine's geometry, read by every actor that computes NOC addresses
+GEOMETRY = ("sips", "cx", "cy", "P")
+
+
+def declare(*names: str) -> tuple:
+    """The declarations of :class:`Params` fields ``names``, for a component's ``PARAMS``."""
+    return tuple(PARAMS[n] for n in names)

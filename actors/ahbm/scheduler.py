@@ -21,8 +21,10 @@ from __future__ import annotations
 import numpy as np
 
 from emulator.actor import Actor
+from emulator.declare import In, Out
 from protocols.ahbm import CompositeCmd, DmaCmd, Done, GemmCmd, MathCmd
 
+from actors.ahbm.params import declare
 from actors.ahbm.tiles import plan
 
 __all__ = ["PeScheduler", "EPILOGUE_OPS"]
@@ -32,7 +34,16 @@ EPILOGUE_OPS = ("scale", "relu", "exp")
 
 
 class PeScheduler(Actor):
+    """Composite GEMM -> tile plan -> streamed DMA / GEMM / MATH commands (module docstring)."""
+
     daemon = True
+    PORTS = (In("cmd", CompositeCmd, doc="composite commands from the CPU", idle=True),
+             Out("done_cpu", Done, doc="completion of a composite to the CPU"),
+             Out("dma", DmaCmd, doc="tile loads and stores"),
+             Out("gemm", GemmCmd, doc="tile GEMMs"),
+             Out("math", MathCmd, doc="epilogue steps"),
+             In("done", Done, doc="completions of its DMA / GEMM / MATH commands"))
+    PARAMS = declare("tile")
 
     def __init__(self, name: str, *, prm):
         super().__init__(name)

@@ -27,6 +27,7 @@ import numpy as np
 
 from actors.registry import HOST_DATA_BYTES, Workload, format_bytes
 from emulator.actor import Actor
+from emulator.declare import In, Out, Param, params_for
 from emulator.schema import Enum, Int, List, Map, Quantity, Str
 from protocols.codec import TensorDesc
 from protocols.demo import Partial, Token
@@ -51,6 +52,9 @@ PROFILE_SCHEMA = Map({
 # --------------------------------------------------------------------------- ring
 class RingNode(Actor):
     """Forwards tokens round the ring; injects its initial tokens first."""
+
+    PORTS = (In("in", Token, doc="tokens from the previous node"), Out("out", Token, doc="tokens to the next node"))
+    PARAMS = (Param("service", "workload.params.service", "ps", "busy time per token"),)
 
     def __init__(self, name: str, *, initial: list[Token], arrivals: int, service: int):
         super().__init__(name)
@@ -105,7 +109,7 @@ def ring_plan(nodes: int, tokens: int, hops: int) -> tuple[dict[int, list[Token]
 def build_ring(system, profile: dict, p: dict) -> None:
     starts, arrivals = ring_plan(p["nodes"], p["tokens"], p["hops"])
     nodes = [system.add(RingNode(f"ring/n{i}", initial=starts.get(i, []), arrivals=arrivals[i],
-                                 service=p["service"])) for i in range(p["nodes"])]
+                                 **params_for(RingNode, p).kwargs())) for i in range(p["nodes"])]
     link = profile["pe_link"]
     for i, node in enumerate(nodes):
         system.connect(node.out, nodes[(i + 1) % len(nodes)].inp, capacity=link["capacity"],
@@ -145,6 +149,15 @@ def reference(seed: int, pes: list[str], rnd: int, G: int, d: int) -> np.ndarray
 
 class ReducePE(Actor):
     """One rank of the reduce: produce, fold children as they arrive, pass up."""
+
+    PORTS = (In("in", Partial, doc="children's partials, in arrival order (one fan-in port)"),
+             Out("up", Partial, doc="this subtree's partial, to the parent (not on the root)"))
+    PARAMS = (Param("rounds", "workload.params.rounds", "count", "reduce rounds"),
+              Param("period", "workload.params.period", "ps", "a new round starts every period"),
+              Param("produce", "workload.params.produce", "ps", "time to compute the PE's partial"),
+              Param("merge", "workload.params.merge", "ps", "time to fold one child partial"),
+              Param("G", "workload.params.G", "count", "rows of m, l, O"),
+              Param("d", "workload.params.d", "count", "head dimension"))
 
     def __init__(self, name: str, *, children: int, is_root: bool, total: int, p: dict, mode: str):
         super().__init__(name)
@@ -261,7 +274,7 @@ def build_reduce(system, profile: dict, p: dict) -> None:
             children[up] += 1
     total = len(parent)
     pes = {name: system.add(ReducePE(name, children=children[name], is_root=parent[name] is None, total=total,
-                                     p=p, mode=system.mode)) for name in parent}
+                                     p=params_for(ReducePE, p), mode=system.mode)) for name in parent}
     for name, up in parent.items():
         if up is None:
             continue

@@ -23,8 +23,8 @@ from actors.pccx.frontend import AxilCmdIn, AxilStatOut, Decoder, GlobalSchedule
 from actors.pccx.gemv import GemvFront, GemvLane, WeightSwitch
 from actors.pccx.memory import Acp, HostDDR, HpPort, L2, MemDispatcher
 from actors.pccx.profile import clocks
+from emulator.declare import params_for
 from emulator.errors import BuildError
-from protocols import pccx_isa as isa
 
 __all__ = ["build_machine"]
 
@@ -36,9 +36,8 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
     ``steps``: the driver's program (any iterable); ``where(seq)``: names the program place of
     instruction ``seq`` in the driver's halt log; ``host_ddr``: the driver gets a DDR port (its host
     compute steps read and write host DDR, e.g. the MEMCPY staging area)."""
-    tc, taxi = clocks(profile)
+    tc, _ = clocks(profile)
     data = system.mode == "data"
-    strict = profile["errors"] == "strict"
     hp, cvo = profile["hp"], profile["cvo"]
     nports = hp["ports"]
     g, m = profile["gemv"], profile["gemm"]
@@ -54,45 +53,28 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
         raise BuildError("profile: gemv.lane_ports and gemm.hp_ports must not share a port")
     a = {}
     add = lambda key, actor: a.setdefault(key, system.add(actor))  # noqa: E731
-    add("driver", HostDriver("pccx/driver", steps=steps, poll_interval=profile["driver"]["poll_interval"],
-                             hp_ports=nports, wait_timeout=profile["driver"]["wait_timeout"], where=where,
-                             poll_max_interval=profile["driver"]["poll_max_interval"], host_ddr=host_ddr))
+    kw = lambda cls: params_for(cls, profile).kwargs()   # noqa: E731  the parameters cls declares (emulator/declare.py)
+    add("driver", HostDriver("pccx/driver", steps=steps, where=where, host_ddr=host_ddr, **kw(HostDriver)))
     add("cmd", AxilCmdIn("pccx/axil_cmd"))
-    add("stat", AxilStatOut("pccx/axil_stat", done_on=profile["status"]["done_on"]))
-    ext = frozenset([isa.CVO_EXT_FUNCS["TANH"]] if cvo["tanh"] else [])
-    add("dec", Decoder("pccx/decoder", cycle_ps=profile["decoder_cycles"] * tc, strict=strict, cvo_ext=ext))
-    add("sch", GlobalScheduler("pccx/scheduler", cycle_ps=profile["scheduler_cycles"] * tc, strict=strict,
-                               sync_gemx=profile["sync_gemx"], gemv_fifo=cvo["gemv_fifo_words"] > 0,
-                               l2_words=profile["l2"]["words"], cvo_max=cvo["max_length"]))
-    add("disp", MemDispatcher("pccx/dispatcher", cycle_ps=tc, len_lookup_cycles=profile["dispatcher"]["len_lookup_cycles"],
-                              memset_cycles=profile["dispatcher"]["memset_cycles"], strict=strict,
-                              l2_words=profile["l2"]["words"], gemm_rows=profile["gemm"]["rows"]))
+    add("stat", AxilStatOut("pccx/axil_stat", **kw(AxilStatOut)))
+    add("dec", Decoder("pccx/decoder", **kw(Decoder)))
+    add("sch", GlobalScheduler("pccx/scheduler", **kw(GlobalScheduler)))
+    add("disp", MemDispatcher("pccx/dispatcher", **kw(MemDispatcher)))
     add("ddr", HostDDR("pccx/ddr", requesters=[f"hp{p}" for p in range(nports)] + ["acp"] + (["host"] if host_ddr else []),
-                       bandwidth=profile["ddr"]["bandwidth"], size=profile["ddr"]["model_size"], data_mode=data,
-                       init=ddr_init))
-    add("l2", L2("pccx/l2", words=profile["l2"]["words"], cycle_ps=tc, data_mode=data))
+                       data_mode=data, init=ddr_init, **kw(HostDDR)))
+    add("l2", L2("pccx/l2", data_mode=data, **kw(L2)))
     for p in range(nports):
-        add(f"hp{p}", HpPort(f"pccx/hp{p}", burst_bytes=hp["burst_beats"] * hp["beat_bytes"],
-                             beat_bytes=hp["beat_bytes"], beat_ps=taxi, outstanding=hp["outstanding"],
-                             chunk_bursts=hp["chunk_bursts"]))
-    add("acp", Acp("pccx/acp", burst_words=profile["acp"]["burst_words"], word_ps=profile["acp"]["cycles_per_word"] * tc,
-                   read_latency_ps=profile["l2"]["read_latency_cycles"] * tc, outstanding=profile["acp"]["outstanding"]))
-    add("gemv", GemvFront("pccx/gemv", cycle_ps=tc, lanes=g["lanes"], emax_out=cvo["emax_from"] != "gemm",
-                          sfu_fifo_words=cvo["gemv_fifo_words"],
-                          read_latency_cycles=profile["l2"]["read_latency_cycles"], data_mode=data))
+        add(f"hp{p}", HpPort(f"pccx/hp{p}", **kw(HpPort)))
+    add("acp", Acp("pccx/acp", **kw(Acp)))
+    add("gemv", GemvFront("pccx/gemv", data_mode=data, **kw(GemvFront)))
     for i, p in enumerate(lane_ports):
-        add(f"lane{i}", GemvLane(f"pccx/gemv/lane{i}", index=i, cycle_ps=tc, macs_per_lane=g["macs_per_lane"],
-                                 pipeline_cycles=g["pipeline_cycles"],
-                                 burst_bytes=hp["burst_beats"] * hp["beat_bytes"] * hp["chunk_bursts"],
-                                 beat_bytes=hp["beat_bytes"], wired=p is not None, data_mode=data))
+        add(f"lane{i}", GemvLane(f"pccx/gemv/lane{i}", index=i, wired=p is not None, data_mode=data, **kw(GemvLane)))
     fed = {p: [i for i, q in enumerate(lane_ports) if q == p] for p in gemv_ports}
     for p, lanes in fed.items():
         if len(lanes) > 1:
             add(f"wsw{p}", WeightSwitch(f"pccx/gemv/wsw{p}", port=p, lanes=lanes))
-    add("gemm", MatEngine("pccx/gemm", op="GEMM", cycle_ps=tc, weight_ports=len(m["hp_ports"]), lanes=1,
-                          macs_per_lane=m["macs_per_cycle"], fill_cycles=m["fill_cycles"],
-                          read_latency_cycles=profile["l2"]["read_latency_cycles"], data_mode=data))
-    add("cvo", Cvo("pccx/cvo", cycle_ps=tc, cfg=cvo, data_mode=data))
+    add("gemm", MatEngine("pccx/gemm", op="GEMM", lanes=1, data_mode=data, **kw(MatEngine)))
+    add("cvo", Cvo("pccx/cvo", data_mode=data, **kw(Cvo)))
 
     c = system.connect
     lat = profile["axil"]["latency"]

@@ -59,11 +59,13 @@ import numpy as np
 import trio
 
 from actors.pccx.memory import words_touched
+from actors.pccx.profile import declare
 from actors.pccx.numerics import WEIGHTS_PER_BEAT, payload_nbytes, cvo_apply, from_bf16, to_bf16, unpack_int4
 from emulator.actor import Actor
+from emulator.declare import In, Out, Param
 from protocols import pccx_isa as isa
 from protocols.codec import TensorDesc
-from protocols.pccx import EMax, L2Read, L2Write, Status
+from protocols.pccx import Ack, EMax, L2Data, L2Read, L2Write, Status, Uop, WeightBurst
 
 __all__ = ["MatEngine", "Cvo", "mat_cycles", "mac_cycles", "cvo_cycles"]
 
@@ -115,6 +117,17 @@ class MatEngine(Actor):
     """The GEMM systolic array (``lanes`` x ``macs_per_lane`` MAC/clk); see the module docstring."""
 
     daemon = True
+    PORTS = (In("uop", Uop, doc="GEMM µops from the dispatcher", idle=True),
+             In("w{i}", WeightBurst, doc="weight FIFO i (gemm.hp_ports)"),
+             Out("l2_req", L2Read, L2Write, doc="L2 port B reads and writes"),
+             In("l2_resp", L2Data, Ack, doc="L2 answers"),
+             Out("status", Status, doc="retirement, to the scheduler"),
+             Out("emax", EMax, doc="findemax result (normaliser), to the CVO"))
+    PARAMS = (*declare("cycle_ps", "read_latency_cycles"),
+              Param("weight_ports", "gemm.hp_ports", "count", "weight FIFOs feeding the array",
+                    lambda p: len(p["gemm"]["hp_ports"])),
+              Param("macs_per_lane", "gemm.macs_per_cycle", "MAC/clk", "MACs per cycle"),
+              Param("fill_cycles", "gemm.fill_cycles", "cycles", "array fill per µop"))
 
     def __init__(self, name: str, *, op: str, cycle_ps: int, weight_ports: int, lanes: int, macs_per_lane: int,
                  fill_cycles: int, read_latency_cycles: int, data_mode: bool):
@@ -201,6 +214,15 @@ class Cvo(Actor):
     """The CVO/SFU unit with its L2 stream bridge; see the module docstring."""
 
     daemon = True
+    PORTS = (In("uop", Uop, doc="CVO µops from the scheduler", idle=True),
+             In("emax", EMax, doc="e_max from the GEMV / GEMM"),
+             Out("l2_req", L2Read, L2Write, doc="L2 port B reads and writes"),
+             In("l2_resp", L2Data, Ack, doc="L2 answers"),
+             Out("status", Status, doc="retirement / drop, to the scheduler"),
+             In("fifo", L2Write, doc="GEMV results on the direct FIFO (cvo.gemv_fifo_words > 0)"))
+    PARAMS = (*declare("cycle_ps"),
+              Param("cfg", "cvo", "table", "the cvo section: per-function latency, read/write/reduce cycles, "
+                    "max_length, gelu_form, emax_from, tanh, gemv_fifo_words"))
 
     def __init__(self, name: str, *, cycle_ps: int, cfg: dict, data_mode: bool):
         super().__init__(name)

@@ -36,9 +36,10 @@ from __future__ import annotations
 
 from actors.pccx.frontend import status_fields
 from emulator.actor import Actor
+from emulator.declare import In, Out, Param
 from protocols import pccx_isa as isa
 from protocols.codec import TensorDesc
-from protocols.pccx import AxiRead, AxiWrite, DdrRead, DdrWrite, DmCmd
+from protocols.pccx import Ack, AxiRead, AxiReadData, AxiWrite, DdrData, DdrRead, DdrWrite, DmCmd, Irq
 
 __all__ = ["HostDriver", "REG_INSTR", "REG_KICK", "REG_STATUS"]
 
@@ -58,6 +59,16 @@ class HostDriver(Actor):
 
     ``where(seq)`` (optional) names the program place of pushed instruction
     ``seq`` (e.g. ``token 0 layer 3 stage attention``) for the halt log."""
+
+    PORTS = (Out("axil_w", AxiWrite, doc="AXI-Lite writes (instructions, kick)"),
+             Out("axil_r", AxiRead, doc="AXI-Lite status reads"), In("axil_rd", AxiReadData, doc="the status word"),
+             In("irq", Irq, doc="the error interrupt"), Out("hp{p}", DmCmd, doc="DataMover commands of HP port p"),
+             Out("ddr_req", DdrRead, DdrWrite, doc="host compute steps' DDR accesses (host_ddr)"),
+             In("ddr_resp", DdrData, Ack, doc="their answers"))
+    PARAMS = (Param("poll_interval", "driver.poll_interval", "ps", "DONE poll period"),
+              Param("poll_max_interval", "driver.poll_max_interval", "ps", "poll backoff cap"),
+              Param("wait_timeout", "driver.wait_timeout", "ps", "a DONE wait longer than this halts the driver"),
+              Param("hp_ports", "hp.ports", "count", "HP ports it drives"))
 
     def __init__(self, name: str, *, steps, poll_interval: int, hp_ports: int, wait_timeout: int = 0,
                  where=None, poll_max_interval: int = 0, host_ddr: bool = False):

@@ -58,8 +58,11 @@ the emulator's additions marked *):
 from __future__ import annotations
 
 from emulator.actor import Actor
+from emulator.declare import In, Out, Param
 from protocols import pccx_isa as isa
-from protocols.pccx import AxiReadData, CmdWord, Irq, Status, Uop
+from protocols.pccx import AxiRead, AxiReadData, AxiWrite, CmdWord, Irq, Status, Uop
+
+from actors.pccx.profile import clocks, declare
 from protocols.pccx_isa import ERR_CVO_LENGTH, ERR_L2_RANGE
 
 BUSY_BIT, DONE_BIT, ERROR_BIT = 1, 2, 4
@@ -75,6 +78,9 @@ class AxilCmdIn(Actor):
     """``AXIL_CMD_IN``: write 0x000 pushes the instruction, 0x008 pushes the kick marker."""
 
     daemon = True
+    PORTS = (In("w", AxiWrite, doc="AXI-Lite writes from the driver", idle=True),
+             Out("fifo", CmdWord, doc="the command FIFO to the decoder"),
+             Out("status", Status, doc="accept events, to the status block"))
 
     def __init__(self, name: str):
         super().__init__(name)
@@ -102,6 +108,11 @@ class AxilStatOut(Actor):
     """The status block: AXI-Lite reads return the status word; raises the error interrupt."""
 
     daemon = True
+    PORTS = (In("rd", AxiRead, doc="AXI-Lite reads from the driver", idle=True),
+             In("ev", Status, doc="status events of every unit", idle=True),
+             Out("data", AxiReadData, doc="the status word"),
+             Out("irq", Irq, doc="the error interrupt"))
+    PARAMS = (Param("done_on", "status.done_on", "opcodes", "opcodes whose retirement sets DONE"),)
 
     def __init__(self, name: str, *, done_on: list[str]):
         super().__init__(name)
@@ -152,6 +163,13 @@ class Decoder(Actor):
     """``ctrl_npu_decoder``: one word per ``decoder_cycles``; reserved encodings per ``errors``."""
 
     daemon = True
+    PORTS = (In("in", CmdWord, doc="the command FIFO", idle=True), Out("out", Uop, doc="decoded µops"),
+             Out("status", Status, doc="decode errors / drops, to the status block"))
+    PARAMS = (Param("cycle_ps", ("decoder_cycles", "clocks.core"), "ps", "decode time: decoder_cycles core cycles",
+                    lambda p: p["decoder_cycles"] * clocks(p)[0]),
+              *declare("strict"),
+              Param("cvo_ext", "cvo.tanh", "codes", "extension CVO function codes accepted (TANH when cvo.tanh)",
+                    lambda p: frozenset([isa.CVO_EXT_FUNCS["TANH"]] if p["cvo"]["tanh"] else [])))
 
     def __init__(self, name: str, *, cycle_ps: int, strict: bool, cvo_ext: frozenset = frozenset()):
         super().__init__(name)
@@ -201,6 +219,16 @@ class GlobalScheduler(Actor):
     """
 
     daemon = True
+    PORTS = (In("in", Uop, doc="decoded µops", idle=True), In("done", Status, doc="completions of every engine"),
+             Out("mem", Uop, doc="GEMV, GEMM, MEMCPY, MEMSET, to the memory dispatcher"),
+             Out("cvo", Uop, doc="CVO µops"), Out("status", Status, doc="issue / errors / completions, to the status block"))
+    PARAMS = (Param("cycle_ps", ("scheduler_cycles", "clocks.core"), "ps", "issue time: scheduler_cycles core cycles",
+                    lambda p: p["scheduler_cycles"] * clocks(p)[0]),
+              *declare("strict", "l2_words"),
+              Param("cvo_max", "cvo.max_length", "elements", "longest CVO"),
+              Param("sync_gemx", "sync_gemx", "bool", "GEMV / GEMM issue waits for their retirement"),
+              Param("gemv_fifo", "cvo.gemv_fifo_words", "bool", "gemv_fifo_words > 0: the GEMV->SFU FIFO scoreboard",
+                    lambda p: p["cvo"]["gemv_fifo_words"] > 0))
 
     def __init__(self, name: str, *, cycle_ps: int, strict: bool, l2_words: int, cvo_max: int,
                  sync_gemx: bool = False, gemv_fifo: bool = False):

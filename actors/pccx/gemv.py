@@ -74,8 +74,11 @@ import numpy as np
 from actors.pccx.compute import mac_cycles, read_operands
 from actors.pccx.numerics import payload_nbytes, from_bf16, to_bf16, unpack_int4
 from emulator.actor import Actor
+from emulator.declare import In, Out, Param
 from protocols.codec import TensorDesc
-from protocols.pccx import EMax, L2Write, LaneJob, LaneResult, Status
+from protocols.pccx import Ack, EMax, L2Data, L2Read, L2Write, LaneJob, LaneResult, Status, Uop, WeightBurst
+
+from actors.pccx.profile import declare
 
 __all__ = ["GemvFront", "GemvLane", "WeightSwitch", "lanes_used", "lane_rows", "lane_bytes"]
 
@@ -101,6 +104,17 @@ class GemvFront(Actor):
     """GEMV control: L2 reads, the row split over the lanes in use, the combine and the result write."""
 
     daemon = True
+    PORTS = (In("uop", Uop, doc="GEMV µops from the dispatcher", idle=True),
+             Out("l2_req", L2Read, L2Write, doc="L2 port B reads and writes"),
+             In("l2_resp", L2Data, Ack, doc="L2 answers"),
+             Out("status", Status, doc="retirement, to the scheduler"), Out("emax", EMax, doc="findemax result, to the CVO"),
+             Out("job{i}", LaneJob, doc="row block of lane i"), In("res{i}", LaneResult, doc="lane i's result"),
+             Out("sfu", L2Write, doc="the result, to the SFU's direct FIFO (cvo.gemv_fifo_words > 0)"))
+    PARAMS = (*declare("cycle_ps", "read_latency_cycles"),
+              Param("lanes", "gemv.lanes", "count", "GEMV lanes"),
+              Param("emax_out", "cvo.emax_from", "bool", "emax_from != gemm: the GEMV sends its e_max",
+                    lambda p: p["cvo"]["emax_from"] != "gemm"),
+              Param("sfu_fifo_words", "cvo.gemv_fifo_words", "words", "depth of the GEMV->SFU FIFO (0: none)"))
 
     def __init__(self, name: str, *, cycle_ps: int, lanes: int, read_latency_cycles: int, data_mode: bool,
                  emax_out: bool = True, sfu_fifo_words: int = 0):
@@ -162,6 +176,16 @@ class GemvLane(Actor):
     """One GEMV lane: ``macs_per_lane`` MAC/clk on the bursts of its weight FIFO (none: zero weights)."""
 
     daemon = True
+    PORTS = (In("job", LaneJob, doc="row blocks from the GEMV front", idle=True),
+             In("w", WeightBurst, doc="its weight FIFO (or switch output)"),
+             Out("res", LaneResult, doc="the block's result"))
+    PARAMS = (*declare("cycle_ps"),
+              Param("macs_per_lane", "gemv.macs_per_lane", "MAC/clk", "MACs per lane per cycle"),
+              Param("pipeline_cycles", "gemv.pipeline_cycles", "cycles", "lane pipeline depth"),
+              Param("burst_bytes", ("hp.burst_beats", "hp.beat_bytes", "hp.chunk_bursts"), "B",
+                    "one FIFO message: burst_beats x beat_bytes x chunk_bursts",
+                    lambda p: p["hp"]["burst_beats"] * p["hp"]["beat_bytes"] * p["hp"]["chunk_bursts"]),
+              Param("beat_bytes", "hp.beat_bytes", "B", "bytes per AXI beat"))
 
     def __init__(self, name: str, *, index: int, cycle_ps: int, macs_per_lane: int, pipeline_cycles: int,
                  burst_bytes: int, beat_bytes: int, wired: bool, data_mode: bool):
@@ -241,6 +265,8 @@ class WeightSwitch(Actor):
     """AXI-Stream switch after a weight FIFO shared by several lanes: routes each burst by its TDEST."""
 
     daemon = True
+    PORTS = (In("in", WeightBurst, doc="the shared weight FIFO", idle=True),
+             Out("lane{i}", WeightBurst, doc="to lane i"))
 
     def __init__(self, name: str, *, port: int, lanes: list[int]):
         super().__init__(name)

@@ -53,10 +53,14 @@ import numpy as np
 import trio
 
 from emulator.actor import Actor
+from emulator.declare import In, Out, Param
 from emulator.units import transfer_ps
 from protocols import pccx_isa as isa
 from protocols.codec import TensorDesc
-from protocols.pccx import Ack, AcpJob, DdrData, DdrRead, DdrWrite, L2Data, L2Read, L2Write, Status, Uop, WeightBurst
+from protocols.pccx import (Ack, AcpJob, DdrData, DdrRead, DdrWrite, DmCmd, L2Data, L2Read, L2Write, Status, Uop,
+                            WeightBurst)
+
+from actors.pccx.profile import clocks, declare
 
 __all__ = ["HostDDR", "L2", "HpPort", "Acp", "MemDispatcher", "words_touched"]
 
@@ -72,6 +76,11 @@ class HostDDR(Actor):
     """Host DDR4 shared with the PS: one FIFO server for every requester."""
 
     daemon = True
+    PORTS = (In("req_{requester}", DdrRead, DdrWrite, doc="requests of hp<p>, acp, host", idle=True),
+             Out("resp_hp{p}", DdrData, doc="read data to HP port p"),
+             Out("resp_{requester}", DdrData, Ack, doc="read data / write acknowledgements to acp, host"))
+    PARAMS = (Param("bandwidth", "ddr.bandwidth", "B/s", "DDR rate shared by every requester"),
+              Param("size", "ddr.model_size", "B", "bytes of host DDR modelled"))
 
     def __init__(self, name: str, *, requesters: list[str], bandwidth: int, size: int, data_mode: bool,
                  init: dict | None = None):
@@ -116,6 +125,9 @@ class L2(Actor):
 
     daemon = True
     PORT_B_PRIORITY = ("gemm", "gemv", "cvo")
+    PORTS = (In("req_{unit}", L2Read, L2Write, doc="requests of acp (port A), gemm, gemv, cvo (port B)", idle=True),
+             Out("resp_{unit}", L2Data, Ack, doc="read data / write acknowledgements"))
+    PARAMS = (Param("words", "l2.words", "words", "L2 size in 128-bit words"), *declare("cycle_ps"))
 
     def __init__(self, name: str, *, words: int, cycle_ps: int, data_mode: bool):
         super().__init__(name)
@@ -160,6 +172,15 @@ class HpPort(Actor):
     """A DataMover + HP port feeding one weight FIFO (the ``fifo`` out-port's link)."""
 
     daemon = True
+    PORTS = (In("cmd", DmCmd, doc="DataMover commands from the driver", idle=True),
+             Out("ddr_req", DdrRead, doc="burst reads"), In("ddr_resp", DdrData, doc="read data"),
+             Out("fifo", WeightBurst, doc="the weight FIFO (its link's capacity is the FIFO depth)"))
+    PARAMS = (Param("burst_bytes", ("hp.burst_beats", "hp.beat_bytes"), "B", "one AXI burst: burst_beats x beat_bytes",
+                    lambda p: p["hp"]["burst_beats"] * p["hp"]["beat_bytes"]),
+              Param("beat_bytes", "hp.beat_bytes", "B", "bytes per AXI beat"),
+              Param("beat_ps", "clocks.axi", "ps", "AXI clock period (one beat)", lambda p: clocks(p)[1]),
+              Param("outstanding", "hp.outstanding", "count", "DDR bursts in flight"),
+              Param("chunk_bursts", "hp.chunk_bursts", "count", "bursts per DDR read / FIFO message"))
 
     def __init__(self, name: str, *, burst_bytes: int, beat_bytes: int, beat_ps: int, outstanding: int,
                  chunk_bursts: int = 1):
@@ -207,6 +228,17 @@ class Acp(Actor):
     """The ACP data mover of MEMCPY (routes 0x01 host->L2 and 0x10 L2->host)."""
 
     daemon = True
+    PORTS = (In("job", AcpJob, doc="MEMCPY jobs from the dispatcher", idle=True),
+             Out("ddr_req", DdrRead, DdrWrite, doc="host DDR side"), In("ddr_resp", DdrData, Ack, doc="DDR answers"),
+             Out("l2_req", L2Read, L2Write, doc="L2 port A reads and writes"),
+             In("l2_resp", L2Data, Ack, doc="L2 answers"),
+             Out("status", Status, doc="retirement, to the scheduler"))
+    PARAMS = (Param("burst_words", "acp.burst_words", "words", "L2 words per ACP burst"),
+              Param("word_ps", ("acp.cycles_per_word", "clocks.core"), "ps", "cycles_per_word core cycles",
+                    lambda p: p["acp"]["cycles_per_word"] * clocks(p)[0]),
+              Param("read_latency_ps", ("l2.read_latency_cycles", "clocks.core"), "ps", "L2 read latency",
+                    lambda p: p["l2"]["read_latency_cycles"] * clocks(p)[0]),
+              Param("outstanding", "acp.outstanding", "count", "bursts in flight"))
 
     def __init__(self, name: str, *, burst_words: int, word_ps: int, read_latency_ps: int, outstanding: int):
         super().__init__(name)
@@ -279,6 +311,13 @@ class MemDispatcher(Actor):
     """``mem_dispatcher``: shape RAMs, MEMSET, transfer lengths, routing to ACP / GEMV / GEMM."""
 
     daemon = True
+    PORTS = (In("in", Uop, doc="GEMV, GEMM, MEMCPY, MEMSET µops from the scheduler", idle=True),
+             Out("acp", AcpJob, doc="MEMCPY jobs"), Out("gemv", Uop, doc="GEMV µops"), Out("gemm", Uop, doc="GEMM µops"),
+             Out("status", Status, doc="MEMSET retirements and errors, to the scheduler"))
+    PARAMS = (*declare("cycle_ps", "strict", "l2_words"),
+              Param("len_lookup_cycles", "dispatcher.len_lookup_cycles", "cycles", "shape-RAM lookup pipeline"),
+              Param("memset_cycles", "dispatcher.memset_cycles", "cycles", "one MEMSET"),
+              Param("gemm_rows", "gemm.rows", "count", "GEMM array rows"))
 
     def __init__(self, name: str, *, cycle_ps: int, len_lookup_cycles: int, memset_cycles: int, strict: bool,
                  l2_words: int, gemm_rows: int):

@@ -1,12 +1,13 @@
 """The pccx v002 machine profile: its schema (``PROFILE_SCHEMA``, defaults and docs of every key),
-``load_profile`` and the clock periods.  Profiles: scenarios/machines/pccx-v002-{documented,rtl}.yaml."""
+``load_profile``, the clock periods and the parameters several units read (``PARAMS``, emulator/declare.py).  Profiles: scenarios/machines/pccx-v002-{documented,rtl}.yaml."""
 from __future__ import annotations
 
+from emulator.declare import Param
 from emulator.schema import Bool, Enum, Int, List, Map, OneOf, Quantity, Spec, Str
 from emulator.units import ClockDomain
 from protocols.pccx_isa import CVO_FUNCS, OPCODES
 
-__all__ = ["PROFILE_SCHEMA", "load_profile", "clocks"]
+__all__ = ["PROFILE_SCHEMA", "PARAMS", "declare", "load_profile", "clocks"]
 
 
 class _Null(Spec):
@@ -87,3 +88,19 @@ def clocks(profile: dict) -> tuple[int, int]:
     """(core cycle ps, AXI cycle ps)."""
     return ClockDomain(profile["clocks"]["core"], "core").ps(1), ClockDomain(profile["clocks"]["axi"], "axi").ps(1)
 
+
+
+#: Parameters read by several pccx units, with how each is computed from the profile; a unit declares them with
+#: :func:`declare` and states its own ``Param``s next to them.
+PARAMS = {p.name: p for p in (
+    Param("cycle_ps", "clocks.core", "ps", "core clock period", lambda p: clocks(p)[0]),
+    Param("strict", "errors", "bool", "errors == strict: a bad instruction raises the error interrupt",
+          lambda p: p["errors"] == "strict"),
+    Param("l2_words", "l2.words", "words", "L2 size in 128-bit words"),
+    Param("read_latency_cycles", "l2.read_latency_cycles", "cycles", "L2 read latency"),
+)}
+
+
+def declare(*names: str) -> tuple:
+    """The shared declarations ``names`` (:data:`PARAMS`), for a unit's ``PARAMS``."""
+    return tuple(PARAMS[n] for n in names)
