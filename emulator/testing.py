@@ -22,6 +22,7 @@ import pytest
 from emulator.actor import Actor
 from emulator.clock import VirtualClock, deterministic_scheduling
 from emulator.system import RunResult, System
+from emulator.declare import ANY, In, Out
 
 __all__ = ["Source", "Sink", "pair", "run", "vclock", "deterministic"]
 
@@ -31,6 +32,8 @@ class Source(Actor):
 
     A time earlier than now means "as soon as possible" (back-to-back).
     """
+
+    PORTS = (Out("out", ANY, doc="the script's messages, whatever their type"),)
 
     def __init__(self, name: str, script):
         super().__init__(name)
@@ -51,6 +54,8 @@ class Sink(Actor):
 
     ``service`` ps of busy time per message models a slow consumer.
     """
+
+    PORTS = (In("in", ANY, doc="any message"),)
 
     def __init__(self, name: str, expect: int | None = None, service: int = 0):
         super().__init__(name)
