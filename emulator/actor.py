@@ -15,6 +15,10 @@ rule for their errors: the first real error of any sub-task is raised as a plain
 exception (:func:`emulator.errors.first_error`), so the run's error report names
 the actor and the cause, not an exception group.
 
+``PORTS`` and ``PARAMS`` declare the class's ports (with the messages they carry)
+and the parameters it reads (emulator/declare.py); a build checks the ports an
+actor creates against them and ``emu explain`` prints them.
+
 ``daemon = True`` marks a server (router, engine, memory) that runs forever;
 the run is finished when every non-daemon actor has returned.
 """
@@ -42,6 +46,9 @@ class Actor:
     """Base class of every modelled component."""
 
     daemon: bool = False
+    #: the ports and the parameters the class declares (emulator/declare.py: ``In`` / ``Out``, ``Param``)
+    PORTS: tuple = ()
+    PARAMS: tuple = ()
 
     def __init__(self, name: str):
         if not name or any(c in name for c in " \t\n"):

@@ -21,8 +21,8 @@ import pytest
 
 from emulator.actor import Actor
 from emulator.clock import VirtualClock, deterministic_scheduling
-from emulator.system import RunResult, System
 from emulator.declare import ANY, In, Out
+from emulator.system import RunResult, System
 
 __all__ = ["Source", "Sink", "pair", "run", "vclock", "deterministic"]
 

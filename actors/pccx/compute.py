@@ -58,14 +58,14 @@ from __future__ import annotations
 import numpy as np
 import trio
 
-from actors.pccx.memory import words_touched
-from actors.pccx.profile import declare
+from actors.pccx.memory import L2_CLIENT_PORTS, words_touched
 from actors.pccx.numerics import WEIGHTS_PER_BEAT, payload_nbytes, cvo_apply, from_bf16, to_bf16, unpack_int4
+from actors.pccx.profile import declare
 from emulator.actor import Actor
 from emulator.declare import In, Out, Param
 from protocols import pccx_isa as isa
 from protocols.codec import TensorDesc
-from protocols.pccx import Ack, EMax, L2Data, L2Read, L2Write, Status, Uop, WeightBurst
+from protocols.pccx import EMax, L2Read, L2Write, Status, Uop, WeightBurst
 
 __all__ = ["MatEngine", "Cvo", "mat_cycles", "mac_cycles", "cvo_cycles"]
 
@@ -119,8 +119,7 @@ class MatEngine(Actor):
     daemon = True
     PORTS = (In("uop", Uop, doc="GEMM µops from the dispatcher", idle=True),
              In("w{i}", WeightBurst, doc="weight FIFO i (gemm.hp_ports)"),
-             Out("l2_req", L2Read, L2Write, doc="L2 port B reads and writes"),
-             In("l2_resp", L2Data, Ack, doc="L2 answers"),
+             *L2_CLIENT_PORTS,
              Out("status", Status, doc="retirement, to the scheduler"),
              Out("emax", EMax, doc="findemax result (normaliser), to the CVO"))
     PARAMS = (*declare("cycle_ps", "read_latency_cycles"),
@@ -216,8 +215,7 @@ class Cvo(Actor):
     daemon = True
     PORTS = (In("uop", Uop, doc="CVO µops from the scheduler", idle=True),
              In("emax", EMax, doc="e_max from the GEMV / GEMM"),
-             Out("l2_req", L2Read, L2Write, doc="L2 port B reads and writes"),
-             In("l2_resp", L2Data, Ack, doc="L2 answers"),
+             *L2_CLIENT_PORTS,
              Out("status", Status, doc="retirement / drop, to the scheduler"),
              In("fifo", L2Write, doc="GEMV results on the direct FIFO (cvo.gemv_fifo_words > 0)"))
     PARAMS = (*declare("cycle_ps"),

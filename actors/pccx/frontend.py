@@ -61,9 +61,9 @@ from emulator.actor import Actor
 from emulator.declare import In, Out, Param
 from protocols import pccx_isa as isa
 from protocols.pccx import AxiRead, AxiReadData, AxiWrite, CmdWord, Irq, Status, Uop
+from protocols.pccx_isa import ERR_CVO_LENGTH, ERR_L2_RANGE
 
 from actors.pccx.profile import clocks, declare
-from protocols.pccx_isa import ERR_CVO_LENGTH, ERR_L2_RANGE
 
 BUSY_BIT, DONE_BIT, ERROR_BIT = 1, 2, 4
 

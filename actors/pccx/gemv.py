@@ -72,13 +72,13 @@ from __future__ import annotations
 import numpy as np
 
 from actors.pccx.compute import mac_cycles, read_operands
+from actors.pccx.memory import L2_CLIENT_PORTS
 from actors.pccx.numerics import payload_nbytes, from_bf16, to_bf16, unpack_int4
+from actors.pccx.profile import declare
 from emulator.actor import Actor
 from emulator.declare import In, Out, Param
 from protocols.codec import TensorDesc
-from protocols.pccx import Ack, EMax, L2Data, L2Read, L2Write, LaneJob, LaneResult, Status, Uop, WeightBurst
-
-from actors.pccx.profile import declare
+from protocols.pccx import EMax, L2Write, LaneJob, LaneResult, Status, Uop, WeightBurst
 
 __all__ = ["GemvFront", "GemvLane", "WeightSwitch", "lanes_used", "lane_rows", "lane_bytes"]
 
@@ -105,8 +105,7 @@ class GemvFront(Actor):
 
     daemon = True
     PORTS = (In("uop", Uop, doc="GEMV µops from the dispatcher", idle=True),
-             Out("l2_req", L2Read, L2Write, doc="L2 port B reads and writes"),
-             In("l2_resp", L2Data, Ack, doc="L2 answers"),
+             *L2_CLIENT_PORTS,
              Out("status", Status, doc="retirement, to the scheduler"), Out("emax", EMax, doc="findemax result, to the CVO"),
              Out("job{i}", LaneJob, doc="row block of lane i"), In("res{i}", LaneResult, doc="lane i's result"),
              Out("sfu", L2Write, doc="the result, to the SFU's direct FIFO (cvo.gemv_fifo_words > 0)"))

@@ -62,7 +62,11 @@ from protocols.pccx import (Ack, AcpJob, DdrData, DdrRead, DdrWrite, DmCmd, L2Da
 
 from actors.pccx.profile import clocks, declare
 
-__all__ = ["HostDDR", "L2", "HpPort", "Acp", "MemDispatcher", "words_touched"]
+__all__ = ["HostDDR", "L2", "HpPort", "Acp", "MemDispatcher", "words_touched", "L2_CLIENT_PORTS"]
+
+#: the L2 ports of a unit that reads and writes L2 (part of its ``PORTS``; the ACP on port A, the rest on port B)
+L2_CLIENT_PORTS = (Out("l2_req", L2Read, L2Write, doc="L2 reads and writes"),
+                   In("l2_resp", L2Data, Ack, doc="L2 answers"))
 
 
 def words_touched(elem: int, nelem: int) -> int:
@@ -230,8 +234,7 @@ class Acp(Actor):
     daemon = True
     PORTS = (In("job", AcpJob, doc="MEMCPY jobs from the dispatcher", idle=True),
              Out("ddr_req", DdrRead, DdrWrite, doc="host DDR side"), In("ddr_resp", DdrData, Ack, doc="DDR answers"),
-             Out("l2_req", L2Read, L2Write, doc="L2 port A reads and writes"),
-             In("l2_resp", L2Data, Ack, doc="L2 answers"),
+             *L2_CLIENT_PORTS,
              Out("status", Status, doc="retirement, to the scheduler"))
     PARAMS = (Param("burst_words", "acp.burst_words", "words", "L2 words per ACP burst"),
               Param("word_ps", ("acp.cycles_per_word", "clocks.core"), "ps", "cycles_per_word core cycles",
