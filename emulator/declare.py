@@ -180,12 +180,23 @@ class ParamView:
     def __setattr__(self, name, value):
         raise AttributeError(f"{self._view_cls.__name__}'s parameters are read-only ({name})")
 
+    def __reduce__(self):   # copy / pickle: the same class, source type and values
+        return _rebuild_view, (self._view_cls, self._view_source, dict(self.__dict__))
+
     def kwargs(self) -> dict:
         """The values as keyword arguments of the component's constructor."""
         return dict(self.__dict__)
 
     def __repr__(self) -> str:
         return f"<params of {self._view_cls.__name__}: {', '.join(sorted(self.__dict__))}>"
+
+
+def _rebuild_view(cls: type, source_type: type, values: dict) -> ParamView:
+    view = object.__new__(ParamView)
+    view.__dict__.update(values)
+    object.__setattr__(view, "_view_cls", cls)
+    object.__setattr__(view, "_view_source", source_type)
+    return view
 
 
 def _lookup(source, p: Param):

@@ -3,11 +3,13 @@ run time, and what ``emu explain`` / ``emu validate --schema`` print."""
 from __future__ import annotations
 
 import collections
+import copy
+import pickle
 
 import pytest
 
 from actors import registry
-from actors.demo.machine import ReducePE
+from actors.demo.machine import ReducePE, RingNode
 from conftest import ROOT
 from emulator import link as link_module
 from emulator.actor import Actor
@@ -166,6 +168,9 @@ def test_a_component_reading_an_undeclared_parameter_fails_loudly():
 
     prm = params_for(Reader, Src())
     assert prm.a == 1 and prm["a"] == 1 and prm.kwargs() == {"a": 1}
+    assert copy.deepcopy(prm).kwargs() == {"a": 1}
+    ring = params_for(RingNode, {"service": 5})      # a view pickles (by class) with its values
+    assert pickle.loads(pickle.dumps(ring)).kwargs() == {"service": 5}
     with pytest.raises(AttributeError, match=r"Reader reads parameter 'b', which it does not declare"):
         prm.b
     with pytest.raises(AttributeError, match=r"reads parameter 'b'"):
