@@ -56,6 +56,7 @@ __all__ = ["ANY", "Port", "In", "Out", "Param", "ParamView", "ports_of", "params
 #: an ANY end is not type-checked at build
 ANY = object
 
+
 @dataclass(frozen=True)
 class Port:
     """One declared port (or family of ports, by pattern) of a component class."""
@@ -154,10 +155,10 @@ class ParamView:
 
     __slots__ = ("__dict__", "_view_cls", "_view_source")
 
-    def __init__(self, cls: type, source: Any, values: dict):
+    def __init__(self, cls: type, source_type: type, values: dict):
         self.__dict__.update(values)
         object.__setattr__(self, "_view_cls", cls)
-        object.__setattr__(self, "_view_source", type(source))
+        object.__setattr__(self, "_view_source", source_type)
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
@@ -181,7 +182,7 @@ class ParamView:
         raise AttributeError(f"{self._view_cls.__name__}'s parameters are read-only ({name})")
 
     def __reduce__(self):   # copy / pickle: the same class, source type and values
-        return _rebuild_view, (self._view_cls, self._view_source, dict(self.__dict__))
+        return ParamView, (self._view_cls, self._view_source, dict(self.__dict__))
 
     def kwargs(self) -> dict:
         """The values as keyword arguments of the component's constructor."""
@@ -189,14 +190,6 @@ class ParamView:
 
     def __repr__(self) -> str:
         return f"<params of {self._view_cls.__name__}: {', '.join(sorted(self.__dict__))}>"
-
-
-def _rebuild_view(cls: type, source_type: type, values: dict) -> ParamView:
-    view = object.__new__(ParamView)
-    view.__dict__.update(values)
-    object.__setattr__(view, "_view_cls", cls)
-    object.__setattr__(view, "_view_source", source_type)
-    return view
 
 
 def _lookup(source, p: Param):
@@ -213,7 +206,7 @@ def _lookup(source, p: Param):
 def params_for(cls: type, source: Any) -> ParamView:
     """The view of ``source`` that ``cls`` may read: exactly its declared parameters."""
     try:
-        return ParamView(cls, source, {name: _lookup(source, p) for name, p in params_of(cls).items()})
+        return ParamView(cls, type(source), {name: _lookup(source, p) for name, p in params_of(cls).items()})
     except (AttributeError, KeyError) as e:
         raise BuildError(f"{cls.__name__}: a declared parameter is missing from its source"
                          f" {type(source).__name__}: {e}") from None
