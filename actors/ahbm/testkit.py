@@ -12,13 +12,19 @@ Machines
   launching a kernel, :func:`build_workload` builds a registered workload on it;
   :func:`hbm_place` / :func:`hbm_fetch` write / read a PE's HBM outside the run.
 
+Scripts several tests share
+  :func:`hop_ladder_scripts` (one message 1..6 hops), :func:`back_to_back_scripts`
+  (two messages one way, one the other), :func:`remote_load_store` (a DMA load and
+  store of another PE's HBM).
+
 Closed forms
   Written out from the profile numbers of ahbm-1sip (reference ahbm §2.6 / §1.2),
   independently of actors/ahbm/noc.py and costs.py, so a test that compares the
   model with them checks both the model and the profile: links are ``(GB/s, ps)``
   pairs (:data:`ATT`, :data:`HBM`, :data:`CUBE`, :data:`SIP`, :data:`HOST`),
   :func:`noc_time` is a path's zero-load time under either switching mode,
-  :func:`noc_size` / :func:`ipcq_size` the encoded size of a message.
+  :func:`noc_size` / :func:`ipcq_size` / :func:`read_sizes` / :func:`write_sizes` the
+  encoded size of a message.
 """
 from __future__ import annotations
 
