@@ -1,7 +1,7 @@
 """AHBM PE engines: profiles, DMA / GEMM / MATH / composite formulas, data mode vs numpy.
 
-Closed forms are written out here from the profile numbers (ref §2.6 defaults),
-independently of actors/ahbm/costs.py.
+Closed forms are written out here (engines) and in the test kit (NOC paths, actors/ahbm/testkit.py)
+from the profile numbers (ref §2.6 defaults), independently of actors/ahbm/costs.py.
 """
 import json
 
@@ -9,18 +9,14 @@ import numpy as np
 import pytest
 
 from actors.ahbm.params import Params
-from actors.ahbm.testkit import build, load_profile, log
+from actors.ahbm.testkit import (ATT, CUBE, HBM, NS, build, ceil_div, load_profile, log, noc_time, read_sizes,
+                                 remote_load_store, write_sizes)
 from actors.ahbm.tiles import plan
 from protocols.ahbm import IpcqData, NocPacket, payload
 from protocols.codec import TensorDesc, encode
 
-NS = 1000
 PE = (0, 0, 0)
 LAUNCH = 100 * NS
-
-
-def ceil_div(a, b):
-    return -(-a // b)
 
 
 def per_pc_bytes(addr, rows, row_bytes, pitch, burst=256, pcs=8):
@@ -90,33 +86,21 @@ async def test_remote_dma_over_the_noc(vclock, mode):
     Every message runs between the requester's DMA attach link (128 GB/s, ref §1.2 sram_to_router_bw_gbs)
     and the owner's HBM port attach link (256 GB/s, ref §1.2 hbm_to_router_bw_gbs), both + 1 ns.
     """
-    from protocols.ahbm import MemReq, MemResp
     me, owner = (0, 0, 0), (0, 5, 3)                 # CUBE (0,0) -> CUBE (1,1): 2 hops
     n = 8192
     data = np.random.default_rng(3).integers(0, 255, n, dtype=np.uint8)
-    script = []
-    system, m, place = build({me: script}, mode=mode)
-    addr = place.put(owner, data)
-    dst = place.alloc(owner, n)
-    script += [{"op": "dma", "kind": "load", "target": list(owner), "addr": addr, "row_bytes": n, "buf": "x",
-                "shape": [n], "dtype": "|u1", "label": "rload"},
-               {"op": "dma", "kind": "store", "target": list(owner), "addr": dst, "row_bytes": n, "buf": "x",
-                "shape": [n], "dtype": "|u1", "label": "rstore"}]
+    system, m, place, addr, dst = remote_load_store(me, owner, data, mode=mode)
     res = await system.run_async()
     assert res.status == "finished", res.error
 
     def Z(S, h):   # NOC zero-load time, store-and-forward: DMA attach + (h+1) routers + h CUBE links + HBM attach
-        ser = -(-S * 10**12 // 128_000_000_000)
-        ser_hbm = -(-S * 10**12 // 256_000_000_000)
-        return (ser + NS) + (ser_hbm + NS) + (h + 1) * 3 * NS + h * (ser + 17 * NS)
+        return noc_time(S, [ATT] + [CUBE] * h + [HBM])
 
     chan = 30 * NS + ceil_div(n // 8 * 10**12, 25_600_000_000)
-    req = encode(MemReq(1, "read", list(me), list(owner), 0, addr, 1, n, n, None))[1]
-    resp = encode(MemResp(1, list(owner), list(me), 0, payload(TensorDesc.of((n,), "|u1"))))[1]
+    req, resp = read_sizes(me, owner, addr, n)
     _, _, issued, done = log(m, me, "rload")
     assert done - issued == 20 * NS + Z(req, 2) + chan + Z(resp, 2)
-    wreq = encode(MemReq(2, "write", list(me), list(owner), 0, dst, 1, n, n, payload(TensorDesc.of((n,), "|u1"))))[1]
-    ack = encode(MemResp(2, list(owner), list(me), 0, None))[1]
+    wreq, ack = write_sizes(me, owner, dst, n, tag=2)
     _, _, issued, done = log(m, me, "rstore")
     assert done - issued == 20 * NS + Z(wreq, 2) + chan + Z(ack, 2)
     assert m.pe(*owner).port.served == 2 and m.pe(*me).port.served == 0

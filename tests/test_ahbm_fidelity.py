@@ -1,6 +1,7 @@
-"""Fidelity requirements R1-R9 of reference/ahbm.md §4.6 against closed forms computed here.
+"""Fidelity requirements R1-R9 of reference/ahbm.md §4.6 against closed forms.
 
-Profile numbers used in the closed forms (scenarios/machines/ahbm-1sip.yaml, ref §2.6):
+The closed forms (zero_load, ser, ipcq_time, ...) are the test kit's (actors/ahbm/testkit.py),
+written out there from the profile numbers (scenarios/machines/ahbm-1sip.yaml, ref §2.6):
 PE/NOC clock 1 GHz; CPU dispatch 8 cycles per primitive; PE CPU<->router attach
 128 GB/s + 1 ns; router 3 cycles; CUBE<->CUBE UCIe 128 GB/s, 2 x 8 ns ports + 1 ns;
 SIP<->SIP 64 GB/s, 20 ns; IPCQ 85.333 GB/s + 29.6 ns (ref §1.2 kernbench2: 31.1 ns
@@ -10,67 +11,17 @@ Model: store-and-forward per message (declared, R1).
 import numpy as np
 import pytest
 
-from actors.ahbm.testkit import build, load_profile, log
+from actors.ahbm.testkit import (DISPATCH, HOP_TARGETS, NS, back_to_back_scripts, buf, build, hop_ladder_scripts,
+                                 ipcq_size, ipcq_time, load_profile, log, noc_size, run_scripts, ser, zero_load)
 from emulator.trace import TraceOptions, read_trace
-from protocols.ahbm import IpcqData, NocPacket, payload
-from protocols.codec import TensorDesc, encode
-
-NS = 1000
-DISPATCH = 8 * NS
-
-
-def ser(nbytes, bw_gbs):
-    return -(-nbytes * 10**12 // (bw_gbs * 10**9))
-
-
-def noc_size(payload_bytes):
-    d = TensorDesc.of((payload_bytes // 2,), "<f2")
-    return encode(NocPacket(1 << 16, [0, 0, 0], [0, 0, 0], 0, payload(d)))[1]
-
-
-def ipcq_size(payload_bytes):
-    return encode(IpcqData(1, payload(TensorDesc.of((payload_bytes // 2,), "<f2"))))[1]
-
-
-def ipcq_time(S):
-    """One IPCQ message of S encoded bytes: S / 85.333 GB/s (rounded up to a ps) + 29.6 ns."""
-    return -(-S * 10**12 // 85_333_000_000) + 29_600
-
-
-def zero_load(S, cube_hops, sip_hops=0):
-    """R1 closed form: 2 attach links + (h+1) routers + h mesh links, store-and-forward."""
-    h = cube_hops + sip_hops
-    return (2 * (ser(S, 128) + 1 * NS) + (h + 1) * 3 * NS + cube_hops * (ser(S, 128) + 17 * NS)
-            + sip_hops * (ser(S, 64) + 20 * NS))
-
-
-def buf(nbytes):
-    return np.arange(nbytes // 2, dtype=np.float16)
-
-
-async def run(scripts, tcm=(), profile=None, mode="timing", trace=None):
-    system, m, place = build(scripts, profile, mode=mode, trace=trace)
-    for coord, name, arr in tcm:
-        place.tcm_put(coord, name, arr)
-    res = await system.run_async()
-    assert res.status == "finished", (res.error, res.deadlock)
-    return system, m, res
 
 
 # ------------------------------------------------------------------ R1 zero-load over 1-6 hops
 async def test_r1_zero_load_1_to_6_hops(vclock):
     src = (0, 0, 4)
-    targets = {1: 1, 2: 2, 3: 3, 4: 7, 5: 11, 6: 15}     # XY distance from CUBE (0,0) on the 4x4 mesh
-    s, scripts = [], {}
-    for h, cube in targets.items():
-        if h > 1:
-            s.append({"op": "sleep", "ps": 3000 * NS})
-        s.append({"op": "noc_send", "to": [0, cube, 4], "buf": "q", "label": f"h{h}"})
-        scripts[(0, cube, 4)] = [{"op": "noc_recv", "buf": "r", "label": "r"}]
-    scripts[src] = s
-    _, m, _ = await run(scripts, [(src, "q", buf(4096))])
+    _, m, _ = await run_scripts(hop_ladder_scripts(4), [(src, "q", buf(4096))])
     S = noc_size(4096)
-    for h, cube in targets.items():
+    for h, cube in HOP_TARGETS.items():
         t = log(m, (0, cube, 4), "r")[3] - log(m, src, f"h{h}")[2]
         assert abs(t - zero_load(S, h)) <= 1 * NS, (h, t, zero_load(S, h))
 
@@ -78,7 +29,7 @@ async def test_r1_zero_load_1_to_6_hops(vclock):
 async def test_r1_ucie_between_sips(vclock):
     prof = load_profile("ahbm-2sip")
     src, dst = (0, 3, 0), (1, 0, 0)      # east edge of SIP 0 -> west edge of SIP 1: one SIP crossing
-    _, m, _ = await run({src: [{"op": "noc_send", "to": list(dst), "buf": "q", "label": "s"}],
+    _, m, _ = await run_scripts({src: [{"op": "noc_send", "to": list(dst), "buf": "q", "label": "s"}],
                          dst: [{"op": "noc_recv", "buf": "r", "label": "r"}]}, [(src, "q", buf(8192))], prof)
     t = log(m, dst, "r")[3] - log(m, src, "s")[2]
     assert t == zero_load(noc_size(8192), 0, 1)
@@ -88,14 +39,8 @@ async def test_r1_ucie_between_sips(vclock):
 async def test_r2_fifo_serialisation_and_independent_directions(vclock):
     a, b = (0, 0, 4), (0, 1, 4)
     a2, b2 = (0, 1, 5), (0, 0, 5)   # the opposite direction, same time
-    scripts = {
-        a: [{"op": "noc_send", "to": list(b), "buf": "q", "label": "s1"},
-            {"op": "noc_send", "to": list(b), "buf": "q", "label": "s2"}],
-        b: [{"op": "noc_recv", "buf": "r", "label": "r1"}, {"op": "noc_recv", "buf": "r", "label": "r2"}],
-        a2: [{"op": "noc_send", "to": list(b2), "buf": "q", "label": "s"}],
-        b2: [{"op": "noc_recv", "buf": "r", "label": "r"}],
-    }
-    _, m, _ = await run(scripts, [(a, "q", buf(4096)), (a2, "q", buf(4096))])
+    scripts = back_to_back_scripts(a, b, a2, b2)
+    _, m, _ = await run_scripts(scripts, [(a, "q", buf(4096)), (a2, "q", buf(4096))])
     S = noc_size(4096)
     first = log(m, b, "r1")[3] - log(m, a, "s1")[2]
     assert first == zero_load(S, 1)
@@ -118,7 +63,7 @@ async def test_r3_combine_charged_on_receiving_math(vclock, mode):
                {"op": "recv", "dir": "E", "buf": "b", "label": "rb"},
                {"op": "math", "fn": "add", "srcs": ["a", "b"], "out": "o", "label": "combine"}],
     }
-    system, m, _ = await run(scripts, [(west, "p", x), (east, "p", y)], mode=mode)
+    system, m, _ = await run_scripts(scripts, [(west, "p", x), (east, "p", y)], mode=mode)
     arrival = log(m, west, "s")[2] + ipcq_time(ipcq_size(n))
     assert log(m, root, "ra")[3] == arrival
     t_math = (8 + n // 2 // 64) * NS
@@ -138,7 +83,7 @@ async def test_r4_chunked_pipeline_formula(vclock):
         src, dst = (0, 0, 4), (0, 3, 4)
         scripts = {src: [{"op": "noc_send", "to": list(dst), "buf": "q", "label": f"s{i}"} for i in range(k)],
                    dst: [{"op": "noc_recv", "buf": "r", "label": f"r{i}"} for i in range(k)]}
-        _, m, _ = await run(scripts, [(src, "q", buf(total // k))])
+        _, m, _ = await run_scripts(scripts, [(src, "q", buf(total // k))])
         t = log(m, dst, f"r{k - 1}")[3] - log(m, src, "s0")[2]
         Sk = noc_size(total // k)
         model = zero_load(Sk, h) + (k - 1) * max(DISPATCH, ser(Sk, 128))
@@ -173,7 +118,7 @@ async def test_r5_bounded_ipcq_slows_but_never_deadlocks(vclock):
     end = {}
     for depth in (4, 1):
         prof = load_profile("ahbm-1sip", {"ipcq": {"depth": depth}})
-        _, m, res = await run(tree_scripts(n), tcm, prof)
+        _, m, res = await run_scripts(tree_scripts(n), tcm, prof)
         end[depth] = log(m, (0, 0, 0), f"m{n - 1}")[3]
         if depth == 1:
             # with one slot, each send waits for the previous slot's credit to come back:
@@ -197,13 +142,13 @@ async def test_r6_contention_within_10pct_of_fair_share(vclock):
         return sc
 
     tcm = [(fa[0], "q", buf(nb)), (fb[0], "q", buf(nb))]
-    _, m, _ = await run(flows([fa, fb]), tcm)
+    _, m, _ = await run_scripts(flows([fa, fb]), tcm)
     for (src, dst), hops in ((fa, 3), (fb, 2)):
         t = log(m, dst, f"r{n - 1}")[3] - log(m, src, "s0")[2]
         # max-min fair share: the shared link carries 2n packets at B, each flow gets B/2
         estimate = 2 * n * ser(S, 128) + (zero_load(S, hops) - ser(S, 128))
         assert abs(t - estimate) / estimate < 0.10, (src, t, estimate)
-    _, m1, _ = await run(flows([fa]), tcm[:1])
+    _, m1, _ = await run_scripts(flows([fa]), tcm[:1])
     alone = log(m1, fa[1], f"r{n - 1}")[3] - log(m1, fa[0], "s0")[2]
     assert alone == zero_load(S, 3) + (n - 1) * ser(S, 128)
 
@@ -212,7 +157,7 @@ async def test_r6_contention_within_10pct_of_fair_share(vclock):
 async def test_r7_xy_path_visible_in_trace(vclock, tmp_path):
     src, dst = (0, 0, 4), (0, 15, 4)
     path = tmp_path / "xy.emutrace"
-    system, m, _ = await run({src: [{"op": "noc_send", "to": list(dst), "buf": "q"}],
+    system, m, _ = await run_scripts({src: [{"op": "noc_send", "to": list(dst), "buf": "q"}],
                               dst: [{"op": "noc_recv", "buf": "r"}]}, [(src, "q", buf(256))],
                              trace=TraceOptions(path=str(path)))
     used = sorted(l.name for l in system.links if l.messages and "router.out_" in l.name and "router.in_" in l.name)
@@ -252,7 +197,7 @@ async def test_r9_analytical_cross_check_1_to_64_kib(vclock):
             s.append({"op": "sleep", "ps": 5000 * NS})
         s.append({"op": "noc_send", "to": list(dst), "buf": f"q{i}", "label": f"s{i}"})
     scripts = {src: s, dst: [{"op": "noc_recv", "buf": "r", "label": f"r{i}"} for i in range(len(sizes))]}
-    _, m, _ = await run(scripts, [(src, f"q{i}", buf(nb)) for i, nb in enumerate(sizes)])
+    _, m, _ = await run_scripts(scripts, [(src, f"q{i}", buf(nb)) for i, nb in enumerate(sizes)])
     for i, nb in enumerate(sizes):
         t = log(m, dst, f"r{i}")[3] - log(m, src, f"s{i}")[2]
         # alpha/beta hand model: alpha = 2 x 1 ns attach + 3 x 3 ns routers + 2 x 17 ns links; beta = 4 x S/B
@@ -307,8 +252,8 @@ def reduce_model(nbytes, mesh_children):
     """The analytical script (R9): alpha/beta per hop + dispatch + t_combine, along the scripted order."""
     start = 100 * NS                                   # launch link
     t_comb = (8 + -(-(nbytes // 4) // 64)) * NS        # MATH add on fp32 elements
-    ipcq = ipcq_time(encode(IpcqData(1, payload(TensorDesc.of((nbytes // 4,), "<f4"))))[1])
-    S = encode(NocPacket(1 << 16, [0, 0, 0], [0, 0, 0], 0, payload(TensorDesc.of((nbytes // 4,), "<f4"))))[1]
+    ipcq = ipcq_time(ipcq_size(nbytes, "<f4"))
+    S = noc_size(nbytes, "<f4")
     done = {}
 
     def node(cube, pe):
@@ -331,7 +276,7 @@ async def test_r3_r9_two_level_reduce_matches_analytical_script(vclock, nbytes):
     n = nbytes // 4
     tcm = [((0, c, p), "acc", np.full(n, c * 8 + p, np.float32)) for c in range(16) for p in range(8)]
     mode = "data" if nbytes == 1024 else "timing"
-    system, m, res = await run(scripts, tcm, mode=mode)
+    system, m, res = await run_scripts(scripts, tcm, mode=mode)
     measured = log(m, (0, ROOT_CUBE, ROOT_PE), "root_done")[3]
     model, _ = reduce_model(nbytes, mesh_children)
     assert abs(measured - model) / model < 0.05, (measured, model)

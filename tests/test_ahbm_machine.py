@@ -5,7 +5,7 @@ import pytest
 from actors.ahbm.idle import build_idle
 from actors.ahbm.params import Params
 from actors.ahbm.placement import split_rows
-from actors.ahbm.testkit import build, load_profile
+from actors.ahbm.testkit import CUBE, HBM, HOST, NS, build, load_profile, log, noc_time, write_sizes
 from emulator.system import System
 
 
@@ -95,9 +95,6 @@ def test_microbench_same_timing_in_data_and_timing_mode():
 
 @pytest.mark.parametrize("mode", ["timing", "data"])
 async def test_host_loads_tensors_over_the_noc_then_launches(vclock, mode):
-    from protocols.ahbm import MemReq, MemResp, payload
-    from protocols.codec import TensorDesc, encode
-    from actors.ahbm.testkit import log
     owner, n, h = (0, 10, 2), 65536, 4            # CUBE 10 = (2, 2): 4 hops from the IO attach CUBE 0
     x = np.random.default_rng(5).standard_normal(n // 2).astype(np.float16)
     script = []
@@ -107,17 +104,11 @@ async def test_host_loads_tensors_over_the_noc_then_launches(vclock, mode):
                    "dtype": "<f2", "label": "use"})
     res = await system.run_async()
     assert res.status == "finished", res.error
-    NS = 1000
-
-    def ser(S, gbs):
-        return -(-S * 10**12 // (gbs * 10**9))
-
     io = [0, 0, 8]
-    req = encode(MemReq(1, "write", io, list(owner), 0, addr, 1, n, n, payload(TensorDesc.of((n,), "|u1"))))[1]
-    ack = encode(MemResp(1, list(owner), io, 0, None))[1]
+    req, ack = write_sizes(io, owner, addr, n)
 
     def path(S):   # host interface (64 GB/s, 500 ns) + h+1 routers + h CUBE links + HBM port attach (256 GB/s, ref §1.2)
-        return ser(S, 64) + 500 * NS + (h + 1) * 3 * NS + h * (ser(S, 128) + 17 * NS) + ser(S, 256) + 1 * NS
+        return noc_time(S, [HOST] + [CUBE] * h + [HBM])
 
     channels = 30 * NS + -(-(n // 8) * 10**12 // 25_600_000_000)
     assert m.host.load_done == [path(req) + channels + path(ack)]

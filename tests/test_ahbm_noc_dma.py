@@ -1,73 +1,33 @@
 """NOC switching (store-and-forward / cut-through), router occupancy, DMA outstanding commands.
 
-Closed forms are written out here from the profile numbers (ahbm-1sip / ahbm-2sip,
-ref §2.6), independently of actors/ahbm/noc.py and microbench.py:
-PE CPU / DMA<->router attach 128 GB/s + 1 ns; HBM port<->router attach 256 GB/s + 1 ns
-(ref §1.2 hbm_to_router_bw_gbs); router alpha 3 ns; CUBE<->CUBE 128 GB/s + 17 ns;
-SIP<->SIP 64 GB/s + 20 ns; CPU dispatch 8 ns; DMA setup 20 ns; HBM channel
-30 ns + bytes / 25.6 GB/s.
+The closed forms are the test kit's (actors/ahbm/testkit.py), written out there from the
+profile numbers (ahbm-1sip / ahbm-2sip, ref §2.6), independently of actors/ahbm/noc.py and
+microbench.py: PE CPU / DMA<->router attach ATT (128 GB/s + 1 ns); HBM port<->router attach
+HBM (256 GB/s + 1 ns, ref §1.2 hbm_to_router_bw_gbs); router ALPHA 3 ns; CUBE<->CUBE CUBE
+(128 GB/s + 17 ns); SIP<->SIP SIP (64 GB/s + 20 ns); CPU dispatch 8 ns; DMA setup 20 ns;
+HBM channel 30 ns + bytes / 25.6 GB/s.
 
 * store-and-forward, links (B_i, L_i), n links: ``sum (S/B_i + L_i) + (n - 1) alpha``;
 * cut-through (ref §4.6 R1, alpha h + S/B_bottleneck): ``sum L_i + (n - 1) alpha + max S/B_i``;
-  every S/B rounded up to a picosecond.
+  every S/B rounded up to a picosecond (``noc_time``).
 """
 import numpy as np
 import pytest
 
-from actors.ahbm.testkit import build, load_profile, log
+from actors.ahbm.testkit import (ALPHA, ATT, CUBE, HBM, HOP_TARGETS, NS, SIP, back_to_back_scripts, buf, build,
+                                 ceil_div, hop_ladder_scripts, load_profile, log, noc_size, noc_time, read_sizes,
+                                 remote_load_store, run_scripts, ser)
 from emulator.trace import TraceOptions, read_trace
-from protocols.ahbm import MemReq, MemResp, NocPacket, payload
-from protocols.codec import TensorDesc, encode
 from tools.trace_summary import summarise
 
-NS = 1000
-ATT, HBM, CUBE, SIP = (128, 1 * NS), (256, 1 * NS), (128, 17 * NS), (64, 20 * NS)
-ALPHA = 3 * NS
-CT = {"noc": {"switching": "cut_through"}}
-
-
-def ceil_div(a, b):
-    return -(-a // b)
-
-
-def ser(nbytes, bw_gbs):
-    return -(-nbytes * 10**12 // (bw_gbs * 10**9))
-
-
-def closed(S, links, mode):
-    routers = (len(links) - 1) * ALPHA
-    if mode == "cut_through":
-        return sum(lat for _, lat in links) + routers + max(ser(S, bw) for bw, _ in links)
-    return sum(ser(S, bw) + lat for bw, lat in links) + routers
-
-
-def noc_size(payload_bytes):
-    return encode(NocPacket(1 << 16, [0, 0, 0], [0, 0, 0], 0, payload(TensorDesc.of((payload_bytes // 2,), "<f2"))))[1]
-
-
-def buf(nbytes):
-    return np.arange(nbytes // 2, dtype=np.float16)
-
-
-SMALL = {"pes_per_cube": 2, "pe_grid": {"x": 2, "y": 1}}    # the CUBE mesh as profiled, 2 PEs per CUBE (fast)
+TWO_PES = {"pes_per_cube": 2, "pe_grid": {"x": 2, "y": 1}}    # the CUBE mesh as profiled, 2 PEs per CUBE (fast)
 
 
 def profile(mode, name="ahbm-1sip", extra=None):
-    over = {"noc": {"switching": mode}, **SMALL}
+    over = {"noc": {"switching": mode}, **TWO_PES}
     for k, v in (extra or {}).items():
         over[k] = {**over.get(k, {}), **v}
     return load_profile(name, over)
-
-
-async def run(scripts, tcm=(), prof=None, mode="timing", trace=None, setup=None):
-    system, m, place = build(scripts, prof, mode=mode, trace=trace)
-    for coord, name, arr in tcm:
-        place.tcm_put(coord, name, arr)
-    if setup is not None:
-        setup(place)
-    res = await system.run_async()
-    assert res.status == "finished", (res.error, res.deadlock)
-    return system, m, res
 
 
 MODES = ["store_and_forward", "cut_through"]
@@ -77,19 +37,11 @@ MODES = ["store_and_forward", "cut_through"]
 @pytest.mark.parametrize("mode", MODES)
 async def test_zero_load_1_to_6_hops_both_modes(vclock, mode):
     src = (0, 0, 0)
-    targets = {1: 1, 2: 2, 3: 3, 4: 7, 5: 11, 6: 15}     # XY distance from CUBE (0,0) on the 4x4 mesh
-    s, scripts = [], {}
-    for h, cube in targets.items():
-        if h > 1:
-            s.append({"op": "sleep", "ps": 3000 * NS})
-        s.append({"op": "noc_send", "to": [0, cube, 0], "buf": "q", "label": f"h{h}"})
-        scripts[(0, cube, 0)] = [{"op": "noc_recv", "buf": "r", "label": "r"}]
-    scripts[src] = s
-    _, m, _ = await run(scripts, [(src, "q", buf(4096))], profile(mode))
+    _, m, _ = await run_scripts(hop_ladder_scripts(0), [(src, "q", buf(4096))], profile(mode))
     S = noc_size(4096)
-    for h, cube in targets.items():
+    for h, cube in HOP_TARGETS.items():
         t = log(m, (0, cube, 0), "r")[3] - log(m, src, f"h{h}")[2]
-        assert t == closed(S, [ATT] + [CUBE] * h + [ATT], mode), (h, t)
+        assert t == noc_time(S, [ATT] + [CUBE] * h + [ATT], mode), (h, t)
     if mode == "cut_through":   # R1 as written: per-hop alpha (router + link latency) + S / B_bottleneck
         t6 = log(m, (0, 15, 0), "r")[3] - log(m, src, "h6")[2]
         assert t6 == 2 * 1 * NS + 7 * 3 * NS + 6 * 17 * NS + ser(S, 128)
@@ -107,12 +59,12 @@ async def test_mixed_bandwidth_sip_crossing_is_the_bottleneck(vclock, mode):
                one_src: [{"op": "sleep", "ps": 2000 * NS},
                          {"op": "noc_send", "to": list(one_dst), "buf": "q", "label": "s"}],
                one_dst: [{"op": "noc_recv", "buf": "r", "label": "r"}]}
-    _, m, _ = await run(scripts, [(src, "q", buf(8192)), (one_src, "q", buf(8192))], prof)
+    _, m, _ = await run_scripts(scripts, [(src, "q", buf(8192)), (one_src, "q", buf(8192))], prof)
     S = noc_size(8192)
     t = log(m, dst, "r")[3] - log(m, src, "s")[2]
-    assert t == closed(S, [ATT, CUBE, SIP, CUBE, ATT], mode)
+    assert t == noc_time(S, [ATT, CUBE, SIP, CUBE, ATT], mode)
     t1 = log(m, one_dst, "r")[3] - log(m, one_src, "s")[2]
-    assert t1 == closed(S, [ATT, SIP, ATT], mode)
+    assert t1 == noc_time(S, [ATT, SIP, ATT], mode)
     if mode == "cut_through":
         assert t == 2 * NS + 4 * ALPHA + 17 * NS + 20 * NS + 17 * NS + ser(S, 64)
         assert t1 == 2 * NS + 2 * ALPHA + 20 * NS + ser(S, 64)
@@ -130,23 +82,17 @@ async def test_two_back_to_back_messages(vclock, mode, sips):
     else:
         prof, a, b, links, bottleneck = profile(mode, "ahbm-2sip"), (0, 3, 0), (1, 0, 0), [ATT, SIP, ATT], 64
     a2, b2 = (b[0], b[1], 1), (a[0], a[1], 1)
-    scripts = {
-        a: [{"op": "noc_send", "to": list(b), "buf": "q", "label": "s1"},
-            {"op": "noc_send", "to": list(b), "buf": "q", "label": "s2"}],
-        b: [{"op": "noc_recv", "buf": "r", "label": "r1"}, {"op": "noc_recv", "buf": "r", "label": "r2"}],
-        a2: [{"op": "noc_send", "to": list(b2), "buf": "q", "label": "s"}],
-        b2: [{"op": "noc_recv", "buf": "r", "label": "r"}],
-    }
-    _, m, _ = await run(scripts, [(a, "q", buf(4096)), (a2, "q", buf(4096))], prof)
+    scripts = back_to_back_scripts(a, b, a2, b2)
+    _, m, _ = await run_scripts(scripts, [(a, "q", buf(4096)), (a2, "q", buf(4096))], prof)
     S = noc_size(4096)
-    assert log(m, b, "r1")[3] - log(m, a, "s1")[2] == closed(S, links, mode)
+    assert log(m, b, "r1")[3] - log(m, a, "s1")[2] == noc_time(S, links, mode)
     # s2 is issued one dispatch (8 ns) after s1; it waits behind s1 on the bottleneck link
     assert log(m, a, "s2")[2] - log(m, a, "s1")[2] == 8 * NS
     if mode == "cut_through":
         assert log(m, b, "r2")[3] - log(m, b, "r1")[3] == ser(S, bottleneck)
     else:   # store-and-forward: every link of the path is a stage; the slowest one spaces them
         assert log(m, b, "r2")[3] - log(m, b, "r1")[3] == max(ser(S, bw) for bw, _ in links)
-    assert log(m, b2, "r")[3] - log(m, a2, "s")[2] == closed(S, links, mode)
+    assert log(m, b2, "r")[3] - log(m, a2, "s")[2] == noc_time(S, links, mode)
 
 
 async def test_cut_through_contention_serialises_fifo_on_the_shared_link(vclock):
@@ -160,15 +106,15 @@ async def test_cut_through_contention_serialises_fifo_on_the_shared_link(vclock)
                B: [{"op": "noc_send", "to": list(dB), "buf": "q", "label": "s"}],
                dA: [{"op": "noc_recv", "buf": "r", "label": "r"}],
                dB: [{"op": "noc_recv", "buf": "r", "label": "r"}]}
-    _, m, _ = await run(scripts, [(A, "q", buf(4096)), (B, "q", buf(4096))], profile("cut_through"))
+    _, m, _ = await run_scripts(scripts, [(A, "q", buf(4096)), (B, "q", buf(4096))], profile("cut_through"))
     S = noc_size(4096)
     sB = ser(S, 128)
     t = log(m, A, "s")[2]
     assert log(m, B, "s")[2] == t
-    assert log(m, dB, "r")[3] - t == closed(S, [ATT, CUBE, ATT], "cut_through")
+    assert log(m, dB, "r")[3] - t == noc_time(S, [ATT, CUBE, ATT], "cut_through")
     # A: head leaves router 1 at t + 4 ns + S/B (behind B), then 17 ns link, 3 ns router, tail S/B, 1 ns attach
     assert log(m, dA, "r")[3] - t == 4 * NS + sB + 17 * NS + 3 * NS + sB + 1 * NS
-    assert log(m, dA, "r")[3] - t - closed(S, [ATT, CUBE, CUBE, ATT], "cut_through") == 4 * NS + sB - 24 * NS
+    assert log(m, dA, "r")[3] - t - noc_time(S, [ATT, CUBE, CUBE, ATT], "cut_through") == 4 * NS + sB - 24 * NS
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -179,10 +125,10 @@ async def test_back_pressure_with_one_slot_buffers(vclock, mode):
     n = 6
     scripts = {a: [{"op": "noc_send", "to": list(b), "buf": "q", "label": f"s{i}"} for i in range(n)],
                b: [{"op": "noc_recv", "buf": "r", "label": f"r{i}"} for i in range(n)]}
-    _, m, _ = await run(scripts, [(a, "q", buf(4096))], prof)
+    _, m, _ = await run_scripts(scripts, [(a, "q", buf(4096))], prof)
     S = noc_size(4096)
     links = [ATT, CUBE, CUBE, CUBE, ATT]
-    assert log(m, b, "r0")[3] - log(m, a, "s0")[2] == closed(S, links, mode)
+    assert log(m, b, "r0")[3] - log(m, a, "s0")[2] == noc_time(S, links, mode)
     gaps = [log(m, b, f"r{i}")[3] - log(m, b, f"r{i - 1}")[3] for i in range(1, n)]
     if mode == "cut_through":   # the credit is back when the head is taken downstream: full pipelining
         assert gaps == [ser(S, 128)] * (n - 1)
@@ -195,22 +141,14 @@ async def test_cut_through_remote_dma_data_mode(vclock):
     me, owner = (0, 0, 0), (0, 5, 1)                 # 2 hops
     n = 8192
     data = np.random.default_rng(5).integers(0, 255, n, dtype=np.uint8)
-    script = []
-    system, m, place = build({me: script}, profile("cut_through"), mode="data")
-    addr = place.put(owner, data)
-    dst = place.alloc(owner, n)
-    script += [{"op": "dma", "kind": "load", "target": list(owner), "addr": addr, "row_bytes": n, "buf": "x",
-                "shape": [n], "dtype": "|u1", "label": "rload"},
-               {"op": "dma", "kind": "store", "target": list(owner), "addr": dst, "row_bytes": n, "buf": "x",
-                "shape": [n], "dtype": "|u1", "label": "rstore"}]
+    system, m, place, addr, dst = remote_load_store(me, owner, data, profile("cut_through"), mode="data")
     res = await system.run_async()
     assert res.status == "finished", res.error
     path = [ATT, CUBE, CUBE, HBM]                     # DMA attach -> 2 CUBE links -> owner's HBM port
     chan = 30 * NS + ceil_div(n // 8 * 10**12, 25_600_000_000)
-    req = encode(MemReq(1, "read", list(me), list(owner), 0, addr, 1, n, n, None))[1]
-    resp = encode(MemResp(1, list(owner), list(me), 0, payload(TensorDesc.of((n,), "|u1"))))[1]
+    req, resp = read_sizes(me, owner, addr, n)
     _, _, issued, done = log(m, me, "rload")
-    assert done - issued == 20 * NS + closed(req, path, "cut_through") + chan + closed(resp, path[::-1],
+    assert done - issued == 20 * NS + noc_time(req, path, "cut_through") + chan + noc_time(resp, path[::-1],
                                                                                         "cut_through")
     assert place.read(owner, dst, n) == data.tobytes()
 
@@ -220,11 +158,11 @@ async def test_cut_through_remote_dma_data_mode(vclock):
 async def test_router_outputs_report_occupancy_without_changing_timing(vclock, mode, tmp_path):
     src, dst = (0, 0, 0), (0, 5, 0)        # XY: E to CUBE 1, then S to CUBE 5
     path = tmp_path / "occ.emutrace"
-    system, m, res = await run({src: [{"op": "noc_send", "to": list(dst), "buf": "q", "label": "s"}],
+    system, m, res = await run_scripts({src: [{"op": "noc_send", "to": list(dst), "buf": "q", "label": "s"}],
                                 dst: [{"op": "noc_recv", "buf": "r", "label": "r"}]}, [(src, "q", buf(4096))],
                                profile(mode), trace=TraceOptions(path=str(path)))
     S = noc_size(4096)
-    assert log(m, dst, "r")[3] - log(m, src, "s")[2] == closed(S, [ATT, CUBE, CUBE, ATT], mode)
+    assert log(m, dst, "r")[3] - log(m, src, "s")[2] == noc_time(S, [ATT, CUBE, CUBE, ATT], mode)
     e, s_ = system.actors["sip0/cube00/router/out_E"], system.actors["sip0/cube01/router/out_S"]
     # one span per packet: the output's serialisation (S/B, cut-through: the tail may lag, here it does not)
     assert (e.busy_ps, e.busy_spans) == (ser(S, 128), 1)
@@ -242,13 +180,13 @@ async def test_router_outputs_report_occupancy_without_changing_timing(vclock, m
 async def test_cut_through_occupancy_lasts_until_the_tail_leaves(vclock):
     """Behind a slow link (SIP crossing, 64 GB/s) a fast output is held until the tail passes: S/B_64."""
     src, dst = (0, 3, 0), (1, 1, 0)        # SIP link, then CUBE link E on SIP 1
-    system, m, _ = await run({src: [{"op": "noc_send", "to": list(dst), "buf": "q", "label": "s"}],
+    system, m, _ = await run_scripts({src: [{"op": "noc_send", "to": list(dst), "buf": "q", "label": "s"}],
                               dst: [{"op": "noc_recv", "buf": "r", "label": "r"}]}, [(src, "q", buf(4096))],
                              profile("cut_through", "ahbm-2sip"))
     S = noc_size(4096)
     assert system.actors["sip0/cube03/router/out_E"].busy_ps == ser(S, 64)
     assert system.actors["sip1/cube00/router/out_E"].busy_ps == ser(S, 64)
-    assert log(m, dst, "r")[3] - log(m, src, "s")[2] == closed(S, [ATT, SIP, CUBE, ATT], "cut_through")
+    assert log(m, dst, "r")[3] - log(m, src, "s")[2] == noc_time(S, [ATT, SIP, CUBE, ATT], "cut_through")
 
 
 # ------------------------------------------------------------------ DMA outstanding commands
@@ -258,7 +196,7 @@ def _remote_then_local(outstanding, mode="timing", store=False):
     rng = np.random.default_rng(11)
     far, near = rng.integers(0, 255, n, dtype=np.uint8), rng.integers(0, 255, n, dtype=np.uint8)
     script = []
-    system, m, place = build({me: script}, load_profile("ahbm-1sip", {"dma": {"outstanding": outstanding}, **SMALL}),
+    system, m, place = build({me: script}, load_profile("ahbm-1sip", {"dma": {"outstanding": outstanding}, **TWO_PES}),
                              mode=mode)
     a_far, a_near = place.put(owner, far), place.put(me, near)
     script.append({"op": "dma", "kind": "load", "target": list(owner), "addr": a_far, "row_bytes": n, "buf": "rx",
@@ -280,11 +218,10 @@ async def test_local_dma_overtakes_a_remote_one(vclock, outstanding):
     res = await system.run_async()
     assert res.status == "finished", res.error
     path = [ATT] + [CUBE] * 6 + [HBM]                 # DMA attach -> 6 CUBE links -> owner's HBM port
-    req = encode(MemReq(1, "read", list(me), list(owner), 0, a_far, 1, n, n, None))[1]
-    resp = encode(MemResp(1, list(owner), list(me), 0, payload(TensorDesc.of((n,), "|u1"))))[1]
+    req, resp = read_sizes(me, owner, a_far, n)
     chan = 30 * NS + ceil_div(n // 8 * 10**12, 25_600_000_000)     # 4 KiB striped over 8 channels: 512 B each
     t_remote_issued = log(m, me, "remote")[2]          # launch + 8 ns dispatch; the DMA starts its setup
-    remote_done = t_remote_issued + 20 * NS + closed(req, path, "store_and_forward") + chan + closed(
+    remote_done = t_remote_issued + 20 * NS + noc_time(req, path, "store_and_forward") + chan + noc_time(
         resp, path[::-1], "store_and_forward")
     _, _, local_issued, local_done = log(m, me, "local")
     assert local_issued == t_remote_issued + 8 * NS

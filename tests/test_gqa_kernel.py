@@ -13,20 +13,16 @@ from actors.ahbm.kernels.gqa_attention import prefill_tiles
 from actors.ahbm.kernels.gqa_index import centre_tree, tree_depth
 from actors.ahbm.params import pe_name
 from actors.ahbm.tl.gqa_workload import GQA, WORKLOAD
-from actors.ahbm.tl.testing import profile
+from actors.ahbm.testkit import build_workload
 from emulator.faults import FAULT_SCHEMA
 from emulator.schema import Doc, validate
-from emulator.system import System
 from emulator.faults import install_faults
 
 MESH8 = {"cubes": {"x": 4, "y": 2}}
 
 
 def run(params, mode="data", over=None, faults=None, seed=1):
-    p = validate(WORKLOAD.params, Doc(dict(params), {}, "<test>"))
-    prof = profile(over)
-    system = System("gqa", seed=seed, mode=mode)
-    ctx = WORKLOAD.build(system, prof, p)
+    system, prof, p, ctx = build_workload(WORKLOAD, params, name="gqa", mode=mode, overrides=over, seed=seed)
     if faults:
         install_faults(system, [validate(FAULT_SCHEMA, Doc(f, {}, "<test fault>")) for f in faults])
     result = system.run()
@@ -188,10 +184,8 @@ def test_bad_params_are_clear_errors():
 
 def test_side_by_side_with_the_baseline_on_the_same_inputs():
     from actors.ahbm.tl.gqa_vs_baseline import HOOKS, WORKLOAD as SIDE
-    p = validate(SIDE.params, Doc({"C": 2, "context": 512, "tile": 32}, {}, "<test>"))
-    prof = profile({"cubes": {"x": 4, "y": 1}})
-    system = System("side", seed=2, mode="data")
-    ctx = SIDE.build(system, prof, p)
+    system, prof, p, ctx = build_workload(SIDE, {"C": 2, "context": 512, "tile": 32}, name="side",
+                                          overrides={"cubes": {"x": 4, "y": 1}}, seed=2)
     result = system.run()
     assert result.status == "finished", result.error
     check = SIDE.check(system, prof, p, result, context=ctx)

@@ -183,97 +183,202 @@ def ceil_div(a, b):
     return -(-a // b)
 
 
-@pytest.mark.parametrize("mode", ["timing", "data"])
-@pytest.mark.parametrize("name", PROFILES)
-def test_per_op_timing_matches_closed_forms(name, mode):
-    prof = load_profile(name)
+# Architecture, not profile: the L2 word and the HP beat are 128 bits (reference §3): 8 BF16 or 32 INT4.
+WORD_BYTES = 16
+BF16_PER_WORD = 8
+INT4_PER_BEAT = 32
+
+# The per-opcode timing program (a test input): a K-element BF16 x, an N x K INT4 GEMV, a 32 x K GEMM,
+# a MEMCPY of COPY_ELEMS elements each way, every CVO function on CVO_LEN elements from element CVO_SRC
+# to element CVO_DST (mid-word on both sides).
+K, N = 256, 16
+COPY_ELEMS, COPY_SLOT, COPY_L2_WORD = 96, 1, 200
+GEMV_SHAPE_SLOT = 2
+CVO_SRC, CVO_DST, CVO_LEN = 5, 4003, 50
+
+
+def memset_ps(prof):
+    """MEMSET: ``dispatcher.memset_cycles`` core cycles (actors/pccx/memory.py, MemDispatcher)."""
+    return prof["dispatcher"]["memset_cycles"] * cyc(prof)[0]
+
+
+def memcpy_host_to_l2_ps(prof, words):
+    """MEMCPY host->L2 of one ACP burst (actors/pccx/memory.py, MemDispatcher + Acp): the length lookup
+    pipeline, the DDR read (bytes / ddr.bandwidth + ddr.latency), ``words x acp.cycles_per_word``, then the
+    L2 port-A write at one word per core cycle."""
+    assert words <= prof["acp"]["burst_words"], "closed form for one ACP burst"
     tc, _ = cyc(prof)
-    ddr_bw, ddr_lat = prof["ddr"]["bandwidth"], prof["ddr"]["latency"]
+    ddr = ceil_div(words * WORD_BYTES * 10**12, prof["ddr"]["bandwidth"]) + prof["ddr"]["latency"]
+    return (prof["dispatcher"]["len_lookup_cycles"] * tc + ddr + words * prof["acp"]["cycles_per_word"] * tc
+            + words * tc)
+
+
+def memcpy_l2_to_host_ps(prof, words):
+    """MEMCPY L2->host of one ACP burst (actors/pccx/memory.py, Acp): the length lookup pipeline, the L2
+    port-A read (``words + l2.read_latency_cycles``), ``words x acp.cycles_per_word``, the DDR write."""
+    assert words <= prof["acp"]["burst_words"], "closed form for one ACP burst"
+    tc, _ = cyc(prof)
+    ddr = ceil_div(words * WORD_BYTES * 10**12, prof["ddr"]["bandwidth"]) + prof["ddr"]["latency"]
+    return (prof["dispatcher"]["len_lookup_cycles"] * tc + (words + prof["l2"]["read_latency_cycles"]) * tc
+            + words * prof["acp"]["cycles_per_word"] * tc + ddr)
+
+
+def burst_costs(bursts, macs_per_cycle):
+    """MAC cycles of each burst of one weight stream (``bursts`` = beats per burst), rounded over the stream:
+    ``ceil(W_k / R) - ceil(W_{k-1} / R)``, ``W_k`` = weights of bursts 1..k (actors/pccx/gemv.py, compute.py)."""
+    costs, done = [], 0
+    for beats in bursts:
+        costs.append(ceil_div(INT4_PER_BEAT * (done + beats), macs_per_cycle)
+                     - ceil_div(INT4_PER_BEAT * done, macs_per_cycle))
+        done += beats
+    return costs
+
+
+def stream_bursts(nbytes, prof):
+    """Beats per HP burst of an ``nbytes`` weight stream: full ``hp.burst_beats`` bursts, then the rest."""
+    beats, per = ceil_div(nbytes, WORD_BYTES), prof["hp"]["burst_beats"]
+    return [per] * (beats // per) + ([beats % per] if beats % per else [])
+
+
+def gemv_lane_bursts(prof, parallel_lane):
+    """The bursts of each lane's stream for the N x K GEMV with BF16 scales (rows split in equal blocks)."""
+    rows = ceil_div(N, parallel_lane)
+    return stream_bursts(rows * K // 2 + 2 * rows, prof)
+
+
+def gemv_ps(prof, parallel_lane):
+    """GEMV of the N x K INT4 weights + BF16 scales on ``parallel_lane`` lanes, weights already in the FIFOs
+    (actors/pccx/gemv.py, "Service time"): ``(ceil(K/8) + Lrd) + max_i(start_i + sum c_k) + F + ceil(N/8)``.
+
+    A lane whose HP port (``gemv.lane_ports``) also feeds an earlier lane starts its MACs when that lane
+    takes its second-to-last burst, ``sum_{j < k-2} c_j`` later (the switch's HOL blocking, gemv.py); a
+    lane without a port computes on zero weights at once.
+    """
+    tc, _ = cyc(prof)
+    g = prof["gemv"]
+    costs = burst_costs(gemv_lane_bursts(prof, parallel_lane), g["macs_per_lane"])
+    start, ends = {}, []
+    for port in g["lane_ports"][:parallel_lane]:
+        begin = start.get(port, 0) if port is not None else 0
+        if port is not None:
+            start[port] = begin + sum(costs[:len(costs) - 2])
+        ends.append(begin + sum(costs))
+    lrd = prof["l2"]["read_latency_cycles"]
+    return (ceil_div(K, BF16_PER_WORD) + lrd + max(ends) + g["pipeline_cycles"] + ceil_div(N, BF16_PER_WORD)) * tc
+
+
+def gemm_ps(prof):
+    """GEMM of the 32 x K INT4 weights (no scales), weights already in the FIFOs (actors/pccx/compute.py,
+    MatEngine): ``(ceil(K/8) + Lrd) + ceil(32 B / R) + F + ceil(rows/8)``, B = the op's weight beats."""
+    tc, _ = cyc(prof)
+    gm = prof["gemm"]
+    beats = ceil_div(gm["rows"] * K // 2, WORD_BYTES)
+    return (ceil_div(K, BF16_PER_WORD) + prof["l2"]["read_latency_cycles"]
+            + ceil_div(INT4_PER_BEAT * beats, gm["macs_per_cycle"]) + gm["fill_cycles"]
+            + ceil_div(gm["rows"], BF16_PER_WORD)) * tc
+
+
+def words_spanned(first_elem, n):
+    return (first_elem + n - 1) // BF16_PER_WORD - first_elem // BF16_PER_WORD + 1
+
+
+def cvo_ps(prof, func):
+    """CVO ``func`` on CVO_LEN elements (actors/pccx/compute.py, Cvo): ``words(src, L) * Crd + lat_f
+    (+ L * Cred for REDUCE_SUM) + output_register_cycles + out * Cwr + words(dst, out)``;
+    out = 1 for REDUCE_SUM, L - 1 for SCALE (the first element is the scalar), else L."""
+    tc, _ = cyc(prof)
     c = prof["cvo"]
+    out = {"REDUCE_SUM": 1, "SCALE": CVO_LEN - 1}.get(func, CVO_LEN)
+    t = words_spanned(CVO_SRC, CVO_LEN) * c["read_cycles_per_word"] + c["latency"][func] + c["output_register_cycles"]
+    t += CVO_LEN * c["reduce_cycles_per_element"] if func == "REDUCE_SUM" else 0
+    t += out * c["write_cycles_per_element"] + words_spanned(CVO_DST, out)
+    return t * tc
+
+
+@pytest.fixture(scope="module", params=[(name, mode) for name in PROFILES for mode in ("timing", "data")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
+def per_op_run(request):
+    """One run per profile and mode of a program that issues every opcode on an idle machine.
+
+    Returns ``(profile, lat)``, ``lat(op)`` = the engine-arrival -> retire time of each ``op`` in issue order.
+    """
+    name, mode = request.param
+    prof = load_profile(name)
     b = ProgramBuilder(prof)
-    K, N = 256, 16
     x = bf(np.linspace(-1, 1, K))
     load_vector(b, x, 0)                                       # MEMSET + MEMCPY in (32 words: 2 bursts)
-    b.push("MEMSET", dest_cache=0, dest_addr=1, a_value=96, b_value=1, c_value=1)   # 12 words: one burst
-    xa = b.put(x[:96].tobytes())
-    b.push("MEMCPY", from_device=1, to_device=0, dest_addr=200, aux_addr=xa // 16, shape_ptr_addr=1, **S)
+    b.push("MEMSET", dest_cache=0, dest_addr=COPY_SLOT, a_value=COPY_ELEMS, b_value=1, c_value=1)
+    xa = b.put(x[:COPY_ELEMS].tobytes())
+    b.push("MEMCPY", from_device=1, to_device=0, dest_addr=COPY_L2_WORD, aux_addr=xa // 16, shape_ptr_addr=COPY_SLOT,
+           **S)
     b.wait("in")                                              # idle DDR: no weight stream competes with it
-    b.push("MEMSET", dest_cache=1, dest_addr=2, a_value=N, b_value=K, c_value=1)
+    b.push("MEMSET", dest_cache=1, dest_addr=GEMV_SHAPE_SLOT, a_value=N, b_value=K, c_value=1)
     rng = np.random.default_rng(3)
     b.stream_gemv(rng.integers(-8, 8, (N, K)), bf(np.ones(N)), 2)
     b.stream_gemv(rng.integers(-8, 8, (N, K)), bf(np.ones(N)), 4)
-    b.stream_weights("gemm", weight_blob(rng.integers(-8, 8, (32, K)), None))
+    b.stream_weights("gemm", weight_blob(rng.integers(-8, 8, (prof["gemm"]["rows"], K)), None))
     b.steps.append(("sleep", 200_000_000))                   # let the weight FIFOs fill (idle machine afterwards)
-    b.push("GEMV", dest_reg=300, src_addr=0, w_scale=1, size_ptr_addr=2, shape_ptr_addr=0, parallel_lane=2)
+    b.push("GEMV", dest_reg=300, src_addr=0, w_scale=1, size_ptr_addr=GEMV_SHAPE_SLOT, shape_ptr_addr=0,
+           parallel_lane=2)
     b.wait("gemv")
-    b.push("GEMV", dest_reg=302, src_addr=0, w_scale=1, size_ptr_addr=2, shape_ptr_addr=0, parallel_lane=4)
+    b.push("GEMV", dest_reg=302, src_addr=0, w_scale=1, size_ptr_addr=GEMV_SHAPE_SLOT, shape_ptr_addr=0,
+           parallel_lane=4)
     b.wait("gemv4")
     b.push("GEMM", dest_reg=310, src_addr=0, shape_ptr_addr=0)
     b.wait("gemm")
     for func in isa.CVO_FUNCS:
-        b.push("CVO", cvo_func=isa.CVO_FUNCS[func], src_addr=5, dst_addr=4003, length=50, **S)
-    out = b.alloc(16 * 12)
-    b.push("MEMCPY", from_device=0, to_device=1, src_addr=200, aux_addr=out // 16, shape_ptr_addr=1, **S)
+        b.push("CVO", cvo_func=isa.CVO_FUNCS[func], src_addr=CVO_SRC, dst_addr=CVO_DST, length=CVO_LEN, **S)
+    out = b.alloc(COPY_ELEMS * 2)
+    b.push("MEMCPY", from_device=0, to_device=1, src_addr=COPY_L2_WORD, aux_addr=out // 16,
+           shape_ptr_addr=COPY_SLOT, **S)
     b.wait("end")
     s = run(b, prof, mode)
+    return prof, lambda op: [r["end"] - r["start"] for r in records(s, op)]
 
-    def lat(op):
-        return [r["end"] - r["start"] for r in records(s, op)]
 
-    assert lat("MEMSET") == [prof["dispatcher"]["memset_cycles"] * tc] * 3
-    # MEMCPY host->L2, one 12-word burst: lookup pipeline + DDR (bytes/bw + latency) + ACP words + L2 port-A write
-    look = prof["dispatcher"]["len_lookup_cycles"] * tc
-    acp = prof["acp"]["cycles_per_word"] * tc
-    one_in = look + ceil_div(192 * 10**12, ddr_bw) + ddr_lat + 12 * acp + 12 * tc
-    one_out = look + (12 + prof["l2"]["read_latency_cycles"]) * tc + 12 * acp + ceil_div(192 * 10**12, ddr_bw) + ddr_lat
+def test_memset_timing(per_op_run):
+    prof, lat = per_op_run
+    assert lat("MEMSET") == [memset_ps(prof)] * 3
+
+
+def test_memcpy_timing(per_op_run):
+    """The second MEMCPY (host -> L2) and the third (L2 -> host) move COPY_ELEMS elements: one ACP burst each."""
+    prof, lat = per_op_run
+    words = ceil_div(COPY_ELEMS, BF16_PER_WORD)
     m = lat("MEMCPY")
-    assert m[1] == one_in and m[2] == one_out
-    # GEMV, 16x256 INT4 + BF16 scales, rows split in equal blocks over the lanes, each lane on its own stream:
-    # x read (32 words + 3), lanes in parallel (MACs rounded over the lane's job: burst k costs
-    # ceil(32 * beats_1..k / R) - ceil(32 * beats_1..k-1 / R) cycles, R = macs_per_lane; + drain), write 2 words.
-    g = prof["gemv"]
-    rate, drain = g["macs_per_lane"], g["pipeline_cycles"]
+    assert m[1] == memcpy_host_to_l2_ps(prof, words)
+    assert m[2] == memcpy_l2_to_host_ps(prof, words)
 
-    def lane(bursts):
-        costs, done = [], 0
-        for bt in bursts:
-            costs.append(ceil_div(32 * (done + bt), rate) - ceil_div(32 * done, rate))
-            done += bt
-        return costs
 
-    # parallel_lane=2: 8 rows per lane = 1024 B + 16 B scales = 65 beats = 4 bursts of 16 + 1; lane A on HP2,
-    # lane B on HP3 in both profiles (own FIFO each, already full): no waiting
-    two = lane([16, 16, 16, 16, 1])
-    # 32 MAC/clk (rtl): 16 cycles a full burst; 1024 (documented): 2080 weights in ceil(2080/1024) = 3 cycles
-    assert two == ([16, 16, 16, 16, 1] if rate == 32 else [1, 0, 1, 0, 1])
-    gemv2 = (ceil_div(K, 8) + 3) + sum(two) + drain + ceil_div(N, 8)
-    # parallel_lane=4: 4 rows per lane = 512 B + 8 B = 33 beats = 16 + 16 + 1
-    four = lane([16, 16, 1])
-    assert four == ([16, 16, 1] if rate == 32 else [1, 0, 1])     # 1056 weights: ceil(1056/1024) = 2 cycles
-    if name == "pccx-v002-rtl":
-        # lanes C/D have no FIFO: zero weights, same per-burst rate, nothing to wait for
-        mac4 = sum(four)
-    else:
-        # lanes C/D share HP2/HP3 with A/B through the TDEST switch: in FIFO order their bursts sit behind
-        # A's/B's 3 bursts; the switch's one-burst output slice to C is free once it has passed A's last
-        # burst to A's slice, i.e. when A takes its 2nd-to-last burst (after A's first burst's cycles)
-        mac4 = max(sum(four), four[0] + sum(four))
-    gemv4 = (ceil_div(K, 8) + 3) + mac4 + drain + ceil_div(N, 8)
-    assert lat("GEMV") == [gemv2 * tc, gemv4 * tc]
-    gm = prof["gemm"]
-    # 32 x 256 INT4 = 4096 B = 256 beats (16 bursts), MACs rounded over the op: ceil(32 * 256 / R) cycles
-    # (rtl 1024 MAC/clk: 8, documented 2048: 4)
-    gemm = (ceil_div(K, 8) + 3) + ceil_div(32 * 256, gm["macs_per_cycle"]) + gm["fill_cycles"] + 4
-    assert lat("GEMM") == [gemm * tc]
-    # CVO, src element 5, 50 elements -> words 0..6 (7 words); dst element 4003 (word 500 + 3)
-    want = []
-    for func in isa.CVO_FUNCS:
-        out_n = {"REDUCE_SUM": 1, "SCALE": 49}.get(func, 50)
-        t = 7 * c["read_cycles_per_word"] + c["latency"][func] + c["output_register_cycles"]
-        t += 50 * c["reduce_cycles_per_element"] if func == "REDUCE_SUM" else 0
-        t += out_n * c["write_cycles_per_element"] + ceil_div(3 + out_n, 8)
-        want.append(t * tc)
-    assert lat("CVO") == want
+@pytest.mark.parametrize("name", PROFILES)
+def test_gemv_burst_costs_worked_example(name):
+    """The burst costs gemv_ps uses, worked by hand: parallel_lane=2 gives each lane 8 rows = 1024 B + 16 B
+    scales = 65 beats (16, 16, 16, 16, 1); parallel_lane=4: 4 rows = 520 B = 33 beats (16, 16, 1).  At 32
+    MAC/clk (rtl) a 16-beat burst (512 weights) takes 16 cycles; at 1024 (documented) 2080 weights take
+    ceil(2080/1024) = 3 cycles in all, 1056 weights 2."""
+    prof = load_profile(name)
+    rate = prof["gemv"]["macs_per_lane"]
+    two, four = gemv_lane_bursts(prof, 2), gemv_lane_bursts(prof, 4)
+    assert (two, four) == ([16, 16, 16, 16, 1], [16, 16, 1])
+    assert burst_costs(two, rate) == ([16, 16, 16, 16, 1] if rate == 32 else [1, 0, 1, 0, 1])
+    assert burst_costs(four, rate) == ([16, 16, 1] if rate == 32 else [1, 0, 1])
+
+
+def test_gemv_timing(per_op_run):
+    """parallel_lane=2: lanes A, B on their own ports (HP2, HP3) in both profiles, nothing to wait for.
+    parallel_lane=4: documented, C and D share HP2/HP3 with A/B behind the switch; rtl, no FIFO (zero weights)."""
+    prof, lat = per_op_run
+    assert lat("GEMV") == [gemv_ps(prof, 2), gemv_ps(prof, 4)]
+
+
+def test_gemm_timing(per_op_run):
+    prof, lat = per_op_run
+    assert lat("GEMM") == [gemm_ps(prof)]
+
+
+def test_cvo_timing(per_op_run):
+    prof, lat = per_op_run
+    assert lat("CVO") == [cvo_ps(prof, func) for func in isa.CVO_FUNCS]
 
 
 @pytest.mark.parametrize("mode", ["timing", "data"])

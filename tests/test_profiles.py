@@ -88,3 +88,36 @@ def test_an_extends_cycle_is_an_error_naming_the_chain(tmp_path):
     write(tmp_path / "b.yaml", "extends: a.yaml\n")
     out = problems(write(tmp_path / "s.yaml", SCENARIO.format(profile="a.yaml")))
     assert any("extends" in x and "a -> b -> a" in x for x in out), out
+
+
+def _leaves(tree: dict, path: tuple = ()):
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            yield from _leaves(value, path + (key,))
+        else:
+            yield path + (key,)
+
+
+def _at(tree: dict, path: tuple):
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+def test_pccx_as_built_profile_states_only_what_differs_from_the_documented_one():
+    """pccx-v002-rtl extends pccx-v002-documented: every value it states differs from the documented one,
+    except what it pins on purpose (``cvo.gemv_fifo_words``: the RTL has no GEMV->SFU FIFO, whatever the
+    documented what-if says), and every value it does not state is the documented one."""
+    import yaml
+    from actors.pccx.profile import PROFILE_SCHEMA as PCCX_SCHEMA
+    documented = load_profile("pccx-v002-documented", PCCX_SCHEMA)
+    rtl = load_profile("pccx-v002-rtl", PCCX_SCHEMA)
+    stated_doc = yaml.safe_load((MACHINES_DIR / "pccx-v002-rtl.yaml").read_text())
+    assert stated_doc.pop("extends") == "pccx-v002-documented"
+    stated = set(_leaves(stated_doc))
+    pinned = {("cvo", "gemv_fifo_words")}
+    assert pinned <= stated and _at(rtl, ("cvo", "gemv_fifo_words")) == 0
+    for path in stated - pinned:
+        assert _at(rtl, path) != _at(documented, path), f"{'.'.join(path)} repeats the documented value"
+    for path in set(_leaves(rtl)) - stated:
+        assert _at(rtl, path) == _at(documented, path), path

@@ -11,10 +11,8 @@ import numpy as np
 import pytest
 
 from actors import registry
-from actors.ahbm.tl.testing import profile
+from actors.ahbm.testkit import build_workload
 from actors.ahbm.tl.workloads import WORKLOADS, output_of, reference_attention
-from emulator.schema import Doc, validate
-from emulator.system import System
 from emulator.testing import run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,10 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 async def _run(kind, params, mode="data", overrides=None, seed=1):
     w = WORKLOADS[kind]
-    prof = profile(overrides)
-    p = validate(w.params, Doc(dict(params), {}, "<test>"))
-    system = System(kind, seed=seed, mode=mode)
-    ctx = w.build(system, prof, p)
+    system, prof, p, ctx = build_workload(w, params, name=kind, mode=mode, overrides=overrides, seed=seed)
     result = await run(system)
     assert result.status == "finished", result.error
     system.ctx = ctx   # the test keeps the context next to the system it describes
@@ -119,11 +114,7 @@ def test_same_scenario_same_digest_across_runs():
     from emulator.clock import deterministic_scheduling
     digests = set()
     for _ in range(2):
-        w = WORKLOADS["attention_prefill"]
-        prof = profile()
-        p = validate(w.params, Doc({"ranks": 4}, {}, "<test>"))
-        system = System("det", seed=3, mode="data")
-        w.build(system, prof, p)
+        system, _, _, _ = build_workload(WORKLOADS["attention_prefill"], {"ranks": 4}, name="det", seed=3)
         with deterministic_scheduling():
             r = system.run()
         digests.add((r.digest, r.end_time_ps))

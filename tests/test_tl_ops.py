@@ -1,7 +1,7 @@
 """The tl runtime's operations in data mode against numpy, and its error messages.
 
 Each test builds the small test machine with the standard builder
-(actors/ahbm/tl/testing.py), places inputs in HBM, has the host launch a small
+(actors/ahbm/testkit.py), places inputs in HBM, has the host launch a small
 kernel on PEs of CUBE 0 and compares what it stored with numpy.
 """
 import sys
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from actors.ahbm.tl.kernel_registry import register_kernel
-from actors.ahbm.tl.testing import hbm_fetch, hbm_place, machine
+from actors.ahbm.testkit import hbm_fetch, hbm_place, machine
 from emulator.testing import run
 
 RNG = np.random.default_rng(7)

@@ -5,7 +5,7 @@ import pytest
 from actors.ahbm.costs import dma_ps, dispatch_ps, gemm_ps, math_ps, stripe
 from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.tl.scratch import scheduler_reserve
-from actors.ahbm.tl.testing import hbm_fetch, hbm_place, machine, params
+from actors.ahbm.testkit import hbm_fetch, hbm_place, machine, params
 from emulator.testing import run
 
 ZERO_DISPATCH = {"cpu": {"dispatch_cycles": {k: 0 for k in ("dma", "gemm", "math", "composite", "ipcq", "noc")}}}
@@ -211,7 +211,7 @@ async def test_scripts_and_kernels_share_one_machine_and_cpu_class(vclock):
     from actors.ahbm.builder import build_machine
     from actors.ahbm.cpu import PeCpu
     from actors.ahbm.tl.launcher import kernel_launches
-    from actors.ahbm.tl.testing import profile
+    from actors.ahbm.testkit import profile
     from emulator.system import System
     prof = profile({"sips": 2})
     prm = params({"sips": 2})

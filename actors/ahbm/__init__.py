@@ -20,7 +20,8 @@ Modules (one concept each):
 * ``microbench`` the microbenchmark workload (build, measured vs closed form, data checks);
 * ``idle``       the idle workload (whole machine, empty scripts: the scale check);
 * ``machine``    the family entry point (``PROFILE_SCHEMA``, ``WORKLOADS``);
-* ``testkit``    helpers for tests (load a profile with overrides, build, read PE logs).
+* ``testkit``    the one test kit: profiles with overrides, machines (scripts, ``tl`` kernels, workloads on
+                 a small mesh), PE logs, HBM place/fetch, and closed forms written from the profile numbers.
 """
 
 __all__: list[str] = []

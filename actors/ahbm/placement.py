@@ -22,7 +22,7 @@ from protocols.codec import TensorDesc
 
 from actors.ahbm.costs import stripe
 
-__all__ = ["Placement", "Shard", "split_rows"]
+__all__ = ["Placement", "Shard", "split_rows", "hbm_write", "hbm_read"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,22 @@ def split_rows(n: int, parts: int) -> list[tuple[int, int]]:
         out.append((start, start + size))
         start += size
     return out
+
+
+def hbm_write(pe, prm, addr: int, blob: bytes) -> None:
+    """Preload ``blob`` at ``addr`` of machine PE ``pe``'s HBM (builder.Pe), striped over its pseudo-channels."""
+    for pc, pieces in enumerate(stripe(addr, 1, len(blob), len(blob), prm.burst, prm.pcs)):
+        for a, ln in pieces:
+            pe.pcs[pc].preload(a, blob[a - addr:a - addr + ln])
+
+
+def hbm_read(pe, prm, addr: int, nbytes: int) -> bytes:
+    """``nbytes`` at ``addr`` of machine PE ``pe``'s HBM, gathered from its pseudo-channels (after a run)."""
+    out = bytearray(nbytes)
+    for pc, pieces in enumerate(stripe(addr, 1, nbytes, nbytes, prm.burst, prm.pcs)):
+        for a, ln in pieces:
+            out[a - addr:a - addr + ln] = pe.pcs[pc]._read(a, ln)
+    return bytes(out)
 
 
 class Placement:
@@ -82,21 +98,11 @@ class Placement:
         self.m.pe(*coord).tcm.preload(buf, arr if self.data else TensorDesc.like(arr))
 
     def write(self, coord: tuple, addr: int, blob: bytes) -> None:
-        prm = self.m.prm
-        pe = self.m.pe(*coord)
-        for pc, pieces in enumerate(stripe(addr, 1, len(blob), len(blob), prm.burst, prm.pcs)):
-            for a, ln in pieces:
-                pe.pcs[pc].preload(a, blob[a - addr:a - addr + ln])
+        hbm_write(self.m.pe(*coord), self.m.prm, addr, blob)
 
     def read(self, coord: tuple, addr: int, nbytes: int) -> bytes:
         """Read back bytes after a run (for checks)."""
-        prm = self.m.prm
-        pe = self.m.pe(*coord)
-        out = bytearray(nbytes)
-        for pc, pieces in enumerate(stripe(addr, 1, nbytes, nbytes, prm.burst, prm.pcs)):
-            for a, ln in pieces:
-                out[a - addr:a - addr + ln] = pe.pcs[pc]._read(a, ln)
-        return bytes(out)
+        return hbm_read(self.m.pe(*coord), self.m.prm, addr, nbytes)
 
     def place(self, array: np.ndarray, *, sip: int = 0, cubes: list[int], pes: list[int],
               cube: str = "row_wise", pe: str = "row_wise", timed: bool = False) -> list[Shard]:

@@ -14,8 +14,7 @@ to the PE's engines.  Modules (one concept each):
 * ``launcher``  KernelLaunch messages for a grid of PEs, sent by the machine's host
                 (``io/host``, actors/ahbm/host.py; protocols/ahbm_tl.py);
 * ``workloads`` the baseline attention workloads (``WORKLOADS``), on the machine
-                built by actors/ahbm/builder.py;
-* ``testing``   profile + small-machine helpers for tests.
+                built by actors/ahbm/builder.py.
 """
 
 __all__: list[str] = []
