@@ -14,7 +14,7 @@ import math
 
 from emulator.units import transfer_ps
 
-__all__ = ["MATH_OPS", "stripe", "pc_ps", "dma_ps", "gemm_cycles", "gemm_ps", "math_cycles", "math_ps", "dispatch_ps"]
+__all__ = ["MATH_OPS", "stripe", "pc_ps", "pc_occupancy_ps", "dma_ps", "gemm_cycles", "gemm_ps", "math_cycles", "math_ps", "dispatch_ps"]
 
 # MATH ops: passes over the elements (1 element / lane / cycle each, ref §2.3
 # "exp/max/sum at 1 elem/lane/cycle") and whether the op ends in a row
@@ -45,12 +45,32 @@ def stripe(addr: int, rows: int, row_bytes: int, pitch: int, burst: int, pcs: in
 
 
 def pc_ps(nbytes: int, prm) -> int:
-    """One pseudo-channel request: ``access_latency + ceil(bytes / (pc_bandwidth x efficiency))``.
+    """One pseudo-channel request on an idle channel: ``access_latency + pc_occupancy_ps(bytes)``.
 
-    Closed-page access latency 30 ns, 32 GB/s per PC (HBM4 at 8 Gb/s), efficiency
-    0.8 (refresh and turnarounds folded in): ref §2.1, §2.2, §2.6.
+    Closed-page access latency 30 ns (tRCD + tCL), 32 GB/s per PC (HBM4 at 8 Gb/s),
+    efficiency 0.8 (refresh and turnarounds folded in): ref §2.1, §2.2, §2.6.
     """
-    return prm.hbm_latency + transfer_ps(nbytes, prm.pc_bw_eff)
+    return prm.hbm_latency + pc_occupancy_ps(nbytes, prm)
+
+
+def pc_occupancy_ps(nbytes: int, prm) -> int:
+    """How long one request holds its pseudo-channel: its data burst, ``ceil(bytes / (pc_bandwidth x efficiency))``.
+
+    A channel pipelines requests (memory.HbmChannel): request k's burst starts at
+    ``max(arrival_k + access_latency, end of burst k-1)``.  The access latency is
+    row activation + column access (tRCD + tCL, closed page), spent in a bank while
+    the channel's data bus carries earlier requests' bursts: a pseudo-channel has
+    several banks (bank groups; the tCCD/tFAW timings below are per channel), a new
+    column command may follow the previous one after tCCD_L = 2.5 ns (ref §2.2, Ramulator 2 HBM3 preset), far below one
+    256-B burst (10 ns at 25.6 GB/s), so the bus, not the access latency, limits a
+    stream of requests.  Assumption: consecutive requests to one channel hit
+    different banks (no row-cycle tRC stall), and activations are not limited by
+    tFAW (4 per 30 ns, ref §2.2: binding only for requests under ~190 B).  Holding
+    the channel for ``access_latency + transfer`` per request (the model before)
+    serialised the latency of every request and cut a stream of 256-B requests to a
+    quarter of the channel's bandwidth (30 + 10 ns per 10 ns of data).
+    """
+    return transfer_ps(nbytes, prm.pc_bw_eff)
 
 
 def dma_ps(per_pc_bytes: list[int], prm) -> int:
