@@ -104,3 +104,31 @@ async def test_pseudo_channel_pipelines_requests(vclock):
     elapsed = system.reports[f"{PE}/cpu"]["elapsed"]
     assert elapsed == first + prm.hbm_latency + n * occ
     assert elapsed < first + n * pc_ps(256, prm)                      # the occupancy-for-the-whole-access model
+
+
+async def test_gemm_engine_pipelines_back_to_back_commands(vclock):
+    """Two GEMM tiles issued without waiting: the second streams behind the first, so both complete
+    ``fill_drain + core_1 + core_2`` after the first starts (costs.gemm_cycles), the same as one command
+    doing both blocks; a lone command still takes ``fill_drain + core``."""
+    from actors.ahbm.costs import gemm_core_cycles, gemm_ps
+    from actors.ahbm.testkit import build, log
+    coord = (0, 0, 0)
+    script = [
+        {"op": "gemm", "a": "a", "b": "b", "acc": "c1", "m": 32, "k": 64, "n": 32, "async": True, "label": "g1"},
+        {"op": "gemm", "a": "a", "b": "b", "acc": "c2", "m": 32, "k": 64, "n": 32, "async": True, "label": "g2"},
+        {"op": "wait", "label": "w"},
+        {"op": "gemm", "a": "a", "b": "b2", "acc": "c3", "m": 32, "k": 64, "n": 64, "label": "one"},
+    ]
+    system, m, place = build({coord: script})
+    for name, shape in (("a", (32, 64)), ("b", (64, 32)), ("b2", (64, 64))):
+        place.tcm_put(coord, name, np.ones(shape, np.float16))
+    res = await system.run_async()
+    assert res.status == "finished", res.error
+    prm = m.pe(*coord).gemm.prm
+    _, _, issued1, _ = log(m, coord, "g1")
+    _, _, _, waited = log(m, coord, "w")
+    _, _, issued, done = log(m, coord, "one")
+    core = prm.pe_clk.ps(gemm_core_cycles(32, 64, 32, prm))
+    assert waited - issued1 == prm.pe_clk.ps(prm.fill_drain) + 2 * core
+    assert done - issued == gemm_ps(32, 64, 64, prm) == waited - issued1      # same work, same time
+    assert m.pe(*coord).gemm.busy_ps == 4 * core                             # busy = core cycles only

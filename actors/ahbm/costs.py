@@ -14,7 +14,8 @@ import math
 
 from emulator.units import transfer_ps
 
-__all__ = ["MATH_OPS", "stripe", "pc_ps", "pc_occupancy_ps", "dma_ps", "gemm_cycles", "gemm_ps", "math_cycles", "math_ps", "dispatch_ps"]
+__all__ = ["MATH_OPS", "stripe", "pc_ps", "pc_occupancy_ps", "dma_ps", "gemm_core_cycles", "gemm_cycles", "gemm_ps",
+           "gemm_occupancy_ps", "math_cycles", "math_ps", "dispatch_ps"]
 
 # MATH ops: passes over the elements (1 element / lane / cycle each, ref §2.3
 # "exp/max/sum at 1 elem/lane/cycle") and whether the op ends in a row
@@ -86,35 +87,47 @@ def dma_ps(per_pc_bytes: list[int], prm) -> int:
     return prm.dma_setup + (max(used) if used else 0)
 
 
-def gemm_cycles(m: int, k: int, n: int, prm, accumulate: bool = False) -> int:
-    """GEMM engine cycles for ``[m, k] @ [k, n]`` on an R x C output-stationary MAC array.
+def gemm_core_cycles(m: int, k: int, n: int, prm) -> int:
+    """Cycles the MAC array is occupied by ``[m, k] @ [k, n]``: its operands entering the array.
 
-    ``fill_drain + ceil(m/R) * ceil(n/C) * k`` when padded tiles are charged (a fixed
-    array computes the full R x C block whatever the valid rows: ref §2.3 caveat,
-    ``gemm.charge_padded: true``), else ``fill_drain + ceil(m*n*k / (R*C))``.
-    R = C = 32 bf16 MACs/cycle with fp32 accumulate, fill/drain 48 cycles: ref §2.3, §2.6
-    (assumption sized from the PIM table).  A 32x64x32 tile = 64 + 48 = 112 cycles.
-
-    ``accumulate``: the command continues the K sweep of the output block already in
-    the array (GemmCmd.accumulate: the composite scheduler's K steps 2.. of an output
-    tile).  In an output-stationary array the partial sums stay in the PEs, so the
-    continuation streams its ``k`` more passes behind the previous ones with no drain
-    and no new fill: ``fill_drain`` is charged once per output block, on its first
-    command (ref §2.3: "64 cycles steady state + ~32-64 cycles fill/drain" per tile;
-    charging it on every K step of one block was a model error, found by the
-    composite-vs-dot comparison of the GQA kernel).
+    ``ceil(m/R) * ceil(n/C) * k`` when padded tiles are charged (a fixed array computes
+    the full R x C block whatever the valid rows: ref §2.3 caveat, ``gemm.charge_padded:
+    true``), else ``ceil(m*n*k / (R*C))``.  R = C = 32 bf16 MACs/cycle, fp32 accumulate:
+    ref §2.3, §2.6.
     """
     R, C = prm.array_rows, prm.array_cols
-    fill = 0 if accumulate else prm.fill_drain
     if prm.charge_padded:
-        core = -(-m // R) * -(-n // C) * k
-    else:
-        core = -(-(m * n * k) // (R * C))
-    return fill + core
+        return -(-m // R) * -(-n // C) * k
+    return -(-(m * n * k) // (R * C))
 
 
-def gemm_ps(m: int, k: int, n: int, prm, accumulate: bool = False) -> int:
-    return prm.pe_clk.ps(gemm_cycles(m, k, n, prm, accumulate))
+def gemm_cycles(m: int, k: int, n: int, prm) -> int:
+    """Latency of one GEMM command on an idle engine: ``fill_drain + gemm_core_cycles``.
+
+    The array is a pipeline (gemm.py): a command occupies it for its core cycles, and
+    its result leaves ``fill_drain`` cycles (the systolic skew in and the drain out,
+    48 cycles: ref §2.3 "64 cycles steady state + ~32-64 cycles fill/drain" for a
+    32x64x32 tile, §2.6) after its last operand entered.  The next command's operands
+    follow right behind (output-stationary array with double-buffered output registers,
+    assumption), so ``fill_drain`` overlaps the next command's core cycles; a command
+    that continues the K sweep of the previous one's output block (GemmCmd.accumulate)
+    streams behind it the same way.  A 32x64x32 tile alone = 64 + 48 = 112 cycles; n
+    such tiles back to back = 48 + 64 n.  This is the rule the one-command form already
+    applied across the output blocks of one command (``fill_drain`` once for all
+    ``ceil(m/R) ceil(n/C)`` blocks); charging it per command made the same work cost
+    more as the scheduler's per-block commands than as one ``tl.dot`` (a model error
+    found by the composite-vs-dot comparison).
+    """
+    return prm.fill_drain + gemm_core_cycles(m, k, n, prm)
+
+
+def gemm_ps(m: int, k: int, n: int, prm) -> int:
+    return prm.pe_clk.ps(gemm_cycles(m, k, n, prm))
+
+
+def gemm_occupancy_ps(m: int, k: int, n: int, prm) -> int:
+    """How long the engine is busy with one command before it takes the next (gemm_cycles)."""
+    return prm.pe_clk.ps(gemm_core_cycles(m, k, n, prm))
 
 
 def math_cycles(op: str, elements: int, prm) -> int:
