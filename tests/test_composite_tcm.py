@@ -5,7 +5,8 @@ import pytest
 from actors.ahbm.costs import dispatch_ps, pc_occupancy_ps, pc_ps
 from actors.ahbm.tiles import plan
 from actors.ahbm.tl.kernel_registry import register_kernel
-from actors.ahbm.tl.testing import hbm_fetch, hbm_place, machine
+from actors.ahbm.params import Params
+from actors.ahbm.tl.testing import hbm_fetch, hbm_place, machine, profile
 from emulator.testing import run
 
 M, K, N = 40, 96, 72          # several M, K and N tiles, ragged edges on every axis
@@ -132,3 +133,39 @@ async def test_gemm_engine_pipelines_back_to_back_commands(vclock):
     assert waited - issued1 == prm.pe_clk.ps(prm.fill_drain) + 2 * core
     assert done - issued == gemm_ps(32, 64, 64, prm) == waited - issued1      # same work, same time
     assert m.pe(*coord).gemm.busy_ps == 4 * core                             # busy = core cycles only
+
+
+def _gqa_decode(gemm):
+    from actors.ahbm.params import pe_name
+    from actors.ahbm.tl.gqa_workload import WORKLOAD
+    from emulator.schema import Doc, validate
+    from emulator.system import System
+    params = {"case": "decode", "C": 1, "P": 1, "G": 8, "d": 128, "context": 256, "tile": 64, "gemm": gemm}
+    p = validate(WORKLOAD.params, Doc(params, {}, "<test>"))
+    prof = profile()
+    system = System("gqa", seed=1, mode="timing")
+    ctx = WORKLOAD.build(system, prof, p)
+    result = system.run()
+    assert result.status == "finished", result.error
+    pe = pe_name(*ctx.layout.coords[0])
+    return system, WORKLOAD.check(system, prof, p, result, context=ctx), pe
+
+
+def test_gqa_decode_composite_reads_only_kv_blocks_and_costs_the_dot_gemm_time():
+    """GQA decode no-SP (G = 8, d = 128): with q and P read from the TCM and S, O written there (seed §B.3),
+    the composite path's DMAs are the q load, the K/V blocks the scheduler streams, and the output store;
+    and its per-block GEMM commands keep the array busy exactly as long as the dot path's one command per
+    GEMM (pipelined array, costs.gemm_cycles)."""
+    sys_c, chk_c, pe = _gqa_decode("composite")
+    sys_d, chk_d, _ = _gqa_decode("dot")
+    prm = Params.of(profile())
+    tiles, M, d, T = 256 // 64, 8, 128, 64
+    kv_blocks = sum(s.load_b for s in plan(M, d, T, prm.tile)) + sum(s.load_b for s in plan(M, T, d, prm.tile))
+    assert sum(s.load_a for s in plan(M, d, T, prm.tile)) > 0          # an HBM q would have cost A loads
+    assert _dma(sys_c, pe) == 1 + tiles * kv_blocks + 1
+    assert sys_c.actors[f"{pe}/gemm"].busy_ps == sys_d.actors[f"{pe}/gemm"].busy_ps > 0
+    assert chk_c["kv_bytes_read"] == chk_d["kv_bytes_read"]
+
+
+def _dma(system, pe) -> int:
+    return system.actors[f"{pe}/dma"].busy_spans
