@@ -237,7 +237,7 @@ async def test_composite_gemm_time_and_result(vclock, mode):
     assert done - issued == overlapped
     # load/compute overlap emerged from the DMA and GEMM engines working concurrently
     assert done - issued < serial
-    assert m.pe(*PE).gemm.busy_ps == sum(gemm_core(s.tm, s.tk, s.tn) for s in plan(M, K, N, (32, 64, 32)))
+    assert m.pe(*PE).gemm.array_ps == sum(gemm_core(s.tm, s.tk, s.tn) for s in plan(M, K, N, (32, 64, 32)))
     if mode == "data":
         got = np.frombuffer(place.read(PE, c, M * N * 2), np.float16).reshape(M, N)
         acc = np.zeros((M, N), np.float32)   # fp32 accumulation over K tiles (ref §3.3)

@@ -132,7 +132,7 @@ async def test_gemm_engine_pipelines_back_to_back_commands(vclock):
     core = prm.pe_clk.ps(gemm_core_cycles(32, 64, 32, prm))
     assert waited - issued1 == prm.pe_clk.ps(prm.fill_drain) + 2 * core
     assert done - issued == gemm_ps(32, 64, 64, prm) == waited - issued1      # same work, same time
-    assert m.pe(*coord).gemm.busy_ps == 4 * core                             # busy = core cycles only
+    assert m.pe(*coord).gemm.array_ps == 4 * core                            # the array: core cycles only
 
 
 def _gqa_decode(gemm):
@@ -163,7 +163,7 @@ def test_gqa_decode_composite_reads_only_kv_blocks_and_costs_the_dot_gemm_time()
     kv_blocks = sum(s.load_b for s in plan(M, d, T, prm.tile)) + sum(s.load_b for s in plan(M, T, d, prm.tile))
     assert sum(s.load_a for s in plan(M, d, T, prm.tile)) > 0          # an HBM q would have cost A loads
     assert _dma(sys_c, pe) == 1 + tiles * kv_blocks + 1
-    assert sys_c.actors[f"{pe}/gemm"].busy_ps == sys_d.actors[f"{pe}/gemm"].busy_ps > 0
+    assert sys_c.actors[f"{pe}/gemm"].array_ps == sys_d.actors[f"{pe}/gemm"].array_ps > 0
     assert chk_c["kv_bytes_read"] == chk_d["kv_bytes_read"]
 
 

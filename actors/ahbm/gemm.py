@@ -10,7 +10,11 @@ completes at ``start_i + fill_drain + core_i``; a lone command takes
 ``out`` (not the last K step of its output block) leaves the partial sums in the
 array's accumulators for the next step (output-stationary); nothing drains, so it
 completes when its operands have entered (``start_i + core_i``): its operand
-buffers are free then, which is what the scheduler waits for.  Commands are served FIFO.  Operands come from the
+buffers are free then, which is what the scheduler waits for.  Trace: a command's
+core cycles are a busy span "gemm MxKxN", its drain a busy span "drain" (so a
+lone command shows ``fill_drain + core`` of busy time, as before); the drain of
+one command may overlap the next one's core span, so with back-to-back commands
+``busy_ps`` counts that overlap twice; ``array_ps`` is the array's occupancy alone.  Commands are served FIFO.  Operands come from the
 TCM (zero-time ports, see memory.Tcm), read when the command starts; the result is
 written when its core cycles end (it is only read after the completion).
 
@@ -46,6 +50,7 @@ class GemmEngine(Actor):
         self.done = {c: self.out_port(f"done_{c}") for c in clients}
         self.tcm = TcmClient(self, "gemm")
         self.macs = 0
+        self.array_ps = 0                # time the array was occupied by operands (core cycles)
         self._done: deque = deque()      # (completion time, client, Done), in command order
         self._drained = ParkingLot()
 
@@ -66,7 +71,9 @@ class GemmEngine(Actor):
                 raise RuntimeError(f"GEMM {c.id}: operand shapes {tuple(a.shape)} @ {tuple(b.shape)} do not match"
                                    f" m,k,n = {c.m},{c.k},{c.n}")
             prev = await self.tcm.read(c.acc) if c.accumulate else None
-            await self.busy(gemm_occupancy_ps(c.m, c.k, c.n, self.prm), f"gemm {c.m}x{c.k}x{c.n}")
+            core = gemm_occupancy_ps(c.m, c.k, c.n, self.prm)
+            await self.busy(core, f"gemm {c.m}x{c.k}x{c.n}")
+            self.array_ps += core
             self.macs += c.m * c.k * c.n
             self.report("macs", self.macs)
             if data_mode:
@@ -92,7 +99,8 @@ class GemmEngine(Actor):
             while not self._done:
                 await self._drained.park()
             end, client, done = self._done.popleft()
-            await self.sleep_until(end)
+            if end > self.now:   # the drain: a span of its own (it overlaps the next command's core cycles)
+                await self.busy(end - self.now, "drain")
             await self.done[client].send(done)
 
     def describe(self) -> dict:
