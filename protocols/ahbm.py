@@ -82,13 +82,18 @@ class MathCmd:
     client: str
 
 
-@message(tag=203)
+@message(tag=203, version=2)
 class CompositeCmd:
     """A GEMM head with epilogue steps, handed to the PE scheduler (seed §0 ``CompositeCmd``).
 
-    ``C[m, n] = epilogue(A[m, k] @ B[k, n])``; A, B, C are row-major in this PE's
-    HBM at ``a_addr``, ``b_addr``, ``c_addr`` with element type ``dtype``.
-    ``epilogue`` is a list of ``[op, scalar]`` MATH steps applied per output tile.
+    ``C[m, n] = epilogue(A[m, k] @ B[k, n])`` with element type ``dtype``.  Each
+    operand lives either in this PE's HBM (row-major at ``a_addr`` / ``b_addr`` /
+    ``c_addr``, streamed by DMA) or in its TCM (the named buffer ``a_buf`` /
+    ``b_buf`` / ``c_buf``, read and written in place by the scheduler without a
+    DMA, seed §B.3: composite operands and outputs in the TCM scratch arena); an
+    empty buffer name means "in HBM".  ``c_dtype`` is the element type of C
+    (empty: ``dtype``).  ``epilogue`` is a list of ``[op, scalar]`` MATH steps
+    applied per output tile.
     """
 
     id: int
@@ -101,6 +106,10 @@ class CompositeCmd:
     dtype: str
     epilogue: list
     client: str
+    a_buf: str = ""
+    b_buf: str = ""
+    c_buf: str = ""
+    c_dtype: str = ""
 
 
 @message(tag=204)

@@ -34,9 +34,14 @@ def dma_closed(per_pc):
     return 20 * NS + max(30 * NS + ceil_div(b * 10**12, 25_600_000_000) for b in per_pc if b)
 
 
-def gemm_closed(m, k, n, padded=True, accumulate=False):
-    core = ceil_div(m, 32) * ceil_div(n, 32) * k if padded else ceil_div(m * n * k, 1024)
-    return ((0 if accumulate else 48) + core) * NS
+def gemm_core(m, k, n, padded=True):
+    """Cycles the 32x32 array is occupied (ns at 1 GHz)."""
+    return (ceil_div(m, 32) * ceil_div(n, 32) * k if padded else ceil_div(m * n * k, 1024)) * NS
+
+
+def gemm_closed(m, k, n, padded=True):
+    """A lone GEMM command: 48 cycles fill/drain + core."""
+    return 48 * NS + gemm_core(m, k, n, padded)
 
 
 def test_profiles_validate():
@@ -167,18 +172,33 @@ def composite_closed(M, K, N, a, b, c, epilogue_ops):
         dma(t, block(a + (m0 * K + k0) * 2, tm, tk * 2, K * 2))
         return dma(t, block(b + (k0 * N + n0) * 2, tk, tn * 2, N * 2))
 
-    ready, t, end = loads(tiles[0], 0), 0, 0
-    for i, st in enumerate(tiles):
-        m0, k0, n0, tm, tk, tn, last, acc = st
-        t = max(t, ready)
-        if i + 1 < len(tiles):
-            ready = loads(tiles[i + 1], t)
-        t += gemm_closed(tm, tk, tn, accumulate=acc)
-        serial += gemm_closed(tm, tk, tn, accumulate=acc)
+    def finish(st, t):   # after GEMM st: epilogue + store of the tile it ended
+        nonlocal end, serial
+        m0, k0, n0, tm, tk, tn, last, _ = st
         if last:
             t += epilogue_ops * (8 + ceil_div(tm * tn, 64)) * NS
             serial += epilogue_ops * (8 + ceil_div(tm * tn, 64)) * NS
             end = dma(t, block(c + (m0 * N + n0) * 2, tm, tn * 2, N * 2))
+        return t
+
+    # the GEMM engine is a pipeline: busy for core cycles, result 48 cycles later; GEMM i is sent when its
+    # loads are done, then the scheduler waits for GEMM i-1, queues loads i+1 and finishes i-1's tile
+    ready, t, end, free = loads(tiles[0], 0), 0, 0, 0
+    prev = None
+    for i, st in enumerate(tiles):
+        m0, k0, n0, tm, tk, tn, last, acc = st
+        t = max(t, ready)
+        start = max(t, free)
+        free = start + gemm_core(tm, tk, tn)
+        serial += gemm_closed(tm, tk, tn)
+        if prev is not None:
+            t = max(t, prev[1])
+        if i + 1 < len(tiles):
+            ready = loads(tiles[i + 1], t)
+        if prev is not None:
+            t = finish(prev[0], t)
+        prev = (st, start + gemm_closed(tm, tk, tn) if last else free)   # K steps before the last: no drain
+    t = finish(prev[0], max(t, prev[1]))
     return max(t, end), serial
 
 
@@ -201,8 +221,7 @@ async def test_composite_gemm_time_and_result(vclock, mode):
     assert done - issued == overlapped
     # load/compute overlap emerged from the DMA and GEMM engines working concurrently
     assert done - issued < serial
-    assert m.pe(*PE).gemm.busy_ps == sum(gemm_closed(s.tm, s.tk, s.tn, accumulate=not s.first)
-                                                for s in plan(M, K, N, (32, 64, 32)))
+    assert m.pe(*PE).gemm.array_ps == sum(gemm_core(s.tm, s.tk, s.tn) for s in plan(M, K, N, (32, 64, 32)))
     if mode == "data":
         got = np.frombuffer(place.read(PE, c, M * N * 2), np.float16).reshape(M, N)
         acc = np.zeros((M, N), np.float32)   # fp32 accumulation over K tiles (ref §3.3)

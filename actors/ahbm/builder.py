@@ -41,7 +41,7 @@ from protocols.ahbm_tl import KernelLaunch
 
 __all__ = ["TCM_CLIENTS", "Pe", "Machine", "pe_neighbours", "completion_depth", "programs_of", "build_machine"]
 
-TCM_CLIENTS = ["cpu", "dma", "gemm", "math", "ipcq"]
+TCM_CLIENTS = ["cpu", "dma", "gemm", "math", "ipcq", "sched"]
 
 
 @dataclass
@@ -167,7 +167,7 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
                 connect(pe.sched.done_cpu, pe.cpu.done, capacity=completion_depth(prm, "sched"))
                 connect(pe.cpu.to["ipcq"], pe.ipcq.cmd, capacity=prm.cmd_depth)
                 connect(pe.ipcq.resp, pe.cpu.ipcq_resp, capacity=completion_depth(prm, "ipcq"))
-                for client, actor in zip(TCM_CLIENTS, (pe.cpu, pe.dma, pe.gemm, pe.math, pe.ipcq)):
+                for client, actor in zip(TCM_CLIENTS, (pe.cpu, pe.dma, pe.gemm, pe.math, pe.ipcq, pe.sched)):
                     connect(actor.tcm.req, pe.tcm.req, capacity=1)
                     connect(pe.tcm.out[client], actor.tcm.resp, capacity=1)
                 for i, pc in enumerate(pe.pcs):

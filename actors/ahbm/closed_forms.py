@@ -17,7 +17,7 @@ from protocols.codec import TensorDesc, encode
 from actors.ahbm.cpu import PKT_ID0
 from actors.ahbm.tiles import plan
 
-__all__ = ["BF16", "dma_model", "gemm_model", "math_model", "composite_model", "path_model",
+__all__ = ["BF16", "dma_model", "gemm_core", "gemm_model", "math_model", "composite_model", "path_model",
            "mesh_links", "noc_model", "remote_dma_model", "host_load_model", "ipcq_model"]
 
 BF16 = "<f2"   # bf16 stored as float16 (ref §3.3)
@@ -29,10 +29,15 @@ def dma_model(nbytes: int, prm) -> int:
     return prm.dma_setup + prm.hbm_latency + transfer_ps(per_pc, prm.pc_bw_eff)
 
 
-def gemm_model(m, k, n, prm, accumulate: bool = False) -> int:
+def gemm_core(m, k, n, prm) -> int:
+    """Cycles the array is occupied: ``ceil(m/R) ceil(n/C) k`` (padded) or ``ceil(mnk / RC)``."""
     R, C = prm.array_rows, prm.array_cols
-    core = (-(-m // R)) * (-(-n // C)) * k if prm.charge_padded else -(-(m * n * k) // (R * C))
-    return prm.pe_clk.ps((0 if accumulate else prm.fill_drain) + core)
+    return (-(-m // R)) * (-(-n // C)) * k if prm.charge_padded else -(-(m * n * k) // (R * C))
+
+
+def gemm_model(m, k, n, prm) -> int:
+    """A lone GEMM command: ``fill_drain + core`` cycles."""
+    return prm.pe_clk.ps(prm.fill_drain + gemm_core(m, k, n, prm))
 
 
 def math_model(elements: int, reduce: bool, prm) -> int:
@@ -51,12 +56,14 @@ def _block_ps(addr, rows, row_bytes, pitch, prm) -> int:
 
 
 def composite_model(M, K, N, esize, epilogue, prm, a_addr=0, b_addr=0, c_addr=0) -> int:
-    """The scheduler's double-buffered stream (scheduler.py docstring) as a recurrence.
+    """The scheduler's double-buffered stream (scheduler.py docstring) as a recurrence, HBM operands.
 
-    One FIFO DMA queue: loads of step s+1 are queued when step s's loads are done;
-    GEMM s runs when its loads are done and GEMM s-1 (and the epilogue of the tile
-    before) are finished; epilogue MATH steps then the store are issued at the end
-    of an output tile; the command ends with the last store.
+    One FIFO DMA queue; the GEMM engine a pipeline (gemm.py): GEMM s starts at
+    ``max(its loads done, engine free = start_{s-1} + core_{s-1})`` and completes
+    ``fill_drain + core_s`` after its start if it ends its output block, else when its
+    core cycles end (the partial block stays in the array, gemm.py).  After sending GEMM s the scheduler waits
+    for GEMM s-1, queues the loads of step s+1, then runs the epilogue MATH steps and issues the store of
+    the tile s-1 ended (if any); the command ends with the last tile's store.
     """
     dma_free = 0
 
@@ -73,19 +80,31 @@ def composite_model(M, K, N, esize, epilogue, prm, a_addr=0, b_addr=0, c_addr=0)
             end = dma(t, _block_ps(b_addr + (s.k0 * N + s.n0) * esize, s.tk, s.tn * esize, N * esize, prm))
         return end
 
-    steps = plan(M, K, N, prm.tile)
-    ready = loads(steps[0], 0)
-    t = 0
-    end = 0
-    for s in steps:
-        t = max(t, ready)
-        if s.index + 1 < len(steps):
-            ready = loads(steps[s.index + 1], t)
-        t += gemm_model(s.tm, s.tk, s.tn, prm, accumulate=not s.first)
+    def finish(s, t):   # after GEMM s: its tile's epilogue and store
+        nonlocal end
         if s.last:
-            for op, _ in epilogue:
+            for _ in epilogue:
                 t += math_model(s.tm * s.tn, False, prm)
             end = dma(t, _block_ps(c_addr + (s.m0 * N + s.n0) * esize, s.tm, s.tn * esize, N * esize, prm))
+        return t
+
+    steps = plan(M, K, N, prm.tile)
+    ready = loads(steps[0], 0)
+    t = engine_free = end = 0
+    prev = None
+    for s in steps:
+        t = max(t, ready)
+        start = max(t, engine_free)
+        engine_free = start + prm.pe_clk.ps(gemm_core(s.tm, s.tk, s.tn, prm))
+        done = start + gemm_model(s.tm, s.tk, s.tn, prm) if s.last else engine_free   # K steps 1..n-1: no drain
+        if prev is not None:
+            t = max(t, prev[1])            # GEMM s-1 done: its buffers are free
+        if s.index + 1 < len(steps):
+            ready = loads(steps[s.index + 1], t)
+        if prev is not None:
+            t = finish(prev[0], t)
+        prev = (s, done)
+    t = finish(prev[0], max(t, prev[1]))
     return max(t, end)
 
 

@@ -14,7 +14,8 @@ import math
 
 from emulator.units import transfer_ps
 
-__all__ = ["MATH_OPS", "stripe", "pc_ps", "dma_ps", "gemm_cycles", "gemm_ps", "math_cycles", "math_ps", "dispatch_ps"]
+__all__ = ["MATH_OPS", "stripe", "pc_ps", "pc_occupancy_ps", "dma_ps", "gemm_core_cycles", "gemm_cycles", "gemm_ps",
+           "gemm_occupancy_ps", "math_cycles", "math_ps", "dispatch_ps"]
 
 # MATH ops: passes over the elements (1 element / lane / cycle each, ref §2.3
 # "exp/max/sum at 1 elem/lane/cycle") and whether the op ends in a row
@@ -45,12 +46,32 @@ def stripe(addr: int, rows: int, row_bytes: int, pitch: int, burst: int, pcs: in
 
 
 def pc_ps(nbytes: int, prm) -> int:
-    """One pseudo-channel request: ``access_latency + ceil(bytes / (pc_bandwidth x efficiency))``.
+    """One pseudo-channel request on an idle channel: ``access_latency + pc_occupancy_ps(bytes)``.
 
-    Closed-page access latency 30 ns, 32 GB/s per PC (HBM4 at 8 Gb/s), efficiency
-    0.8 (refresh and turnarounds folded in): ref §2.1, §2.2, §2.6.
+    Closed-page access latency 30 ns (tRCD + tCL), 32 GB/s per PC (HBM4 at 8 Gb/s),
+    efficiency 0.8 (refresh and turnarounds folded in): ref §2.1, §2.2, §2.6.
     """
-    return prm.hbm_latency + transfer_ps(nbytes, prm.pc_bw_eff)
+    return prm.hbm_latency + pc_occupancy_ps(nbytes, prm)
+
+
+def pc_occupancy_ps(nbytes: int, prm) -> int:
+    """How long one request holds its pseudo-channel: its data burst, ``ceil(bytes / (pc_bandwidth x efficiency))``.
+
+    A channel pipelines requests (memory.HbmChannel): request k's burst starts at
+    ``max(arrival_k + access_latency, end of burst k-1)``.  The access latency is
+    row activation + column access (tRCD + tCL, closed page), spent in a bank while
+    the channel's data bus carries earlier requests' bursts: a pseudo-channel has
+    several banks (bank groups; the tCCD/tFAW timings below are per channel), a new
+    column command may follow the previous one after tCCD_L = 2.5 ns (ref §2.2, Ramulator 2 HBM3 preset), far below one
+    256-B burst (10 ns at 25.6 GB/s), so the bus, not the access latency, limits a
+    stream of requests.  Assumption: consecutive requests to one channel hit
+    different banks (no row-cycle tRC stall), and activations are not limited by
+    tFAW (4 per 30 ns, ref §2.2: binding only for requests under ~190 B).  Holding
+    the channel for ``access_latency + transfer`` per request (the model before)
+    serialised the latency of every request and cut a stream of 256-B requests to a
+    quarter of the channel's bandwidth (30 + 10 ns per 10 ns of data).
+    """
+    return transfer_ps(nbytes, prm.pc_bw_eff)
 
 
 def dma_ps(per_pc_bytes: list[int], prm) -> int:
@@ -66,35 +87,47 @@ def dma_ps(per_pc_bytes: list[int], prm) -> int:
     return prm.dma_setup + (max(used) if used else 0)
 
 
-def gemm_cycles(m: int, k: int, n: int, prm, accumulate: bool = False) -> int:
-    """GEMM engine cycles for ``[m, k] @ [k, n]`` on an R x C output-stationary MAC array.
+def gemm_core_cycles(m: int, k: int, n: int, prm) -> int:
+    """Cycles the MAC array is occupied by ``[m, k] @ [k, n]``: its operands entering the array.
 
-    ``fill_drain + ceil(m/R) * ceil(n/C) * k`` when padded tiles are charged (a fixed
-    array computes the full R x C block whatever the valid rows: ref §2.3 caveat,
-    ``gemm.charge_padded: true``), else ``fill_drain + ceil(m*n*k / (R*C))``.
-    R = C = 32 bf16 MACs/cycle with fp32 accumulate, fill/drain 48 cycles: ref §2.3, §2.6
-    (assumption sized from the PIM table).  A 32x64x32 tile = 64 + 48 = 112 cycles.
-
-    ``accumulate``: the command continues the K sweep of the output block already in
-    the array (GemmCmd.accumulate: the composite scheduler's K steps 2.. of an output
-    tile).  In an output-stationary array the partial sums stay in the PEs, so the
-    continuation streams its ``k`` more passes behind the previous ones with no drain
-    and no new fill: ``fill_drain`` is charged once per output block, on its first
-    command (ref §2.3: "64 cycles steady state + ~32-64 cycles fill/drain" per tile;
-    charging it on every K step of one block was a model error, found by the
-    composite-vs-dot comparison of the GQA kernel).
+    ``ceil(m/R) * ceil(n/C) * k`` when padded tiles are charged (a fixed array computes
+    the full R x C block whatever the valid rows: ref §2.3 caveat, ``gemm.charge_padded:
+    true``), else ``ceil(m*n*k / (R*C))``.  R = C = 32 bf16 MACs/cycle, fp32 accumulate:
+    ref §2.3, §2.6.
     """
     R, C = prm.array_rows, prm.array_cols
-    fill = 0 if accumulate else prm.fill_drain
     if prm.charge_padded:
-        core = -(-m // R) * -(-n // C) * k
-    else:
-        core = -(-(m * n * k) // (R * C))
-    return fill + core
+        return -(-m // R) * -(-n // C) * k
+    return -(-(m * n * k) // (R * C))
 
 
-def gemm_ps(m: int, k: int, n: int, prm, accumulate: bool = False) -> int:
-    return prm.pe_clk.ps(gemm_cycles(m, k, n, prm, accumulate))
+def gemm_cycles(m: int, k: int, n: int, prm) -> int:
+    """Latency of one GEMM command on an idle engine: ``fill_drain + gemm_core_cycles``.
+
+    The array is a pipeline (gemm.py): a command occupies it for its core cycles, and
+    its result leaves ``fill_drain`` cycles (the systolic skew in and the drain out,
+    48 cycles: ref §2.3 "64 cycles steady state + ~32-64 cycles fill/drain" for a
+    32x64x32 tile, §2.6) after its last operand entered.  The next command's operands
+    follow right behind (output-stationary array with double-buffered output registers,
+    assumption), so ``fill_drain`` overlaps the next command's core cycles; a command
+    that continues the K sweep of the previous one's output block (GemmCmd.accumulate)
+    streams behind it the same way.  A 32x64x32 tile alone = 64 + 48 = 112 cycles; n
+    such tiles back to back = 48 + 64 n.  This is the rule the one-command form already
+    applied across the output blocks of one command (``fill_drain`` once for all
+    ``ceil(m/R) ceil(n/C)`` blocks); charging it per command made the same work cost
+    more as the scheduler's per-block commands than as one ``tl.dot`` (a model error
+    found by the composite-vs-dot comparison).
+    """
+    return prm.fill_drain + gemm_core_cycles(m, k, n, prm)
+
+
+def gemm_ps(m: int, k: int, n: int, prm) -> int:
+    return prm.pe_clk.ps(gemm_cycles(m, k, n, prm))
+
+
+def gemm_occupancy_ps(m: int, k: int, n: int, prm) -> int:
+    """How long the engine is busy with one command before it takes the next (gemm_cycles)."""
+    return prm.pe_clk.ps(gemm_core_cycles(m, k, n, prm))
 
 
 def math_cycles(op: str, elements: int, prm) -> int:

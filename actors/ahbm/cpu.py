@@ -45,7 +45,8 @@ Script commands (keys besides ``op``; ``label`` optional everywhere):
   optional ``target`` = [sip, cube, pe] for another PE's HBM (over the NOC)
 * ``gemm``: ``a``, ``b``, ``acc``, ``accumulate``, ``out``, ``out_dtype``, ``m``, ``k``, ``n``
 * ``math``: ``fn``, ``srcs``, ``out``, ``scalar``, ``out_dtype``
-* ``composite``: ``a_addr``, ``b_addr``, ``c_addr``, ``m``, ``k``, ``n``, ``dtype``, ``epilogue``
+* ``composite``: ``a_addr``, ``b_addr``, ``c_addr``, ``m``, ``k``, ``n``, ``dtype``, ``epilogue``; optional
+  ``a_buf`` / ``b_buf`` / ``c_buf`` (TCM-resident operand, no DMA) and ``c_dtype``
 * ``send`` / ``recv``: ``dir`` (N/S/E/W IPCQ), ``buf``
 * ``noc_send``: ``to`` = [sip, cube, pe], ``buf``; ``noc_recv``: ``buf``, optional ``from`` = [sip, cube, pe]
 * ``free``: ``buf``; ``wait``; ``sleep``: ``ps``
@@ -189,10 +190,12 @@ class PeCpu(Actor):
         return await self._issue("math", MathCmd(id=self._id(), op=op, srcs=list(srcs), out=out, scalar=float(scalar),
                                                  out_dtype=out_dtype, client="cpu"))
 
-    async def composite(self, a_addr, b_addr, c_addr, m, k, n, dtype, epilogue) -> int:
+    async def composite(self, a_addr, b_addr, c_addr, m, k, n, dtype, epilogue, *, a_buf="", b_buf="", c_buf="",
+                        c_dtype="") -> int:
         return await self._issue("sched", CompositeCmd(id=self._id(), a_addr=int(a_addr), b_addr=int(b_addr),
                                                        c_addr=int(c_addr), m=int(m), k=int(k), n=int(n), dtype=dtype,
-                                                       epilogue=[list(e) for e in epilogue], client="cpu"))
+                                                       epilogue=[list(e) for e in epilogue], client="cpu",
+                                                       a_buf=a_buf, b_buf=b_buf, c_buf=c_buf, c_dtype=c_dtype))
 
     async def ipcq(self, op, dir, buf) -> int:
         return await self._issue("ipcq", IpcqCmd(id=self._id(), op=op, dir=dir, buf=buf))
@@ -287,8 +290,10 @@ class PeCpu(Actor):
         elif op == "math":
             cid = await self.math(c["fn"], c["srcs"], c["out"], c.get("scalar", 0.0), c.get("out_dtype", "<f4"))
         elif op == "composite":
-            cid = await self.composite(c["a_addr"], c["b_addr"], c["c_addr"], c["m"], c["k"], c["n"], c["dtype"],
-                                       c.get("epilogue", []))
+            cid = await self.composite(c.get("a_addr", 0), c.get("b_addr", 0), c.get("c_addr", 0), c["m"], c["k"],
+                                       c["n"], c["dtype"], c.get("epilogue", []), a_buf=c.get("a_buf", ""),
+                                       b_buf=c.get("b_buf", ""), c_buf=c.get("c_buf", ""),
+                                       c_dtype=c.get("c_dtype", ""))
         elif op in ("send", "recv"):
             await self.wait(await self.ipcq(op, c["dir"], c["buf"]))
             return

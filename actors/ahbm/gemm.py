@@ -1,10 +1,22 @@
-"""The PE GEMM engine: an R x C bf16 MAC array with fp32 accumulation.
+"""The PE GEMM engine: an R x C bf16 MAC array with fp32 accumulation, pipelined.
 
-Service time (costs.gemm_ps): ``fill_drain + ceil(m/R) * ceil(n/C) * k`` cycles, without
-``fill_drain`` for a command that accumulates onto the block already in the array
-(padded tiles charged, ``gemm.charge_padded: true``) or
-``fill_drain + ceil(m*n*k / (R*C))`` (actual MACs); ref §2.3, §2.6.  Commands are
-served FIFO.  Operands come from the TCM (zero-time ports, see memory.Tcm).
+Service time (costs.gemm_cycles): a command occupies the array for its core cycles
+``ceil(m/R) * ceil(n/C) * k`` (padded tiles charged, ``gemm.charge_padded: true``;
+else ``ceil(m*n*k / (R*C))``) and completes ``fill_drain`` cycles after that, while
+the next command's operands already enter the array (ref §2.3, §2.6; costs.py
+says why).  So command i starts at ``max(arrival_i, start_{i-1} + core_{i-1})`` and
+completes at ``start_i + fill_drain + core_i``; a lone command takes
+``fill_drain + core`` as before.  Exception: a PE-scheduler K step that names no
+``out`` (not the last K step of its output block) leaves the partial sums in the
+array's accumulators for the next step (output-stationary); nothing drains, so it
+completes when its operands have entered (``start_i + core_i``): its operand
+buffers are free then, which is what the scheduler waits for.  Trace: a command's
+core cycles are a busy span "gemm MxKxN", its drain a busy span "drain" (so a
+lone command shows ``fill_drain + core`` of busy time, as before); the drain of
+one command may overlap the next one's core span, so with back-to-back commands
+``busy_ps`` counts that overlap twice; ``array_ps`` is the array's occupancy alone.  Commands are served FIFO.  Operands come from the
+TCM (zero-time ports, see memory.Tcm), read when the command starts; the result is
+written when its core cycles end (it is only read after the completion).
 
 Data mode (ref §3.3): bf16 is stored as float16; products are accumulated in
 float32: ``acc = (acc if accumulate else 0) + a.astype(f32) @ b.astype(f32)``;
@@ -13,14 +25,17 @@ float32: ``acc = (acc if accumulate else 0) + a.astype(f32) @ b.astype(f32)``;
 """
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
+from trio.lowlevel import ParkingLot
 
 from emulator.actor import Actor
 from emulator.declare import In, Out
 from protocols.ahbm import Done, GemmCmd
 from protocols.codec import TensorDesc
 
-from actors.ahbm.costs import gemm_ps
+from actors.ahbm.costs import gemm_occupancy_ps, gemm_ps
 from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
 from actors.ahbm.params import declare
 
@@ -43,8 +58,17 @@ class GemmEngine(Actor):
         self.done = {c: self.out_port(f"done_{c}") for c in clients}
         self.tcm = TcmClient(self, "gemm")
         self.macs = 0
+        self.array_ps = 0                # time the array was occupied by operands (core cycles)
+        self._done: deque = deque()      # (completion time, client, Done), in command order
+        self._drained = ParkingLot()
 
     async def run(self) -> None:
+        async with self.subtasks() as n:
+            n.start_soon(self._complete)
+            await self._array()
+
+    async def _array(self) -> None:
+        """Take commands in order; each occupies the array for its core cycles."""
         data_mode = self.system.mode == "data"
         while True:
             c: GemmCmd = await self.cmd.recv()
@@ -55,7 +79,9 @@ class GemmEngine(Actor):
                 raise RuntimeError(f"GEMM {c.id}: operand shapes {tuple(a.shape)} @ {tuple(b.shape)} do not match"
                                    f" m,k,n = {c.m},{c.k},{c.n}")
             prev = await self.tcm.read(c.acc) if c.accumulate else None
-            await self.busy(gemm_ps(c.m, c.k, c.n, self.prm, c.accumulate), f"gemm {c.m}x{c.k}x{c.n}")
+            core = gemm_occupancy_ps(c.m, c.k, c.n, self.prm)
+            await self.busy(core, f"gemm {c.m}x{c.k}x{c.n}")
+            self.array_ps += core
             self.macs += c.m * c.k * c.n
             self.report("macs", self.macs)
             if data_mode:
@@ -69,7 +95,21 @@ class GemmEngine(Actor):
                 await self.tcm.write(c.acc, TensorDesc.of((c.m, c.n), "<f4"))
                 if c.out:
                     await self.tcm.write(c.out, TensorDesc.of((c.m, c.n), c.out_dtype))
-            await self.done[c.client].send(Done(c.id, "gemm", start, self.now, {}))
+            # a scheduler K step without ``out`` leaves its partial block in the array's accumulators for the
+            # next step: nothing drains, it is complete once its operands have entered (module docstring)
+            end = self.now if (c.client == "sched" and not c.out) else start + gemm_ps(c.m, c.k, c.n, self.prm)
+            self._done.append((end, c.client, Done(c.id, "gemm", start, end, {})))
+            self._drained.unpark()
+
+    async def _complete(self) -> None:
+        """The drain: each completion leaves ``fill_drain`` after its command's core cycles, in order."""
+        while True:
+            while not self._done:
+                await self._drained.park()
+            end, client, done = self._done.popleft()
+            if end > self.now:   # the drain: a span of its own (it overlaps the next command's core cycles)
+                await self.busy(end - self.now, "drain")
+            await self.done[client].send(done)
 
     def describe(self) -> dict:
         p = self.prm

@@ -1,10 +1,16 @@
 """Memories of a PE: its HBM pseudo-channel controllers and its TCM (scratch).
 
 :class:`HbmChannel` is one pseudo-channel controller (``.../pe3/hbm/pc5``):
-it serves requests FIFO, each for ``pc_ps(bytes)`` = access latency +
-bytes / (32 GB/s x 0.8) (costs.pc_ps, ref §2.1-2.2).  The PE's address space is
-striped over its channels in ``burst``-byte units (costs.stripe).  In data mode
-it stores bytes per burst; in timing mode it stores nothing.
+it serves requests FIFO and pipelines them (costs.pc_occupancy_ps): a request
+arriving at ``t`` has its data burst on the channel's bus at
+``max(t + access_latency, end of the previous burst)`` for ``bytes / (32 GB/s x
+0.8)``, and is answered when its burst ends; the access latency (row activation
++ CAS, closed page) of one request overlaps the bursts of the requests ahead of
+it.  A lone request therefore takes ``pc_ps(bytes)`` = access latency + transfer
+as before (costs.pc_ps, ref §2.1-2.2), and a queue of requests drains at the
+channel's bandwidth.  The PE's address space is striped over its channels in
+``burst``-byte units (costs.stripe).  In data mode it stores bytes per burst; in
+timing mode it stores nothing.
 
 :class:`Tcm` is the 1 MiB scratch (seed §A "1 MiB scratch", DESIGN.md §4): named
 buffers, numpy arrays in data mode and TensorDescs in timing mode.  It enforces
@@ -14,6 +20,8 @@ pipeline figures).
 """
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 from trio.lowlevel import ParkingLot
 
@@ -22,14 +30,14 @@ from emulator.declare import In, Out, Param
 from protocols.ahbm import PcReq, PcResp, TcmReq, TcmResp
 from protocols.codec import TensorDesc
 
-from actors.ahbm.costs import pc_ps
+from actors.ahbm.costs import pc_occupancy_ps
 from actors.ahbm.params import declare
 
 __all__ = ["HbmChannel", "Tcm", "TcmClient", "TCM_CLIENT_PORTS", "nbytes_of"]
 
 
 class HbmChannel(Actor):
-    """One HBM pseudo-channel controller of a PE."""
+    """One HBM pseudo-channel controller of a PE (pipelined, see the module docstring)."""
 
     daemon = True
     PORTS = (In("req", PcReq, doc="channel requests, FIFO (the PE's DMA and HBM port)", idle=True),
@@ -43,6 +51,8 @@ class HbmChannel(Actor):
         self.index = index
         self.prm = prm
         self.store: dict[int, bytearray] = {}
+        self._queue: deque = deque()      # (earliest burst start, request), arrival order
+        self._arrived = ParkingLot()
 
     def preload(self, addr: int, data: bytes) -> None:
         """Build-time initial contents of one piece (the host's placement, before the run)."""
@@ -63,10 +73,22 @@ class HbmChannel(Actor):
         return bytes(length) if blk is None else bytes(blk[off:off + length])
 
     async def run(self) -> None:
+        """Take requests as they arrive (the command path); the bus task serves their bursts in order."""
+        async with self.subtasks() as n:
+            n.start_soon(self._bus)
+            while True:
+                req: PcReq = await self.req.recv()
+                self._queue.append((self.now + self.prm.hbm_latency, req))
+                self._arrived.unpark()
+
+    async def _bus(self) -> None:
+        """The channel's data bus: one burst at a time, ``pc_occupancy_ps`` each, not before its access latency."""
         data_mode = self.system.mode == "data"
         while True:
-            req: PcReq = await self.req.recv()
-            await self.busy(pc_ps(req.nbytes, self.prm), f"{req.op} {req.nbytes}B")
+            while not self._queue:
+                await self._arrived.park()
+            ready, req = self._queue.popleft()
+            await self.busy(pc_occupancy_ps(req.nbytes, self.prm), f"{req.op} {req.nbytes}B", start=ready)
             items = []
             if data_mode:
                 if req.op == "write":

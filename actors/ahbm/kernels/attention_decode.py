@@ -9,8 +9,8 @@ the same query rows ``q [M, d]`` (M = G·T_q, G folded into M, seed §5.2).
    ``tl.scratch_scope()`` (seed §3, ADR-0063) so ``S`` may exceed the TCM.
    ``gemm="dot"``: K/V tiles are lazy ``tl.load``s, ``Kᵀ`` is a real ``tl.trans``
    and both GEMMs are blocking ``tl.dot`` (the baseline).  ``gemm="composite"``:
-   both GEMMs are non-blocking ``tl.composite`` commands with ``tl.ref`` operands,
-   K stored pre-transposed tile-major ``[n_tiles, d, T]`` (seed §B item 2), the
+   both GEMMs are non-blocking ``tl.composite`` commands, K/V as ``tl.ref`` HBM
+   operands, ``q`` and ``P`` read and the results written in the TCM (seed §B.3), K stored pre-transposed tile-major ``[n_tiles, d, T]`` (seed §B item 2), the
    scale as the composite's epilogue, and tile j+1's ``Q·Kᵀ`` issued before tile
    j's scores are waited for (cross-tile pipelining on the scheduler, seed §3).
 2. Fan-out (seed §A limit 2): in step ``s = 1 .. n-1`` each rank passes on, in
@@ -32,10 +32,7 @@ F2 = 2  # bytes per bf16 (stored as float16, ref §3.3)
 def attention_decode(q_ptr, k_ptr, v_ptr, o_ptr, *, M, d, S, tile, scale, rank, n, fwd, bwd, gemm="dot", tl):
     T = tile if 0 < tile < S else S
     composite = gemm == "composite"
-    if composite:
-        q = tl.ref(q_ptr, (M, d))
-    else:
-        q = tl.load(q_ptr, (M, d))
+    q = tl.load(q_ptr, (M, d))   # lazy; the composites read it from the TCM (seed TL;DR, §B.3)
     m, l, O = init_running(tl, M, d)
     n_tiles = S // T
 

@@ -10,15 +10,16 @@ loop), its rank, its valid length and slot -> global positions by the kept
 
 Per tile (seed §1, §3): ``G`` is folded into M (``q [G*T_q, d]``, no broadcast);
 ``gemm="composite"``: ``S_j = composite(q, K_jᵀ)`` with the scale as epilogue and
-``O_j = composite(P, V_j)``, both non-blocking on the PE scheduler with ``tl.ref``
-HBM operands, K stored pre-transposed ``[d, T]`` per tile (seed §B.2), tile j+1's
-``Q·Kᵀ`` issued before tile j's scores are used (cross-tile pipelining; the
-composite results live in HBM, so a scope ending cannot recycle an in-flight
-result, seed §B.3); ``gemm="dot"``: K/V tiles are lazy ``tl.load``s and both GEMMs
+``O_j = composite(P, V_j)``, both non-blocking on the PE scheduler with K/V as ``tl.ref``
+HBM operands (streamed by the scheduler's DMAs), K stored pre-transposed ``[d, T]``
+per tile (seed §B.2), ``q`` and ``P`` read from the TCM and the results written
+to the TCM (seed §B.3), tile j+1's ``Q·Kᵀ`` issued before tile j's scores are
+used (cross-tile pipelining: its result is bound to the carried name ``S_next``,
+so the scope ending moves it to the enclosing arena instead of recycling it,
+seed §B.3); ``gemm="dot"``: K/V tiles are lazy ``tl.load``s and both GEMMs
 blocking ``tl.dot`` (the comparison variant).  The online-softmax merge is
-kernel MATH inside ``tl.scratch_scope()`` (merge.fold_tile).  In the composite
-variant Q stays an HBM ``tl.ref``: the scheduler reads it from HBM, so a TCM
-copy (the lazy ``tl.load`` of the dot variant) would be a wasted DMA.
+kernel MATH inside ``tl.scratch_scope()`` (merge.fold_tile).  ``q`` is a lazy
+``tl.load`` in both variants.
 
 Cases (``case``, and ``C*P``):
 
@@ -152,8 +153,8 @@ def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, c
     R = C * P
     tl.report("kv_head", lay.head_of_cube(sip, cube_id))
 
-    def q_handle(addr):
-        return tl.ref(addr, (M, d)) if composite else tl.load(addr, (M, d))
+    def q_handle(addr):   # lazy load; both variants read q from the TCM (seed TL;DR, §B.3)
+        return tl.load(addr, (M, d))
 
     if case == "prefill" and R > 1:
         return _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, G=G, d=d, scale=scale, counter=counter, C=C, P=P, gcube=gcube,
@@ -245,7 +246,7 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
 
     nxt_peer = peer(r + 1) if r + 1 < R else None
     prv_peer = peer(r - 1) if r > 0 else None
-    q = tl.ref(q_ptr, (M, d)) if composite else tl.load(q_ptr, (M, d))
+    q = tl.load(q_ptr, (M, d))
     kT, v = tl.load(k_ptr, (d, B)), tl.load(v_ptr, (B, d))   # own block; sent on to rank r + 1
     m, l, O = init_running(tl, M, d)
     steps = 0
@@ -257,12 +258,10 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
             if nxt_peer is not None:
                 tl.send(nxt_peer, kT)
                 tl.send(nxt_peer, v)
+            vb = v               # the block is in the TCM: the composite reads it there (seed §B.3)
             if composite:
-                kb = tl.ref(k_ptr, (d, B)) if s == 0 else kT
-                vb = tl.ref(v_ptr, (B, d)) if s == 0 else v
-                Sj = tl.composite("gemm", a=q, b=kb, epilogue=[("scale", scale)])
+                Sj = tl.composite("gemm", a=q, b=kT, epilogue=[("scale", scale)])
             else:
-                vb = v
                 Sj = tl.dot(q, kT) * scale
             if j == r:           # diagonal block: triangular additive mask
                 Sj = Sj + tl.causal_mask(M, B, q0=r * B, q_period=B, k0=j * B)

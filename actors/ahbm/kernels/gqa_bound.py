@@ -10,8 +10,8 @@ by a sweep.  Every term is a time no schedule can beat on the modelled machine:
   bandwidth of one PE, ``pcs_per_pe x pc_bandwidth x efficiency`` (costs.pc_ps:
   8 x 32 GB/s x 0.8 = 204.8 GB/s by default);
 * ``gemm``: the padded MAC-array cycles of its GEMMs, ``ceil(m/R) ceil(n/C) k`` per
-  GEMM as the engine charges them (costs.gemm_cycles, ``charge_padded``), without
-  the per-command fill/drain (a lower bound for any tiling);
+  GEMM as the engine charges them (costs.gemm_core_cycles, ``charge_padded``), without
+  the fill/drain (a lower bound for any tiling: back-to-back commands overlap it);
 * ``reduction``: per Level-2 tree level one IPCQ hop carrying ``O`` (``ipcq.fixed_overhead``
   + O bytes / ``ipcq.bandwidth``), per Level-1 level one CUBE-to-CUBE crossing
   (intra-SIP UCIe ``2 x port_latency + link`` + O bytes / UCIe bandwidth).
@@ -25,15 +25,14 @@ from __future__ import annotations
 
 from emulator.units import transfer_ps
 
+from actors.ahbm.costs import gemm_core_cycles
+
 __all__ = ["padded_gemm_cycles", "attention_bound"]
 
 
 def padded_gemm_cycles(m: int, k: int, n: int, prm) -> int:
-    """``ceil(m/R) * ceil(n/C) * k``: MAC-array cycles of one GEMM with padded tiles charged."""
-    R, C = prm.array_rows, prm.array_cols
-    if prm.charge_padded:
-        return -(-m // R) * -(-n // C) * k
-    return -(-(m * n * k) // (R * C))
+    """MAC-array cycles of one GEMM without fill/drain: the engine's own core formula (costs.gemm_core_cycles)."""
+    return gemm_core_cycles(m, k, n, prm)
 
 
 def attention_bound(prm, *, M: int, d: int, tiles: list[int], kv_keys: int, l2_depth: int, l1_depth: int) -> dict:

@@ -20,8 +20,9 @@ def fold_tile(tl, m, l, O, S, v, composite: bool = False):
     """Online softmax (FlashAttention-2 forward): fold scores ``S [M, T]`` and values ``v [T, d]``.
 
     ``composite=False``: ``v`` is in the TCM and ``P @ V`` is a blocking ``tl.dot`` (the
-    baseline of seed §A); ``True``: ``v`` is an HBM ``tl.ref`` and ``P @ V`` is a
-    non-blocking ``tl.composite`` on the PE scheduler (the seed's hybrid, §1).
+    baseline of seed §A); ``True``: ``P @ V`` is a non-blocking ``tl.composite`` on the PE
+    scheduler (the seed's hybrid, §1), ``P`` read from the TCM, ``v`` an HBM ``tl.ref`` (or a
+    TCM block), the result written to the TCM (§B.3).
     """
     m_new = tl.maximum(m, tl.max(S, axis=-1))
     P = tl.exp(S - m_new)

@@ -55,7 +55,8 @@ class PeBackend(Protocol):
         raise NotImplementedError
 
     async def composite(self, a_addr: int, b_addr: int, c_addr: int, m: int, k: int, n: int, dtype: str,
-                        epilogue: list) -> int:
+                        epilogue: list, *, a_buf: str = "", b_buf: str = "", c_buf: str = "", c_dtype: str = "") -> int:
+        """A CompositeCmd; an operand named by a TCM buffer (``*_buf``) is read/written there, not in HBM."""
         raise NotImplementedError
 
     async def ipcq(self, op: str, dir: str, buf: str) -> int:

@@ -25,11 +25,14 @@ MATH command, trans, full), ``composite`` (descriptor push to the scheduler),
 ``ipcq`` (send, recv to a neighbour), ``noc`` (send, recv to a CUBE-NOC peer).  All-zero ``dispatch_cycles`` reproduces the seed's
 baseline assumption (``dispatch_cycles=0``).  Python control flow is free.
 
-Composites follow the engine contract of protocols.ahbm.CompositeCmd: A, B and C
-are in HBM.  A TCM operand (e.g. ``P`` of ``P @ V``) is first cast to the
-composite's dtype (one MATH ``cast``) and stored by DMA to an HBM scratch area
-(upper half of the PE's HBM, bump-allocated, burst aligned); the result handle
-is HBM-resident and is DMA-loaded into the TCM at its first MATH use.
+Composites follow the engine contract of protocols.ahbm.CompositeCmd: each of A,
+B, C is in HBM or in the TCM (seed §B.3).  A TCM operand (``P`` of ``P @ V``, a
+``tl.load``-ed ``q``, a received K/V block) is read in place by the scheduler,
+cast first to the composite's dtype by one MATH ``cast`` if it differs; an HBM
+``tl.ref`` operand (K/V in the cache) is streamed by the scheduler's DMAs.  The
+result is a TCM tensor in the current arena (``out="tcm"``, default) or, with
+``out="hbm"``, an HBM scratch area (upper half of the PE's HBM, bump-allocated,
+burst aligned) DMA-loaded into the TCM at its first MATH use.
 """
 from __future__ import annotations
 
@@ -320,32 +323,33 @@ class Tl:
         _await(self.be.wait(cid))
         return out
 
-    def _in_hbm(self, h: TensorHandle, dtype: str, what: str) -> int:
+    def _operand(self, h: TensorHandle, dtype: str, what: str):
+        """Where composite operand ``h`` is read from: ``(hbm_addr, "")`` for an HBM-only tensor (a
+        ``tl.ref``, streamed by the scheduler's DMAs) or ``(0, tcm_buf)`` for one in the TCM (read there
+        by the scheduler, no DMA; seed §B.3), cast to ``dtype`` first by one MATH ``cast`` if needed.
+        Also returns the handle the scheduler reads (None for HBM)."""
         self._live(h, what)
-        if h.addr is not None and h.dtype == dtype:
+        if h.buf is None and h.dtype == dtype:
             if h.pending is not None and h.engine != "sched":
                 self._settle(h)
-            return h.addr
-        x = h
-        if h.dtype != dtype:
-            x = self._math("cast", [h], h.shape, out_dtype=dtype)
-        buf = self._tcm(x, "dma", what)
-        addr = self._hbm_alloc(x.nbytes)
-        self._dispatch("dma")
-        rows, row_bytes = self._rows(x.shape, x.dtype)
-        cid = _await(self.be.dma("store", addr, rows, row_bytes, row_bytes, buf, list(x.shape), x.dtype))
-        self._read_by(cid, "dma", x)
-        _await(self.be.wait(cid))
-        return addr
+            return h.addr, "", None
+        x = h if h.dtype == dtype else self._math("cast", [h], h.shape, out_dtype=dtype)
+        return 0, self._tcm(x, "sched", what), x
 
-    def composite(self, op: str = "gemm", a: TensorHandle = None, b=None, *, epilogue=(), dtype: str | None = None):
+    def composite(self, op: str = "gemm", a: TensorHandle = None, b=None, *, epilogue=(), dtype: str | None = None,
+                  out: str = "tcm"):
         """A non-blocking command (seed §0 ``CompositeCmd``): returns a handle at once.
 
         ``op="gemm"``: ``epilogue(a @ b)`` on the PE scheduler, which tiles it and streams
-        per-tile DMA -> GEMM -> store (actors/ahbm/scheduler.py); ``epilogue`` is a list of
-        ``(op, scalar)`` steps among the scheduler's EPILOGUE_OPS.  The result lives in HBM
-        (dtype = ``dtype`` or the operands' HBM dtype).  ``op`` = a MATH op name (exp,
-        scale, add, ...): that MATH command, issued without waiting.
+        per-tile operand reads -> GEMM -> result writes (actors/ahbm/scheduler.py); ``epilogue``
+        is a list of ``(op, scalar)`` steps among the scheduler's EPILOGUE_OPS.  ``dtype`` is the
+        GEMM's element type (default: the operands' HBM dtype).  An operand in the TCM (a
+        ``tl.load``, a MATH result, a received block) is read there; an HBM ``tl.ref`` is streamed
+        by DMA (module docstring).  ``out="tcm"`` (default, seed §B.3: the composite's output in
+        the current scratch scope): the result is a TCM tensor, fp32 like :meth:`dot`;
+        ``out="hbm"``: the result is written to an HBM scratch area (dtype ``dtype``) and is
+        DMA-loaded into the TCM at its first MATH use.  ``op`` = a MATH op name (exp, scale,
+        add, ...): that MATH command, issued without waiting.
         """
         if op != "gemm":
             if op not in MATH_OPS:
@@ -356,6 +360,8 @@ class Tl:
             return self._math(op, srcs, self._result_shape(op, shapes), scalar=scalar, kind="composite")
         if a is None or b is None:
             raise self.error("composite('gemm') needs a= and b=")
+        if out not in ("tcm", "hbm"):
+            raise self.error(f"composite out={out!r}: expected 'tcm' or 'hbm'")
         self._live(a, "composite")
         self._live(b, "composite")
         if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
@@ -369,14 +375,23 @@ class Tl:
             if name not in EPILOGUE_OPS:
                 raise self.error(f"composite epilogue step {name!r}: supported {', '.join(EPILOGUE_OPS)}")
             steps.append([name, scalar])
-        a_addr = self._in_hbm(a, dtype, "composite a")
-        b_addr = self._in_hbm(b, dtype, "composite b")
+        a_addr, a_buf, a_read = self._operand(a, dtype, "composite a")
+        b_addr, b_buf, b_read = self._operand(b, dtype, "composite b")
         m, k = a.shape
         n = b.shape[1]
-        c_addr = self._hbm_alloc(nbytes((m, n), dtype))
+        if out == "tcm":
+            res = self._new_buf((m, n), F32)
+            c_addr, c_buf, c_dtype = 0, res.buf, F32
+        else:
+            c_addr, c_buf, c_dtype = self._hbm_alloc(nbytes((m, n), dtype)), "", ""
         self._dispatch("composite")
-        cid = _await(self.be.composite(a_addr, b_addr, c_addr, m, k, n, dtype, steps))
-        self.outstanding.append(cid)   # the scheduler reads HBM copies: no TCM buffer of a, b is read
+        cid = _await(self.be.composite(a_addr, b_addr, c_addr, m, k, n, dtype, steps, a_buf=a_buf, b_buf=b_buf,
+                                       c_buf=c_buf, c_dtype=c_dtype))
+        self.outstanding.append(cid)
+        self._read_by(cid, "sched", *[x for x in (a_read, b_read) if x is not None])
+        if out == "tcm":
+            res.pending, res.engine = cid, "sched"
+            return res
         return TensorHandle(self, (m, n), dtype, addr=c_addr, pending=cid, engine="sched")
 
     # -- MATH -----------------------------------------------------------------------
