@@ -59,7 +59,7 @@ from __future__ import annotations
 
 from emulator.actor import Actor
 from protocols import pccx_isa as isa
-from protocols.pccx import AxiReadData, CmdWord, Irq, Status, Uop
+from protocols.pccx import AxiReadData, CmdWord, FifoClaim, Irq, Status, Uop
 from protocols.pccx_isa import ERR_CVO_LENGTH, ERR_L2_RANGE
 
 BUSY_BIT, DONE_BIT, ERROR_BIT = 1, 2, 4
@@ -196,8 +196,10 @@ class GlobalScheduler(Actor):
     GEMV it issued (N is known only after the dispatcher's shape lookup).  A CVO whose source reaches
     at or above that word is tagged ``fifo_seq``: the SFU waits for that GEMV's result on the FIFO and
     takes its operand from it (or, if the result does not cover the operand, reads L2 after it), so the
-    program needs no DONE poll between them.  Conservative: a CVO reading other data above that word
-    waits for the GEMV too.  Not in the RTL (no hazard tracking, reference §1.2).
+    program needs no DONE poll between them.  The first such CVO also sends the GEMV unit a claim
+    (``fifo_claim``): only a claimed result enters the FIFO (and takes credits there, see GemvFront).
+    Conservative: a CVO reading other data above that word waits for the GEMV too.  The pccx docs
+    describe the FIFO, the RTL top has no such path and no hazard tracking (reference §1.2, §3).
     """
 
     daemon = True
@@ -217,6 +219,8 @@ class GlobalScheduler(Actor):
         self.sync_gemx = sync_gemx   # as built: SYNC_OP forced on GEMM/GEMV (reference §1.2)
         self.gemv_fifo = gemv_fifo
         self.last_gemv: tuple[int, int] | None = None   # (seq, dest word) of the last GEMV issued
+        self.claimed = -1                                 # last GEMV whose result a CVO claimed
+        self.fifo_claim = self.out_port("fifo_claim") if gemv_fifo else None
 
     def check(self, u: Uop) -> tuple[int, str] | None:
         f = u.fields
@@ -255,7 +259,11 @@ class GlobalScheduler(Actor):
                     self.last_gemv = (u.seq, u.fields["dest_reg"])
                 elif (u.op == "CVO" and self.last_gemv
                       and u.fields["src_addr"] + u.fields["length"] > 8 * self.last_gemv[1]):
-                    u = Uop(u.op, {**u.fields, "fifo_seq": self.last_gemv[0]}, u.seq)
+                    g = self.last_gemv[0]
+                    u = Uop(u.op, {**u.fields, "fifo_seq": g}, u.seq)
+                    if g != self.claimed:   # the GEMV unit puts only claimed results into the FIFO
+                        self.claimed = g
+                        await self.fifo_claim.send(FifoClaim(g))
             await (self.cvo if u.op == "CVO" else self.mem).send(u)
             if (u.op in ("MEMCPY", "CVO") and not u.fields["async"]) or (self.sync_gemx and u.op in ("GEMV", "GEMM")):
                 while True:   # synchronous op: wait for its retirement

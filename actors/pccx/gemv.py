@@ -66,6 +66,19 @@ bit-modelled); the front concatenates the rows, adds ``old`` when ``accm`` and
 rounds to BF16.  Rows of an unwired lane are 0 (+ old).  ``findemax`` hands
 ``max(y)`` to the CVO unit (assumption: the RTL takes e_max from the GEMM
 normaliser, reference §1.3).
+
+**Direct GEMV->SFU FIFO** (pccx docs' overlap rule: "the SFU consumes GEMV
+output via a direct FIFO"; profile ``cvo.gemv_fifo_words`` = its depth D in L2
+words, 0 = none, the RTL top has no such path, reference §3): after the L2
+write, a result the scheduler has claimed (a CVO reading it was issued,
+``fifo_claim``) and of ``n = ceil(N/8) <= D`` words enters the FIFO; any other
+result sends the SFU a data-less notice (result in L2 only).  Credits: the front
+starts with D words, spends n per entry and gets them back when the SFU releases
+an entry (``credit``, actors/pccx/compute.py); with too few credits the front
+waits, so the GEMV retires late: the FIFO back-pressures the GEMV instead of
+overwriting results the SFU has not consumed.  The wait is reported as
+``sfu_fifo_stall_ps``.  ASSUMPTION: the result enters the FIFO as one entry once
+the L2 write is done (the RTL front writes once all lanes finished).
 """
 from __future__ import annotations
 
@@ -108,6 +121,11 @@ class GemvFront(Actor):
         # seed §3.2 rule 2: results of up to sfu_fifo_words L2 words also go to the SFU's direct FIFO
         self.sfu_fifo_words = sfu_fifo_words
         self.sfu = self.out_port("sfu") if sfu_fifo_words else None
+        self.claims = self.in_port("claims") if sfu_fifo_words else None
+        self.credit = self.in_port("credit") if sfu_fifo_words else None
+        self.credits = sfu_fifo_words     # free words of the direct FIFO
+        self.claimed = -1                 # newest GEMV seq a CVO claimed
+        self.fifo_stall_ps = 0
         self.emax_out = emax_out   # False: as-built top takes e_max from the GEMM only (reference §1.3)
         self.uop = self.in_port("uop", idle=True)
         self.l2_req = self.out_port("l2_req")
@@ -152,10 +170,30 @@ class GemvFront(Actor):
             if f["findemax"] and self.emax_out:
                 bits = int(to_bf16(from_bf16(out).max())) if self.data_mode else 0
                 await self.emax.send(EMax(bits))
-            if self.sfu is not None:   # req = the GEMV's seq; a result deeper than the FIFO goes to L2 only
-                fits = -(-N // 8) <= self.sfu_fifo_words
-                await self.sfu.send(L2Write(u.seq, f["dest_reg"] * 8, N if fits else 0, out if fits else None))
+            if self.sfu is not None:
+                await self._to_sfu(u.seq, f["dest_reg"] * 8, N, out)
             await self.status.send(Status("retire", "GEMV", u.seq, 0, start, self.now, " ".join(streams)))
+
+
+    async def _to_sfu(self, seq: int, elem: int, N: int, out) -> None:
+        """Direct FIFO (module docstring): a claimed result that fits enters it once the credits allow,
+        any other result sends a notice (``nelem`` 0); ``req`` = the GEMV's seq."""
+        while (c := self.claims.poll()) is not None:
+            self.claimed = max(self.claimed, c.seq)
+        while (c := self.credit.poll()) is not None:
+            self.credits += c.words
+        words = -(-N // 8)
+        if self.claimed != seq or words > self.sfu_fifo_words:
+            await self.sfu.send(L2Write(seq, elem, 0, None))
+            return
+        t = self.now
+        while self.credits < words:   # back-pressure: wait until the SFU releases older entries
+            self.credits += (await self.credit.recv()).words
+        if self.now > t:
+            self.fifo_stall_ps += self.now - t
+            self.report("sfu_fifo_stall_ps", self.fifo_stall_ps)
+        self.credits -= words
+        await self.sfu.send(L2Write(seq, elem, N, out))
 
 
 class GemvLane(Actor):
