@@ -69,7 +69,7 @@ a host step that writes their data, i.e. the KV write-back); the 64 KB FIFOs
 and the DataMover command FIFOs bound how far they run ahead.  With it off,
 the driver polls DONE before issuing a GEMV's weight stream (no overlap).
 
-**SFU FIFO** (seed §3.2 rule 2, what-if profile ``cvo.gemv_fifo_words`` > 0): the
+**SFU FIFO** (seed §3.2 rule 2, profile ``cvo.gemv_fifo_words`` > 0: documented 1024, RTL 0): the
 scheduler makes a CVO that reads the last GEMV's output wait for it (direct
 FIFO, actors/pccx/compute.py), so the polls between the score GEMV and its EXP
 (when the scores fit the FIFO) and between the V GEMV and its SCALE are dropped.
