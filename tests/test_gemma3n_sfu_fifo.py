@@ -102,3 +102,12 @@ def test_the_fifo_changes_no_value(fifo_runs):
     for w in (4, 8, 16):
         assert all(np.array_equal(a, b) for a, b in zip(fifo_runs[w][1], vals0))
     assert all(np.all(np.isfinite(v)) and np.all(v > 0) for v in vals0)   # EXP outputs
+
+
+def test_the_direct_fifo_is_documented_not_built():
+    """The pccx docs describe the GEMV->SFU FIFO, the RTL top has none: on in the documented profile only
+    (a profile that extends the documented one must set it back to 0 for the as-built machine)."""
+    from actors.pccx.profile import load_profile
+
+    assert load_profile("pccx-v002-documented")["cvo"]["gemv_fifo_words"] == 1024
+    assert load_profile("pccx-v002-rtl")["cvo"]["gemv_fifo_words"] == 0
