@@ -119,8 +119,9 @@ def test_ple_rule3_overlap_saves_exactly_the_window_time(runs, run_with_context,
 
 def test_sfu_fifo_rule2_cvo_takes_gemv_results_without_a_poll(runs, run_with_context, tmp_path):
     """Rule 2 (documented profile: ``cvo.gemv_fifo_words`` 1024; 0 = off): the scheduler tags a CVO reading
-    the last GEMV's output, the SFU waits for that result on the direct FIFO, so the program drops its DONE
-    polls between the score GEMV and the EXP and between the V GEMV and the SCALE: 2 polls fewer per head
+    the last GEMV's output, the SFU waits for that result on the direct FIFO, and the V GEMV waits for the
+    EXPs writing its operand (reverse direction), so the program drops its DONE polls between the score
+    GEMV and the EXP, the softmax and the V GEMV, and the V GEMV and the SCALE: 3 polls fewer per head
     and layer, every EXP streams its scores from the FIFO, and the token ends earlier than without it."""
     (on, _, ctx), _ = runs
     plain, system0, _ = _run(run_with_context, tmp_path, overrides=", cvo: {gemv_fifo_words: 0}")
@@ -129,7 +130,7 @@ def test_sfu_fifo_rule2_cvo_takes_gemv_results_without_a_poll(runs, run_with_con
     heads = c["num_layers"] * c["num_heads"]
     assert on["sfu_fifo_hits"] == heads
     assert "fifo_hits" not in system0.reports.get("pccx/cvo", {})
-    assert plain["polls_per_token"] - on["polls_per_token"] == 2 * heads
+    assert plain["polls_per_token"] - on["polls_per_token"] == 3 * heads
     assert on["end_time_ps"] < plain["end_time_ps"]
 
 

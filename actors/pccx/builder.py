@@ -114,6 +114,7 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
         c(a["gemv"].sfu, a["cvo"].fifo, capacity=1, name="gemv.sfu_fifo")
         c(a["sch"].fifo_claim, a["gemv"].claims, capacity=big, name="sfu_fifo.claim")
         c(a["cvo"].credit, a["gemv"].credit, capacity=big, name="sfu_fifo.credit")
+        c(a["cvo"].retired, a["gemv"].cvo_done, capacity=big, name="sfu_fifo.cvo_done")
     pipe = (profile["dispatcher"]["len_lookup_cycles"] - 1) * tc
     c(a["disp"].acp, a["acp"].job, capacity=depth, latency=pipe, name="uop.acp")
     c(a["disp"].gemv, a["gemv"].uop, capacity=depth, latency=pipe, name="uop.gemv")

@@ -219,6 +219,7 @@ class Cvo(Actor):
         self.emax_bits = 0
         self.fifo = self.in_port("fifo") if cfg.get("gemv_fifo_words") else None
         self.credit = self.out_port("credit") if cfg.get("gemv_fifo_words") else None
+        self.retired = self.out_port("retired") if cfg.get("gemv_fifo_words") else None   # -> GEMV unit
         self.fifo_entries: dict[int, L2Write] = {}   # GEMV seq -> its result held in the direct FIFO
         self.fifo_seen = -1                     # newest GEMV seq the FIFO announced (entry or notice)
         self.fifo_arrived = trio.Event()
@@ -273,8 +274,8 @@ class Cvo(Actor):
                 func = "TANH"   # what-if SFU function (profile cvo.tanh)
             L = f["length"]
             if func is None:   # rtl profile: CVO_top falls back to idle on a reserved function
-                await self.status.send(Status("drop", "CVO", u.seq, isa.ERR_RESERVED_BITS, start, self.now,
-                                              f"cvo_func={f['cvo_func']} reserved"))
+                await self._done(Status("drop", "CVO", u.seq, isa.ERR_RESERVED_BITS, start, self.now,
+                                        f"cvo_func={f['cvo_func']} reserved"))
                 continue
             out_n = 1 if func == "REDUCE_SUM" else max(L - 1, 0) if func == "SCALE" else L
             if direct is not None:
@@ -295,4 +296,10 @@ class Cvo(Actor):
             if out_n:
                 await self.l2_req.send(L2Write(0, f["dst_addr"], out_n, out))
                 await self.l2_resp.recv()
-            await self.status.send(Status("retire", "CVO", u.seq, 0, start, self.now, func))
+            await self._done(Status("retire", "CVO", u.seq, 0, start, self.now, func))
+
+    async def _done(self, m: Status) -> None:
+        """Completion to the scheduler and, with the direct FIFO, to the GEMV unit (reverse direction)."""
+        await self.status.send(m)
+        if self.retired is not None:
+            await self.retired.send(m)

@@ -200,6 +200,11 @@ class GlobalScheduler(Actor):
     (``fifo_claim``): only a claimed result enters the FIFO (and takes credits there, see GemvFront).
     Conservative: a CVO reading other data above that word waits for the GEMV too.  The pccx docs
     describe the FIFO, the RTL top has no such path and no hazard tracking (reference §1.2, §3).
+    Reverse direction (the docs' "SFU results go back to L2 while the next GEMV starts"): the
+    scheduler also keeps the L2 word ranges the in-flight CVOs write (``[dst, dst + out)`` elements,
+    ``out`` as in Cvo; removed when their completion passes through ``done``) and attaches them to a
+    GEMV µop as ``after_cvo``; the GEMV unit, which knows its K, waits for the newest overlapping one
+    to retire before it reads its activation (GemvFront), so no DONE poll is needed between them.
     """
 
     daemon = True
@@ -220,6 +225,7 @@ class GlobalScheduler(Actor):
         self.gemv_fifo = gemv_fifo
         self.last_gemv: tuple[int, int] | None = None   # (seq, dest word) of the last GEMV issued
         self.claimed = -1                                 # last GEMV whose result a CVO claimed
+        self.cvo_writes: dict[int, tuple[int, int]] = {}  # in-flight CVO seq -> L2 words [lo, hi) it writes
         self.fifo_claim = self.out_port("fifo_claim") if gemv_fifo else None
 
     def check(self, u: Uop) -> tuple[int, str] | None:
@@ -238,7 +244,15 @@ class GlobalScheduler(Actor):
         return None
 
     async def _forward(self, m) -> None:
+        if m.op == "CVO":
+            self.cvo_writes.pop(m.seq, None)
         await self.status.send(m)
+
+    def _cvo_range(self, f: dict) -> tuple[int, int]:
+        """L2 words a CVO writes: ``out`` elements from ``dst_addr`` (1 REDUCE_SUM, L-1 SCALE, else L)."""
+        name, L = isa.CVO_NAMES.get(f["cvo_func"]), f["length"]
+        out = 1 if name == "REDUCE_SUM" else max(L - 1, 0) if name == "SCALE" else L
+        return f["dst_addr"] // 8, -(-(f["dst_addr"] + out) // 8)
 
     async def run(self) -> None:
         while True:
@@ -257,6 +271,9 @@ class GlobalScheduler(Actor):
             if self.gemv_fifo:
                 if u.op == "GEMV":
                     self.last_gemv = (u.seq, u.fields["dest_reg"])
+                    if self.cvo_writes:   # reverse direction: the GEMV unit orders itself after them
+                        u = Uop(u.op, {**u.fields, "after_cvo": [[k, lo, hi] for k, (lo, hi)
+                                                                   in self.cvo_writes.items()]}, u.seq)
                 elif (u.op == "CVO" and self.last_gemv
                       and u.fields["src_addr"] + u.fields["length"] > 8 * self.last_gemv[1]):
                     g = self.last_gemv[0]
@@ -264,6 +281,8 @@ class GlobalScheduler(Actor):
                     if g != self.claimed:   # the GEMV unit puts only claimed results into the FIFO
                         self.claimed = g
                         await self.fifo_claim.send(FifoClaim(g))
+            if self.gemv_fifo and u.op == "CVO":
+                self.cvo_writes[u.seq] = self._cvo_range(u.fields)
             await (self.cvo if u.op == "CVO" else self.mem).send(u)
             if (u.op in ("MEMCPY", "CVO") and not u.fields["async"]) or (self.sync_gemx and u.op in ("GEMV", "GEMM")):
                 while True:   # synchronous op: wait for its retirement

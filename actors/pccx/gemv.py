@@ -78,11 +78,18 @@ an entry (``credit``, actors/pccx/compute.py); with too few credits the front
 waits, so the GEMV retires late: the FIFO back-pressures the GEMV instead of
 overwriting results the SFU has not consumed.  The wait is reported as
 ``sfu_fifo_stall_ps``.  ASSUMPTION: the result enters the FIFO as one entry once
-the L2 write is done (the RTL front writes once all lanes finished).
+the L2 write is done (the RTL front writes once all lanes finished).  Reverse
+direction (same profile switch): a GEMV µop carries the L2 word ranges of the
+CVOs in flight at its issue (``after_cvo``, GlobalScheduler); the front waits
+until the newest one overlapping its activation words ``[src, src + ceil(K/8))``
+has retired (the SFU reports every retirement on ``cvo_done``; it retires in
+order) before it reads the activation; the wait is reported as
+``cvo_wait_ps``.  The old result an ``accm`` GEMV reads is not checked.
 """
 from __future__ import annotations
 
 import numpy as np
+import trio
 
 from actors.pccx.compute import mac_cycles, read_operands
 from actors.pccx.numerics import payload_nbytes, from_bf16, to_bf16, unpack_int4
@@ -126,6 +133,10 @@ class GemvFront(Actor):
         self.credits = sfu_fifo_words     # free words of the direct FIFO
         self.claimed = -1                 # newest GEMV seq a CVO claimed
         self.fifo_stall_ps = 0
+        self.cvo_done = self.in_port("cvo_done") if sfu_fifo_words else None
+        self.cvo_retired = -1             # newest CVO seq the SFU retired
+        self.cvo_retired_ev = trio.Event()
+        self.cvo_wait_ps = 0
         self.emax_out = emax_out   # False: as-built top takes e_max from the GEMM only (reference §1.3)
         self.uop = self.in_port("uop", idle=True)
         self.l2_req = self.out_port("l2_req")
@@ -140,11 +151,38 @@ class GemvFront(Actor):
         self.data_mode = data_mode
 
     async def run(self) -> None:
+        if self.cvo_done is None:
+            await self._serve()
+            return
+        async with self.subtasks() as n:
+            n.start_soon(self._track_cvo)
+            await self._serve()
+
+    async def _track_cvo(self) -> None:
+        while True:
+            self.cvo_retired = max(self.cvo_retired, (await self.cvo_done.recv()).seq)
+            self.cvo_retired_ev.set()
+            self.cvo_retired_ev = trio.Event()
+
+    async def _after_cvo(self, f: dict, K: int) -> None:
+        """Reverse direction (module docstring): wait for the in-flight CVOs that write the activation."""
+        lo, hi = f["src_addr"], f["src_addr"] + -(-K // 8)
+        need = max((k for k, a, b in f["after_cvo"] if a < hi and lo < b), default=-1)
+        t = self.now
+        while self.cvo_retired < need:
+            await self.cvo_retired_ev.wait()
+        if self.now > t:
+            self.cvo_wait_ps += self.now - t
+            self.report("cvo_wait_ps", self.cvo_wait_ps)
+
+    async def _serve(self) -> None:
         while True:
             u = await self.uop.recv()
             f = u.fields
             start = self.now
             K, N = f["K"], f["N"]
+            if "after_cvo" in f:
+                await self._after_cvo(f, K)
             x, old = await read_operands(self, f, K, N)
             used = lanes_used(f["parallel_lane"], self.lanes)
             plan = [(i, r0, n) for i, (r0, n) in enumerate(lane_rows(N, used)) if n]
