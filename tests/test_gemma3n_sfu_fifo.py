@@ -1,6 +1,7 @@
-"""The direct GEMV->SFU FIFO (overlap rule 2, profile ``cvo.gemv_fifo_words``) on a hand-written program:
+"""The direct GEMV->SFU FIFO (overlap rule 2, profile ``cvo.gemv_fifo_words``) on hand-written programs:
 claimed results enter it, the credits back-pressure the GEMV when the SFU is behind, a result deeper than
-the FIFO goes through L2, and the data are the same in every case."""
+the FIFO goes through L2, and the data are the same in every case; in the reverse direction a GEMV
+waits for the CVO that writes its activation."""
 from __future__ import annotations
 
 import textwrap
@@ -111,3 +112,45 @@ def test_the_direct_fifo_is_documented_not_built():
 
     assert load_profile("pccx-v002-documented")["cvo"]["gemv_fifo_words"] == 1024
     assert load_profile("pccx-v002-rtl")["cvo"]["gemv_fifo_words"] == 0
+
+
+REVERSE = """\
+data x len=512
+weights wa n=64 k=512 scale=1 seed=2
+out y bytes=128
+MEMSET dest_cache=0 dest_addr=0 a_value=512 b_value=1 c_value=1
+MEMSET dest_cache=1 dest_addr=1 a_value=64 b_value=512 c_value=1
+MEMSET dest_cache=0 dest_addr=2 a_value=64 b_value=1 c_value=1
+MEMCPY from_device=1 to_device=0 dest_addr=0 src_addr=0 aux_addr=@x shape_ptr_addr=0 async=0
+CVO cvo_func=REDUCE_SUM src_addr=0 dst_addr=4000 length=2048 sub_emax=0 recip_scale=0 accm=0 async=1
+CVO cvo_func=EXP src_addr=0 dst_addr=8192 length=512 sub_emax=0 recip_scale=0 accm=0 async=1
+{poll}
+stream gemv wa
+GEMV dest_reg=2000 src_addr=1024 findemax=0 accm=0 w_scale=1 size_ptr_addr=1 shape_ptr_addr=0
+wait gemv
+MEMCPY from_device=0 to_device=1 dest_addr=0 src_addr=2000 aux_addr=@y shape_ptr_addr=2 async=0
+wait results
+"""
+
+
+def test_reverse_direction_gemv_waits_for_the_cvo_writing_its_activation(run_with_context, tmp_path):
+    """A GEMV reading exp(x) that a busy SFU has not produced yet, with no DONE poll in between: with the
+    FIFO's scoreboard the GEMV unit waits for that CVO (same values as with a poll); without it the GEMV
+    reads the L2 words before the EXP wrote them (other values)."""
+    def run(words: int, poll: bool):
+        src = tmp_path / f"r{words}{poll}.pasm"
+        src.write_text(REVERSE.format(poll="wait softmax" if poll else ""))
+        f = tmp_path / f"r{words}{poll}.yaml"
+        f.write_text(f"name: r\nseed: 3\nmode: data\nmachine: {{profile: pccx-v002-documented, overrides: "
+                     f"{{cvo: {{gemv_fifo_words: {words}}}}}}}\nworkload: {{kind: asm, params: {{source: {src}}}}}\n")
+        res, system, outs = run_with_context(load_scenario(str(f), registry, []))
+        assert res["status"] == "finished", res.get("error")
+        a, n = outs["y"]
+        return system, from_bf16(system.actors["pccx/ddr"].mem[a:a + n].view(np.uint16))
+
+    ref = run(0, True)[1]
+    system, on = run(1024, False)
+    stale = run(0, False)[1]
+    assert np.array_equal(on, ref)
+    assert system.reports["pccx/gemv"]["cvo_wait_ps"] > 0
+    assert not np.array_equal(stale, ref)
