@@ -60,8 +60,9 @@ PROFILE_SCHEMA = Map({
                                       "the model's tanh form"),
                 "gemv_fifo_words": Int(min=0, default=0, doc="depth (L2 words) of the direct GEMV->SFU result FIFO of the "
                                        "pccx docs' Gemma 3N pipeline (overlap rule 2; claimed results, credit "
-                                       "back-pressure on the GEMV); 0 = none, as in the RTL top: the program "
-                                       "polls DONE between a GEMV and the CVO reading its output"),
+                                       "back-pressure on the GEMV; a GEMV also waits for the in-flight CVOs "
+                                       "writing its activation); 0 = none, as in the RTL top: the program "
+                                       "polls DONE between a GEMV and a CVO that depend on each other"),
                 "tanh": Bool(default=False, doc="give the SFU a TANH function (code 0x8, not in the real CVO, "
                              "of the pccx-v002 RTL): what-if option, latency from latency.TANH"),
                 "latency": Map({**{f: Int(min=0) for f in CVO_FUNCS},
