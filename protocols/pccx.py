@@ -180,3 +180,15 @@ class LaneResult:
     lane: int
     stream: int
     y: object
+
+
+@message(tag=524)
+class FifoClaim:
+    """Scheduler -> GEMV front: a CVO was issued that reads GEMV ``seq``'s result (direct GEMV->SFU FIFO)."""
+    seq: int
+
+
+@message(tag=525)
+class FifoCredit:
+    """SFU -> GEMV front: ``words`` L2 words of the direct FIFO were released (credit return)."""
+    words: int

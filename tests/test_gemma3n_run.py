@@ -118,26 +118,27 @@ def test_ple_rule3_overlap_saves_exactly_the_window_time(runs, run_with_context,
 
 
 def test_sfu_fifo_rule2_cvo_takes_gemv_results_without_a_poll(runs, run_with_context, tmp_path):
-    """Rule 2 what-if (``cvo.gemv_fifo_words``): the scheduler tags a CVO reading the last GEMV's output, the
-    SFU waits for that result on the direct FIFO, so the program drops its DONE polls between the score
-    GEMV and the EXP and between the V GEMV and the SCALE: 2 polls fewer per head and layer, every EXP
-    streams its scores from the FIFO, and the token ends earlier."""
+    """Rule 2 (documented profile: ``cvo.gemv_fifo_words`` 1024; 0 = off): the scheduler tags a CVO reading
+    the last GEMV's output, the SFU waits for that result on the direct FIFO, and the V GEMV waits for the
+    EXPs writing its operand (reverse direction), so the program drops its DONE polls between the score
+    GEMV and the EXP, the softmax and the V GEMV, and the V GEMV and the SCALE: 3 polls fewer per head
+    and layer, every EXP streams its scores from the FIFO, and the token ends earlier than without it."""
     (on, _, ctx), _ = runs
-    fifo, system, _ = _run(run_with_context, tmp_path, overrides=", cvo: {gemv_fifo_words: 64}")
-    assert fifo["status"] == "finished"
+    plain, system0, _ = _run(run_with_context, tmp_path, overrides=", cvo: {gemv_fifo_words: 0}")
+    assert plain["status"] == "finished"
     c = ctx.compiler.c
     heads = c["num_layers"] * c["num_heads"]
-    assert system.reports["pccx/cvo"]["fifo_hits"] == heads
-    assert on["polls_per_token"] - fifo["polls_per_token"] == 2 * heads
-    assert fifo["end_time_ps"] < on["end_time_ps"]
-    assert "fifo_hits" not in system.reports.get("pccx/gemm", {})
+    assert on["sfu_fifo_hits"] == heads
+    assert "fifo_hits" not in system0.reports.get("pccx/cvo", {})
+    assert plain["polls_per_token"] - on["polls_per_token"] == 3 * heads
+    assert on["end_time_ps"] < plain["end_time_ps"]
 
 
 def test_sfu_fifo_keeps_the_data_exact(run_with_context, tmp_path):
     """Data mode, 2 decode steps: the logits are bit-identical with and without the FIFO (the SFU never
     reads a score or a context vector before the GEMV produced it, though nothing polls in between)."""
     logits = []
-    for words in (0, 64):
+    for words in (0, 1024):   # off, the documented profile's depth
         f = tmp_path / f"d{words}.yaml"
         f.write_text(textwrap.dedent(f"""\
             name: d

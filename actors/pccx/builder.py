@@ -91,8 +91,12 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
     c(a["sch"].mem, a["disp"].inp, capacity=depth, name="uop.mem")
     c(a["sch"].cvo, a["cvo"].uop, capacity=depth, name="uop.cvo")
     if cvo["gemv_fifo_words"]:
-        # seed §3.2 rule 2: one GEMV result at a time (the SFU input stage keeps the newest, module doc of Cvo)
+        # direct GEMV->SFU FIFO (pccx docs' overlap rule 2): results + notices, claims, credit returns
+        # (depth and credits: module docs of GemvFront and Cvo)
         c(a["gemv"].sfu, a["cvo"].fifo, capacity=1, name="gemv.sfu_fifo")
+        c(a["sch"].fifo_claim, a["gemv"].claims, capacity=big, name="sfu_fifo.claim")
+        c(a["cvo"].credit, a["gemv"].credit, capacity=big, name="sfu_fifo.credit")
+        c(a["cvo"].retired, a["gemv"].cvo_done, capacity=big, name="sfu_fifo.cvo_done")
     pipe = (profile["dispatcher"]["len_lookup_cycles"] - 1) * tc
     c(a["disp"].acp, a["acp"].job, capacity=depth, latency=pipe, name="uop.acp")
     c(a["disp"].gemv, a["gemv"].uop, capacity=depth, latency=pipe, name="uop.gemv")

@@ -38,14 +38,18 @@ the µop's arrival (weights already in the FIFO, ports idle)::
              + out * Cwr                                  write phase per result element
              + words(dst, out) ]                          result write, L2 port B
 
-Direct GEMV->SFU FIFO (seed §3.2 rule 2; profile ``cvo.gemv_fifo_words`` > 0, not in the RTL nor the
-pccx docs): a CVO the scheduler tagged ``fifo_seq`` (its source is the output of the last GEMV issued
-before it) waits for that GEMV's result on the FIFO instead of the program polling DONE, and streams
-it from there: the read phase costs ``words(src, L)`` cycles (1 word/clk, ASSUMPTION: the FIFO pops
-one 128-bit word per clock, as the bridge's documented 1 elem/clk x 8) instead of ``words * Crd``.
-The SFU input stage keeps the newest GEMV result (ASSUMPTION: a result no CVO asked for is
-overwritten, so the FIFO never back-pressures the GEMV); if a newer result replaced the tagged one,
-or it was deeper than the FIFO, the CVO reads L2 (the GEMV wrote it there first), with the same wait.
+Direct GEMV->SFU FIFO (profile ``cvo.gemv_fifo_words`` = depth D > 0; the pccx docs' Gemma 3N
+pipeline: "the SFU consumes GEMV output via a direct FIFO"; the RTL top has no such path, reference
+§3): a CVO the scheduler tagged ``fifo_seq`` (its source is the output of the last GEMV issued before
+it) waits for that GEMV's result on the FIFO instead of the program polling DONE, and streams it from
+there: the read phase costs ``words(src, L)`` cycles (1 word/clk, ASSUMPTION: the FIFO pops one
+128-bit word per clock, as the bridge's documented 1 elem/clk x 8) instead of ``words * Crd``.
+Only claimed results that fit enter the FIFO (GemvFront); every other GEMV sends a data-less notice,
+so a CVO whose GEMV's result is not in the FIFO (too deep, not covering its operand) reads L2 after
+the same wait.  Release (credit return to the GEMV unit): when the SFU starts a CVO tagged with a
+later GEMV, every older entry is released (ASSUMPTION: the scheduler tags in issue order, so no CVO
+after that one can read an older entry; several CVOs may read one entry, e.g. the EXP chunks of one
+score vector).  Entries are released before the CVO waits, so the FIFO cannot deadlock.
 
 ``Crd`` = ``cvo.read_cycles_per_word`` (RTL bridge ≈17 per 8 elements; docs
 1 elem/clk = 8), ``Cwr`` = ``cvo.write_cycles_per_element`` (RTL 1, docs 0:
@@ -65,7 +69,7 @@ from emulator.actor import Actor
 from emulator.declare import In, Out, Param
 from protocols import pccx_isa as isa
 from protocols.codec import TensorDesc
-from protocols.pccx import EMax, L2Read, L2Write, Status, Uop, WeightBurst
+from protocols.pccx import EMax, FifoCredit, L2Read, L2Write, Status, Uop, WeightBurst
 
 __all__ = ["MatEngine", "Cvo", "mat_cycles", "mac_cycles", "cvo_cycles"]
 
@@ -217,7 +221,9 @@ class Cvo(Actor):
              In("emax", EMax, doc="e_max from the GEMV / GEMM"),
              *L2_CLIENT_PORTS,
              Out("status", Status, doc="retirement / drop, to the scheduler"),
-             In("fifo", L2Write, doc="GEMV results on the direct FIFO (cvo.gemv_fifo_words > 0)"))
+             In("fifo", L2Write, doc="GEMV results on the direct FIFO (cvo.gemv_fifo_words > 0)"),
+             Out("credit", FifoCredit, doc="direct-FIFO words released, to the GEMV front (credit return)"),
+             Out("retired", Status, doc="a copy of each retirement, to the GEMV front (reverse direction)"))
     PARAMS = (*declare("cycle_ps"),
               Param("cfg", "cvo", "table", "the cvo section: per-function latency, read/write/reduce cycles, "
                     "max_length, gelu_form, emax_from, tanh, gemv_fifo_words"))
@@ -234,7 +240,10 @@ class Cvo(Actor):
         self.data_mode = data_mode
         self.emax_bits = 0
         self.fifo = self.in_port("fifo") if cfg.get("gemv_fifo_words") else None
-        self.fifo_last = None                   # newest GEMV result from the direct FIFO (L2Write, req = seq)
+        self.credit = self.out_port("credit") if cfg.get("gemv_fifo_words") else None
+        self.retired = self.out_port("retired") if cfg.get("gemv_fifo_words") else None   # -> GEMV unit
+        self.fifo_entries: dict[int, L2Write] = {}   # GEMV seq -> its result held in the direct FIFO
+        self.fifo_seen = -1                     # newest GEMV seq the FIFO announced (entry or notice)
         self.fifo_arrived = trio.Event()
         self.fifo_hits = 0
 
@@ -248,16 +257,22 @@ class Cvo(Actor):
 
     async def _drain(self) -> None:
         while True:
-            self.fifo_last = await self.fifo.recv()
+            m = await self.fifo.recv()
+            if m.nelem:
+                self.fifo_entries[m.req] = m
+            self.fifo_seen = max(self.fifo_seen, m.req)
             self.fifo_arrived.set()
             self.fifo_arrived = trio.Event()
 
     async def _from_fifo(self, seq: int, src: int, L: int):
-        """Wait for GEMV ``seq``'s result on the FIFO; its elements [src, src+L) or None (read L2)."""
-        while self.fifo_last is None or self.fifo_last.req < seq:
+        """Release older entries, wait for GEMV ``seq``'s result; its elements [src, src+L) or None (read L2)."""
+        freed = sum(-(-self.fifo_entries.pop(k).nelem // 8) for k in [k for k in self.fifo_entries if k < seq])
+        if freed:
+            await self.credit.send(FifoCredit(freed))
+        while self.fifo_seen < seq:
             await self.fifo_arrived.wait()
-        m = self.fifo_last
-        if m.req != seq or not m.nelem or not (m.elem <= src and src + L <= m.elem + m.nelem):
+        m = self.fifo_entries.get(seq)
+        if m is None or not (m.elem <= src and src + L <= m.elem + m.nelem):
             return None
         self.fifo_hits += 1
         self.report("fifo_hits", self.fifo_hits)
@@ -281,8 +296,8 @@ class Cvo(Actor):
                 func = "TANH"   # what-if SFU function (profile cvo.tanh)
             L = f["length"]
             if func is None:   # rtl profile: CVO_top falls back to idle on a reserved function
-                await self.status.send(Status("drop", "CVO", u.seq, isa.ERR_RESERVED_BITS, start, self.now,
-                                              f"cvo_func={f['cvo_func']} reserved"))
+                await self._done(Status("drop", "CVO", u.seq, isa.ERR_RESERVED_BITS, start, self.now,
+                                        f"cvo_func={f['cvo_func']} reserved"))
                 continue
             out_n = 1 if func == "REDUCE_SUM" else max(L - 1, 0) if func == "SCALE" else L
             if direct is not None:
@@ -303,4 +318,10 @@ class Cvo(Actor):
             if out_n:
                 await self.l2_req.send(L2Write(0, f["dst_addr"], out_n, out))
                 await self.l2_resp.recv()
-            await self.status.send(Status("retire", "CVO", u.seq, 0, start, self.now, func))
+            await self._done(Status("retire", "CVO", u.seq, 0, start, self.now, func))
+
+    async def _done(self, m: Status) -> None:
+        """Completion to the scheduler and, with the direct FIFO, to the GEMV unit (reverse direction)."""
+        await self.status.send(m)
+        if self.retired is not None:
+            await self.retired.send(m)

@@ -60,7 +60,7 @@ from __future__ import annotations
 from emulator.actor import Actor
 from emulator.declare import In, Out, Param
 from protocols import pccx_isa as isa
-from protocols.pccx import AxiRead, AxiReadData, AxiWrite, CmdWord, Irq, Status, Uop
+from protocols.pccx import AxiRead, AxiReadData, AxiWrite, CmdWord, FifoClaim, Irq, Status, Uop
 from protocols.pccx_isa import ERR_CVO_LENGTH, ERR_L2_RANGE
 
 from actors.pccx.profile import clocks, declare
@@ -214,14 +214,22 @@ class GlobalScheduler(Actor):
     GEMV it issued (N is known only after the dispatcher's shape lookup).  A CVO whose source reaches
     at or above that word is tagged ``fifo_seq``: the SFU waits for that GEMV's result on the FIFO and
     takes its operand from it (or, if the result does not cover the operand, reads L2 after it), so the
-    program needs no DONE poll between them.  Conservative: a CVO reading other data above that word
-    waits for the GEMV too.  Not in the RTL (no hazard tracking, reference §1.2).
+    program needs no DONE poll between them.  The first such CVO also sends the GEMV unit a claim
+    (``fifo_claim``): only a claimed result enters the FIFO (and takes credits there, see GemvFront).
+    Conservative: a CVO reading other data above that word waits for the GEMV too.  The pccx docs
+    describe the FIFO, the RTL top has no such path and no hazard tracking (reference §1.2, §3).
+    Reverse direction (the docs' "SFU results go back to L2 while the next GEMV starts"): the
+    scheduler also keeps the L2 word ranges the in-flight CVOs write (``[dst, dst + out)`` elements,
+    ``out`` as in Cvo; removed when their completion passes through ``done``) and attaches them to a
+    GEMV µop as ``after_cvo``; the GEMV unit, which knows its K, waits for the newest overlapping one
+    to retire before it reads its activation (GemvFront), so no DONE poll is needed between them.
     """
 
     daemon = True
     PORTS = (In("in", Uop, doc="decoded µops", idle=True), In("done", Status, doc="completions of every engine"),
              Out("mem", Uop, doc="GEMV, GEMM, MEMCPY, MEMSET, to the memory dispatcher"),
-             Out("cvo", Uop, doc="CVO µops"), Out("status", Status, doc="issue / errors / completions, to the status block"))
+             Out("cvo", Uop, doc="CVO µops"), Out("status", Status, doc="issue / errors / completions, to the status block"),
+             Out("fifo_claim", FifoClaim, doc="GEMV results a CVO will read, to the GEMV front (direct FIFO)"))
     PARAMS = (Param("cycle_ps", ("scheduler_cycles", "clocks.core"), "ps", "issue time: scheduler_cycles core cycles",
                     lambda p: p["scheduler_cycles"] * clocks(p)[0]),
               *declare("strict", "l2_words"),
@@ -245,6 +253,9 @@ class GlobalScheduler(Actor):
         self.sync_gemx = sync_gemx   # as built: SYNC_OP forced on GEMM/GEMV (reference §1.2)
         self.gemv_fifo = gemv_fifo
         self.last_gemv: tuple[int, int] | None = None   # (seq, dest word) of the last GEMV issued
+        self.claimed = -1                                 # last GEMV whose result a CVO claimed
+        self.cvo_writes: dict[int, tuple[int, int]] = {}  # in-flight CVO seq -> L2 words [lo, hi) it writes
+        self.fifo_claim = self.out_port("fifo_claim") if gemv_fifo else None
 
     def check(self, u: Uop) -> tuple[int, str] | None:
         f = u.fields
@@ -262,7 +273,15 @@ class GlobalScheduler(Actor):
         return None
 
     async def _forward(self, m) -> None:
+        if m.op == "CVO":
+            self.cvo_writes.pop(m.seq, None)
         await self.status.send(m)
+
+    def _cvo_range(self, f: dict) -> tuple[int, int]:
+        """L2 words a CVO writes: ``out`` elements from ``dst_addr`` (1 REDUCE_SUM, L-1 SCALE, else L)."""
+        name, L = isa.CVO_NAMES.get(f["cvo_func"]), f["length"]
+        out = 1 if name == "REDUCE_SUM" else max(L - 1, 0) if name == "SCALE" else L
+        return f["dst_addr"] // 8, -(-(f["dst_addr"] + out) // 8)
 
     async def run(self) -> None:
         while True:
@@ -281,9 +300,18 @@ class GlobalScheduler(Actor):
             if self.gemv_fifo:
                 if u.op == "GEMV":
                     self.last_gemv = (u.seq, u.fields["dest_reg"])
+                    if self.cvo_writes:   # reverse direction: the GEMV unit orders itself after them
+                        u = Uop(u.op, {**u.fields, "after_cvo": [[k, lo, hi] for k, (lo, hi)
+                                                                   in self.cvo_writes.items()]}, u.seq)
                 elif (u.op == "CVO" and self.last_gemv
                       and u.fields["src_addr"] + u.fields["length"] > 8 * self.last_gemv[1]):
-                    u = Uop(u.op, {**u.fields, "fifo_seq": self.last_gemv[0]}, u.seq)
+                    g = self.last_gemv[0]
+                    u = Uop(u.op, {**u.fields, "fifo_seq": g}, u.seq)
+                    if g != self.claimed:   # the GEMV unit puts only claimed results into the FIFO
+                        self.claimed = g
+                        await self.fifo_claim.send(FifoClaim(g))
+            if self.gemv_fifo and u.op == "CVO":
+                self.cvo_writes[u.seq] = self._cvo_range(u.fields)
             await (self.cvo if u.op == "CVO" else self.mem).send(u)
             if (u.op in ("MEMCPY", "CVO") and not u.fields["async"]) or (self.sync_gemx and u.op in ("GEMV", "GEMM")):
                 while True:   # synchronous op: wait for its retirement

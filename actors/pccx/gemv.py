@@ -66,10 +66,30 @@ bit-modelled); the front concatenates the rows, adds ``old`` when ``accm`` and
 rounds to BF16.  Rows of an unwired lane are 0 (+ old).  ``findemax`` hands
 ``max(y)`` to the CVO unit (assumption: the RTL takes e_max from the GEMM
 normaliser, reference §1.3).
+
+**Direct GEMV->SFU FIFO** (pccx docs' overlap rule: "the SFU consumes GEMV
+output via a direct FIFO"; profile ``cvo.gemv_fifo_words`` = its depth D in L2
+words, 0 = none, the RTL top has no such path, reference §3): after the L2
+write, a result the scheduler has claimed (a CVO reading it was issued,
+``fifo_claim``) and of ``n = ceil(N/8) <= D`` words enters the FIFO; any other
+result sends the SFU a data-less notice (result in L2 only).  Credits: the front
+starts with D words, spends n per entry and gets them back when the SFU releases
+an entry (``credit``, actors/pccx/compute.py); with too few credits the front
+waits, so the GEMV retires late: the FIFO back-pressures the GEMV instead of
+overwriting results the SFU has not consumed.  The wait is reported as
+``sfu_fifo_stall_ps``.  ASSUMPTION: the result enters the FIFO as one entry once
+the L2 write is done (the RTL front writes once all lanes finished).  Reverse
+direction (same profile switch): a GEMV µop carries the L2 word ranges of the
+CVOs in flight at its issue (``after_cvo``, GlobalScheduler); the front waits
+until the newest one overlapping its activation words ``[src, src + ceil(K/8))``
+has retired (the SFU reports every retirement on ``cvo_done``; it retires in
+order) before it reads the activation; the wait is reported as
+``cvo_wait_ps``.  The old result an ``accm`` GEMV reads is not checked.
 """
 from __future__ import annotations
 
 import numpy as np
+import trio
 
 from actors.pccx.compute import mac_cycles, read_operands
 from actors.pccx.memory import L2_CLIENT_PORTS
@@ -78,7 +98,7 @@ from actors.pccx.profile import declare
 from emulator.actor import Actor
 from emulator.declare import In, Out, Param
 from protocols.codec import TensorDesc
-from protocols.pccx import EMax, L2Write, LaneJob, LaneResult, Status, Uop, WeightBurst
+from protocols.pccx import EMax, FifoClaim, FifoCredit, L2Write, LaneJob, LaneResult, Status, Uop, WeightBurst
 
 __all__ = ["GemvFront", "GemvLane", "WeightSwitch", "lanes_used", "lane_rows", "lane_bytes"]
 
@@ -108,7 +128,10 @@ class GemvFront(Actor):
              *L2_CLIENT_PORTS,
              Out("status", Status, doc="retirement, to the scheduler"), Out("emax", EMax, doc="findemax result, to the CVO"),
              Out("job{i}", LaneJob, doc="row block of lane i"), In("res{i}", LaneResult, doc="lane i's result"),
-             Out("sfu", L2Write, doc="the result, to the SFU's direct FIFO (cvo.gemv_fifo_words > 0)"))
+             Out("sfu", L2Write, doc="the result, to the SFU's direct FIFO (cvo.gemv_fifo_words > 0)"),
+             In("claims", FifoClaim, doc="which GEMV results a CVO will read (from the scheduler)"),
+             In("credit", FifoCredit, doc="direct-FIFO credits returned by the SFU"),
+             In("cvo_done", Status, doc="CVO retirements (a GEMV waits for the CVO writing its input)"))
     PARAMS = (*declare("cycle_ps", "read_latency_cycles"),
               Param("lanes", "gemv.lanes", "count", "GEMV lanes"),
               Param("emax_out", "cvo.emax_from", "bool", "emax_from != gemm: the GEMV sends its e_max",
@@ -121,6 +144,15 @@ class GemvFront(Actor):
         # seed §3.2 rule 2: results of up to sfu_fifo_words L2 words also go to the SFU's direct FIFO
         self.sfu_fifo_words = sfu_fifo_words
         self.sfu = self.out_port("sfu") if sfu_fifo_words else None
+        self.claims = self.in_port("claims") if sfu_fifo_words else None
+        self.credit = self.in_port("credit") if sfu_fifo_words else None
+        self.credits = sfu_fifo_words     # free words of the direct FIFO
+        self.claimed = -1                 # newest GEMV seq a CVO claimed
+        self.fifo_stall_ps = 0
+        self.cvo_done = self.in_port("cvo_done") if sfu_fifo_words else None
+        self.cvo_retired = -1             # newest CVO seq the SFU retired
+        self.cvo_retired_ev = trio.Event()
+        self.cvo_wait_ps = 0
         self.emax_out = emax_out   # False: as-built top takes e_max from the GEMM only (reference §1.3)
         self.uop = self.in_port("uop", idle=True)
         self.l2_req = self.out_port("l2_req")
@@ -135,11 +167,38 @@ class GemvFront(Actor):
         self.data_mode = data_mode
 
     async def run(self) -> None:
+        if self.cvo_done is None:
+            await self._serve()
+            return
+        async with self.subtasks() as n:
+            n.start_soon(self._track_cvo)
+            await self._serve()
+
+    async def _track_cvo(self) -> None:
+        while True:
+            self.cvo_retired = max(self.cvo_retired, (await self.cvo_done.recv()).seq)
+            self.cvo_retired_ev.set()
+            self.cvo_retired_ev = trio.Event()
+
+    async def _after_cvo(self, f: dict, K: int) -> None:
+        """Reverse direction (module docstring): wait for the in-flight CVOs that write the activation."""
+        lo, hi = f["src_addr"], f["src_addr"] + -(-K // 8)
+        need = max((k for k, a, b in f["after_cvo"] if a < hi and lo < b), default=-1)
+        t = self.now
+        while self.cvo_retired < need:
+            await self.cvo_retired_ev.wait()
+        if self.now > t:
+            self.cvo_wait_ps += self.now - t
+            self.report("cvo_wait_ps", self.cvo_wait_ps)
+
+    async def _serve(self) -> None:
         while True:
             u = await self.uop.recv()
             f = u.fields
             start = self.now
             K, N = f["K"], f["N"]
+            if "after_cvo" in f:
+                await self._after_cvo(f, K)
             x, old = await read_operands(self, f, K, N)
             used = lanes_used(f["parallel_lane"], self.lanes)
             plan = [(i, r0, n) for i, (r0, n) in enumerate(lane_rows(N, used)) if n]
@@ -165,10 +224,30 @@ class GemvFront(Actor):
             if f["findemax"] and self.emax_out:
                 bits = int(to_bf16(from_bf16(out).max())) if self.data_mode else 0
                 await self.emax.send(EMax(bits))
-            if self.sfu is not None:   # req = the GEMV's seq; a result deeper than the FIFO goes to L2 only
-                fits = -(-N // 8) <= self.sfu_fifo_words
-                await self.sfu.send(L2Write(u.seq, f["dest_reg"] * 8, N if fits else 0, out if fits else None))
+            if self.sfu is not None:
+                await self._to_sfu(u.seq, f["dest_reg"] * 8, N, out)
             await self.status.send(Status("retire", "GEMV", u.seq, 0, start, self.now, " ".join(streams)))
+
+
+    async def _to_sfu(self, seq: int, elem: int, N: int, out) -> None:
+        """Direct FIFO (module docstring): a claimed result that fits enters it once the credits allow,
+        any other result sends a notice (``nelem`` 0); ``req`` = the GEMV's seq."""
+        while (c := self.claims.poll()) is not None:
+            self.claimed = max(self.claimed, c.seq)
+        while (c := self.credit.poll()) is not None:
+            self.credits += c.words
+        words = -(-N // 8)
+        if self.claimed != seq or words > self.sfu_fifo_words:
+            await self.sfu.send(L2Write(seq, elem, 0, None))
+            return
+        t = self.now
+        while self.credits < words:   # back-pressure: wait until the SFU releases older entries
+            self.credits += (await self.credit.recv()).words
+        if self.now > t:
+            self.fifo_stall_ps += self.now - t
+            self.report("sfu_fifo_stall_ps", self.fifo_stall_ps)
+        self.credits -= words
+        await self.sfu.send(L2Write(seq, elem, N, out))
 
 
 class GemvLane(Actor):

@@ -59,9 +59,11 @@ PROFILE_SCHEMA = Map({
                 "gelu_form": Enum(["sigmoid", "tanh"], default="sigmoid",
                                   doc="GELU of the SFU: the RTL's x*sigmoid(1.702x) (pccx-v002 RTL SFU) or, what-if, "
                                       "the model's tanh form"),
-                "gemv_fifo_words": Int(min=0, default=0, doc="pccx Gemma 3N pipeline, overlap rule 2: depth (L2 words) of a direct "
-                                       "GEMV->SFU result FIFO; 0 = none (the RTL and the pccx docs have no such "
-                                       "path: the program polls DONE between a GEMV and the CVO reading its output)"),
+                "gemv_fifo_words": Int(min=0, default=0, doc="depth (L2 words) of the direct GEMV->SFU result FIFO of the "
+                                       "pccx docs' Gemma 3N pipeline (overlap rule 2; claimed results, credit "
+                                       "back-pressure on the GEMV; a GEMV also waits for the in-flight CVOs "
+                                       "writing its activation); 0 = none, as in the RTL top: the program "
+                                       "polls DONE between a GEMV and a CVO that depend on each other"),
                 "tanh": Bool(default=False, doc="give the SFU a TANH function (code 0x8, not in the real CVO, "
                              "of the pccx-v002 RTL): what-if option, latency from latency.TANH"),
                 "latency": Map({**{f: Int(min=0) for f in CVO_FUNCS},

@@ -69,10 +69,12 @@ a host step that writes their data, i.e. the KV write-back); the 64 KB FIFOs
 and the DataMover command FIFOs bound how far they run ahead.  With it off,
 the driver polls DONE before issuing a GEMV's weight stream (no overlap).
 
-**SFU FIFO** (seed §3.2 rule 2, what-if profile ``cvo.gemv_fifo_words`` > 0): the
+**SFU FIFO** (seed §3.2 rule 2, profile ``cvo.gemv_fifo_words`` > 0: documented 1024, RTL 0): the
 scheduler makes a CVO that reads the last GEMV's output wait for it (direct
 FIFO, actors/pccx/compute.py), so the polls between the score GEMV and its EXP
-(when the scores fit the FIFO) and between the V GEMV and its SCALE are dropped.
+(when the scores fit the FIFO) and between the V GEMV and its SCALE are dropped;
+in the reverse direction the V GEMV waits for the EXPs that write its operand
+(the scheduler's CVO scoreboard), so the poll between the softmax and ·V goes too.
 
 **PLE off the critical path** (seed §3.2 rule 3, ``ple_overlap``): ``pli_all``
 is computed once per token (layer 0); layer i's PLE injection (shadow streams
@@ -674,7 +676,8 @@ class Compiler:
                 self.cvo("REDUCE_SUM", a["exp"] * 8 + e0, dst, n)
             if nchunks > 1:
                 self.cvo("REDUCE_SUM", a["partials"] * 8, ctx_w * 8 - 1, nchunks)
-            self.wait(f"softmax{h}")
+            if not self.sfu_fifo:   # with the FIFO's scoreboard the V GEMV waits for the EXPs writing exp
+                self.wait(f"softmax{h}")
             vb = self._kv_blocks(src, g, "V", hd, vslots, hd)
             self.gemv((hd, vslots, vb), a["exp"], ctx_w, kv=(src, g, "V"), real_k=L)
             if not self.sfu_fifo:   # with the FIFO the scheduler makes the SCALE wait for this GEMV's result

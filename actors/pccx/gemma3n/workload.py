@@ -19,6 +19,7 @@ and the rule-1 prefetch overlap.
 """
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 
 from actors.pccx.builder import build_machine
@@ -159,6 +160,33 @@ def prefetch_overlap(system, comp: Compiler) -> dict:
     return {"total_ps": total, "transfer_ps": transfer, "per_layer_ps": dict(per_layer)}
 
 
+def sfu_overlap(system, comp: Compiler) -> dict:
+    """Rule-2 figures: the SFU's busy time (CVO retire spans) while a GEMV runs (GEMV retire spans), per
+    layer of the CVO and total, ps; with the direct FIFO (``cvo.gemv_fifo_words``) also the CVOs fed from
+    it and the time the GEMV unit waited for FIFO credits (actors/pccx/gemv.py)."""
+    stat = system.actors["pccx/axil_stat"]
+    ret = [r for r in stat.records if r["kind"] == "retire"]
+    gemv: list[list[int]] = []
+    for s, e in sorted((r["start"], r["end"]) for r in ret if r["op"] == "GEMV"):
+        if gemv and s <= gemv[-1][1]:
+            gemv[-1][1] = max(gemv[-1][1], e)
+        else:
+            gemv.append([s, e])
+    starts = [g[0] for g in gemv]
+    per_layer: dict[int, int] = defaultdict(int)
+    for r in ret:
+        if r["op"] != "CVO" or not 0 <= r["seq"] < len(comp.where):
+            continue
+        i = max(0, bisect.bisect_right(starts, r["start"]) - 1)
+        while i < len(gemv) and gemv[i][0] < r["end"]:
+            per_layer[comp.where[r["seq"]][1]] += max(0, min(r["end"], gemv[i][1]) - max(r["start"], gemv[i][0]))
+            i += 1
+    rep = system.reports
+    return {"total_ps": sum(per_layer.values()), "per_layer_ps": dict(per_layer),
+            "fifo_hits": rep.get("pccx/cvo", {}).get("fifo_hits", 0),
+            "stall_ps": rep.get("pccx/gemv", {}).get("sfu_fifo_stall_ps", 0)}
+
+
 def ple_overlap(system, comp: Compiler) -> dict:
     """Rule-3 overlap: per layer, the engine time of its PLE-injection GEMVs (retire spans: the PLE gate and
     projection) that ran while the host computed (driver host spans), ps; ``exposed``: the rest of it.
@@ -294,6 +322,11 @@ def check(system, profile: dict, p: dict, result, context: Context) -> dict:
     out["ple_window_ps"] = po["window_ps"]
     out["ple_window_per_layer_us"] = {k: round(v / 1e6 / ntok, 3)
                                       for k, v in sorted(po["window_per_layer_ps"].items())}
+    so = sfu_overlap(system, comp)
+    out["sfu_fifo_hits"] = so["fifo_hits"]
+    out["sfu_fifo_stall_us"] = round(so["stall_ps"] / 1e6, 3)
+    out["sfu_gemv_overlap_us"] = round(so["total_ps"] / 1e6, 3)
+    out["sfu_gemv_overlap_per_layer_us"] = {k: round(v / 1e6 / ntok, 3) for k, v in sorted(so["per_layer_ps"].items())}
     out["instructions_per_token"] = round(len(comp.where) / ntok)
     out["polls_per_token"] = round(len(waits) / ntok, 1)
     if comp.data:
