@@ -50,7 +50,7 @@ from trio.lowlevel import enable_ki_protection
 
 from emulator.clock import park
 from emulator.trace import BLOCK, CHUNK, DELIVER, FAULT, SEND, TAKE
-from emulator.units import transfer_ps
+from emulator.units import PS_PER_S
 from protocols.codec import ProtocolError, decode, encode, handover, peek_name, type_name
 
 if TYPE_CHECKING:
@@ -457,7 +457,8 @@ class Link:
                 if eff.bandwidth_factor != 1.0 and bandwidth:
                     bandwidth = max(1, int(bandwidth * eff.bandwidth_factor))
         start = self.free_at if self.free_at > now else now
-        ser = transfer_ps(nbytes, bandwidth)
+        # transfer_ps(nbytes, bandwidth) inlined (a call fewer per message)
+        ser = -((-nbytes * PS_PER_S) // bandwidth) if bandwidth > 0 and nbytes > 0 else 0
         end = start + ser
         self.free_at = end
         self.busy_ps += ser
@@ -487,6 +488,41 @@ class Link:
                         if entry is not None:
                             entry[2] = None
                         waiter.entry = clock.schedule(arrival, waiter.task)
+
+    # -- delivery inside the clock ----------------------------------------------
+    def can_deliver_here(self, now: int) -> bool:
+        """Whether :meth:`deliver_due` may stand in for this link's task at ``now``.
+
+        Yes unless a message due now has to be decoded (a fault changed its bytes,
+        or ``STRICT_DECODE``): a decode error belongs to the link's task, which
+        reports it as the link's error.
+        """
+        for arrival, _, _, msg in self.inflight:
+            if arrival > now:
+                return True
+            if msg is None:
+                return False
+        return True
+
+    def deliver_due(self, now: int) -> None:
+        """One wake-up of :meth:`run`, done by the clock while the task stays parked.
+
+        The clock calls it for a due delivery when :meth:`can_deliver_here`
+        (emulator/clock.py, ``_run_instant``): the same deliveries, events, credit
+        returns and next wake-up as the task's loop body, without a task step.
+        """
+        self.wake = None
+        inflight = self.inflight
+        dst = self.dst
+        while inflight and inflight[0][0] <= now:
+            _, seq, _, msg = inflight.popleft()
+            self.delivered += 1
+            dst._deliver(msg, self, seq, now)
+        if inflight:
+            self.wake = self.clock.schedule_delivery(inflight[0][0], self.task)
+        recorder = self.system.recorder
+        if len(recorder.events) >= CHUNK:
+            recorder.flush()
 
     # -- the link task --------------------------------------------------------
     @enable_ki_protection
