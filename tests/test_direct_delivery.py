@@ -104,3 +104,28 @@ def test_a_trio_deadline_at_a_delivery_instant_keeps_trio_order(monkeypatch):
         runs[direct] = (res.digest, order)
     assert runs[True] == runs[False]
     assert runs[True][1][:3] == [("recv", 1000), ("dog", 1000), ("src-sent", 1000)]
+
+
+@pytest.mark.parametrize("path", ["scenarios/ahbm/attention_decode.yaml", "scenarios/faults/kill.yaml",
+                                  "scenarios/demo/deadlock.yaml"])
+def test_ending_parked_tasks_with_a_wake_gives_the_same_run_as_cancelling_them(path, monkeypatch):
+    """The end of a decided run (VirtualClock.end_parked) changes no result, and it is used."""
+    with_wake, n = _run_end(path, monkeypatch, True)
+    with_cancel, none = _run_end(path, monkeypatch, False)
+    assert n > 0 and none == 0
+    assert with_wake == with_cancel
+
+
+def _run_end(path, monkeypatch, use: bool):
+    from actors import registry
+    from conftest import ROOT
+    from emulator.scenario import load_scenario
+    from tools.runner import build_system
+
+    if not use:
+        monkeypatch.setattr(clock_module.VirtualClock, "end_parked", lambda self, tasks, codes: 0)
+    system, _ = build_system(load_scenario(ROOT / path, registry))
+    res = system.run()
+    monkeypatch.undo()
+    out = (res.status, res.digest, res.end_time_ps, res.messages, res.events, str(res.deadlock), res.error, res.errors)
+    return out, system.clock.ended_parked
