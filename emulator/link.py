@@ -41,6 +41,7 @@ msg_name, data, nbytes)`` returning ``None`` (no effect) or a
 """
 from __future__ import annotations
 
+import itertools
 import os
 from collections import deque
 from heapq import heappush
@@ -57,7 +58,7 @@ from protocols.codec import ProtocolError, decode, encode, handover, peek_name, 
 if TYPE_CHECKING:
     from emulator.actor import Actor
 
-__all__ = ["InPort", "OutPort", "Link", "FaultEffect", "select", "STRICT_DECODE"]
+__all__ = ["InPort", "OutPort", "Link", "FaultEffect", "select", "STRICT_DECODE", "waits_of"]
 
 #: decode every message at the receiving end instead of handing over the sender's record
 STRICT_DECODE = bool(os.environ.get("EMU_STRICT_DECODE"))
@@ -76,6 +77,29 @@ class FaultEffect:
         self.bandwidth_factor = bandwidth_factor
 
 
+#: stamps every wait (receive or credit) in the order it began, for :func:`waits_of`
+_WAIT_ORDER = itertools.count()
+
+
+def waits_of(actor) -> list[tuple[str, object]]:
+    """What ``actor``'s parked tasks wait on, in the order they began: ``("recv", ports)`` or ``("send", port)``.
+
+    A receive is found from the waiter on its in-ports (a receive keeps no
+    other record: nothing to add and remove on every message); a sender
+    waiting for a credit is in ``actor.blocked`` (rare, so it keeps one).
+    """
+    waits, seen = [], set()
+    for port in actor.inputs.values():
+        w = port.waiter
+        if w is not None and w.task not in seen:
+            seen.add(w.task)
+            waits.append((w.order, "recv", w.ports))
+    for order, port in actor.blocked.values():
+        waits.append((order, "send", port))
+    waits.sort(key=lambda w: w[0])
+    return [(direction, what) for _, direction, what in waits]
+
+
 class _Waiter:
     """A task parked in :meth:`InPort.recv` or :func:`select` on one or more ports.
 
@@ -83,13 +107,14 @@ class _Waiter:
     when the waiter relies on a direct hand-over by the delivering link.
     """
 
-    __slots__ = ("task", "ports", "entry", "got")
+    __slots__ = ("task", "ports", "entry", "got", "order")
 
     def __init__(self, task, ports):
         self.task = task
         self.ports = ports
         self.entry = None
         self.got = None
+        self.order = next(_WAIT_ORDER)   # when it began waiting (deadlock reports list waits in this order)
 
     def release(self) -> None:
         for p in self.ports:
@@ -200,10 +225,7 @@ class InPort:
             raise RuntimeError(f"in-port {self.path} is not connected to any link")
         # _park inlined (one coroutine frame fewer on every wake-up of a receiver)
         waiter = _arm((self,), self.owner)
-        try:
-            got = await park(waiter) or waiter.got or await _rewait(waiter)
-        finally:
-            self.owner.blocked.pop(waiter.task, None)
+        got = await park(waiter) or waiter.got or await _rewait(waiter)
         return got[1]
 
 
@@ -232,7 +254,6 @@ def _arm(ports, owner) -> _Waiter:
                     if waiter.entry is not None:
                         waiter.entry[2] = None
                     waiter.entry = l.clock.schedule(wake[0], task)
-    owner.blocked[task] = ("recv", ports)
     return waiter
 
 
@@ -259,10 +280,7 @@ async def _park(ports, owner):
       hop (reference/engine-perf.md §1: a pass costs ~4 µs).
     """
     waiter = _arm(ports, owner)
-    try:
-        return await park(waiter) or waiter.got or await _rewait(waiter)
-    finally:
-        owner.blocked.pop(waiter.task, None)
+    return await park(waiter) or waiter.got or await _rewait(waiter)
 
 
 async def select(*ports: InPort):
@@ -413,7 +431,7 @@ class Link:
         self.blocked.append(task)
         self.blocked_count += 1
         self.emit((BLOCK, self.clock.now, self.id, self.seq + 1))
-        owner.blocked[task] = ("send", self.src)
+        owner.blocked[task] = (next(_WAIT_ORDER), self.src)
         try:
             await park(self)
         finally:

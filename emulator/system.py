@@ -48,7 +48,7 @@ from emulator.clock import RunOver, VirtualClock, current_clock, deterministic_s
 from emulator.errors import ActorError, BuildError, EmulatorError
 from emulator.faults import fault_summary, killer
 from emulator.interrupt import RunStopped
-from emulator.link import InPort, Link, OutPort
+from emulator.link import InPort, Link, OutPort, waits_of
 from emulator.rng import stream
 from emulator.trace import DONE, ERROR, Recorder, TraceOptions
 from emulator.units import format_time
@@ -538,7 +538,7 @@ class System:
         for actor in sorted(self.actors.values(), key=lambda a: a.daemon):
             if actor.finished_at is not None or actor.killed:
                 continue
-            states = list(actor.blocked.values())
+            states = waits_of(actor)
             if not states:
                 if not actor.daemon:
                     blocked.append(BlockedActor(actor.name, "other", [], [], ""))

@@ -129,3 +129,41 @@ def _run_end(path, monkeypatch, use: bool):
     monkeypatch.undo()
     out = (res.status, res.digest, res.end_time_ps, res.messages, res.events, str(res.deadlock), res.error, res.errors)
     return out, system.clock.ended_parked
+
+
+def test_a_deadlock_report_lists_an_actors_waits_in_the_order_they_began():
+    """Receives keep no per-message record any more (emulator.link.waits_of reads the port waiters)."""
+    from emulator.actor import Actor
+    from emulator.system import System
+    from protocols.demo import Token
+
+    class Many(Actor):
+        async def run(self):
+            async with self.subtasks() as n:
+                n.start_soon(self._recv, self.in_port("b"))
+                n.start_soon(self._send)
+                n.start_soon(self._recv, self.in_port("a"))
+
+        async def _recv(self, port):
+            await port.recv()
+
+        async def _send(self):
+            await self.sleep(5)
+            for k in range(3):                  # capacity 1 and nobody receives: the second send blocks
+                await self.out_port("out").send(Token(k, 1))
+
+    class Sink(Actor):
+        async def run(self):
+            await self.in_port("never").recv()
+
+    system = System("t")
+    many, sink, feeder = system.add(Many("many")), system.add(Sink("sink")), system.add(Sink("feeder"))
+    system.connect(many.out_port("out"), sink.in_port("in"), capacity=1)
+    system.connect(feeder.out_port("x"), many.in_port("a"))
+    system.connect(feeder.out_port("y"), many.in_port("b"))
+    system.connect(sink.out_port("z"), feeder.in_port("never"))
+    system.connect(feeder.out_port("w"), sink.in_port("never"))
+    res = system.run()
+    assert res.status == "deadlock"
+    mine = [(b.direction, b.ports) for b in res.deadlock.blocked if b.actor == "many"]
+    assert mine == [("recv", ["many.b"]), ("recv", ["many.a"]), ("send", ["many.out"])]
