@@ -268,39 +268,36 @@ class VirtualClock(trio.abc.Clock):
         between the two batches).
         """
         heap = self._heap
-        links = []   # the due link tasks, in heap order (they come first)
-        tasks = []   # every other task due at t, in heap order
+        due = []     # every task due at t, in heap order: the link tasks first (their keys are smaller)
+        links = 0    # how many of them are link tasks
         direct = True
         while heap and heap[0][0] == t:
             entry = heapq.heappop(heap)
             task = entry[2]
             if task is not None:
                 entry[2] = None
+                due.append(task)
                 if entry[1] < _REACT:
-                    links.append(task)
+                    links += 1
                     if direct:
                         link = task.custom_sleep_data
                         if getattr(link, "task", None) is not task or not link.can_deliver_here(t):
                             direct = False
-                else:
-                    tasks.append(task)
         wake = self.wake
-        if not direct:
-            for task in links:
-                wake(task)
-            for task in tasks:
+        if not direct or not links:
+            for task in due:
                 wake(task)
             return
-        self.deliveries_here += len(links)
+        self.deliveries_here += links
         woken = self._woken
         self.wake = self._defer
         try:
-            for task in links:
-                task.custom_sleep_data.deliver_due(t)
+            for i in range(links):
+                due[i].custom_sleep_data.deliver_due(t)
         finally:
             self.wake = wake
-        for task in tasks:
-            wake(task)
+        for i in range(links, len(due)):
+            wake(due[i])
         if woken:
             for task, value in woken:
                 wake(task, value)
