@@ -412,6 +412,6 @@ def handover(record):
                 break
         else:
             return info.cls(*values) if info.fields else info.cls()
-        return info.cls(*[_rebuild(v) for v in values])
+        return info.cls(*[v if type(v) in _SCALARS else _rebuild(v) for v in values])
     except _Undecided:
         return None
