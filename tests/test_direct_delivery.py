@@ -167,3 +167,15 @@ def test_a_deadlock_report_lists_an_actors_waits_in_the_order_they_began():
     assert res.status == "deadlock"
     mine = [(b.direction, b.ports) for b in res.deadlock.blocked if b.actor == "many"]
     assert mine == [("recv", ["many.b"]), ("recv", ["many.a"]), ("send", ["many.out"])]
+
+
+def test_the_link_task_steps_switch_is_honoured():
+    """EMU_LINK_TASK_STEPS=1 turns in-clock delivery off (the link tasks deliver), read at import."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import emulator.clock as c; print(c.DIRECT_DELIVERY, c.FAST_PARK)"
+    env = {**os.environ, "EMU_LINK_TASK_STEPS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
