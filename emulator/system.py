@@ -76,9 +76,13 @@ def building():
     every machine built in the same process, against 0.25 s with it paused).
     What was built is moved to the permanent generation (``gc.freeze``), which
     :meth:`System.run_async` does anyway; the GC is back on when the block ends,
-    also on an error.
+    also on an error.  The garbage of machines built before (reference cycles,
+    freed only by the cyclic GC) is collected first: frozen with the new
+    machine it would never be freed, and a sweep builds many machines in one
+    process.
     """
     was_enabled = gc.isenabled()
+    gc.collect()
     gc.disable()
     try:
         yield
