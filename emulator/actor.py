@@ -58,7 +58,7 @@ class Actor:
         self.outputs: dict[str, OutPort] = {}
         self.system = None
         self.id: int = -1
-        self.blocked: dict = {}   # task -> ("recv", ports) | ("send", port) while parked (deadlock reports)
+        self.blocked: dict = {}   # task -> (order, port) while waiting for a credit (emulator.link.waits_of)
         self.busy_ps = 0
         self.busy_spans = 0
         self.finished_at: int | None = None

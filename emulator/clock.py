@@ -73,7 +73,7 @@ from trio._core import _run as _trio_run
 from emulator.trace import CHUNK
 
 __all__ = ["VirtualClock", "sleep_until", "sleep", "now", "current_clock", "deterministic_scheduling",
-           "park", "FAST_PARK"]
+           "park", "FAST_PARK", "DIRECT_DELIVERY"]
 
 #: zero-timeout I/O polls are made at least every this many loop passes ...
 IO_POLL_PASSES = 64
@@ -95,6 +95,9 @@ def _fast_park_available() -> bool:
 #: True when the hot path uses the cached trap and direct wake (else Trio's public API)
 FAST_PARK = _fast_park_available()
 
+#: links deliver inside the clock, without a task step (``EMU_LINK_TASK_STEPS=1``: the link tasks deliver)
+DIRECT_DELIVERY = FAST_PARK and not os.environ.get("EMU_LINK_TASK_STEPS")
+
 _INF = math.inf
 _REACT = 1 << 62  # heap-key offset: ordinary wake-ups sort after deliveries at the same time
 
@@ -105,6 +108,12 @@ class VirtualClock(trio.abc.Clock):
     def __init__(self) -> None:
         self.now: int = 0
         self.fast = FAST_PARK
+        #: links deliver inside the clock (:meth:`_run_instant`); set in ``start_clock`` on the fast path
+        self.direct = False
+        self.deliveries_here = 0   # link wake-ups done by _run_instant instead of the link's task
+        self.ended_parked = 0      # tasks ended by end_parked at the end of the run
+        self._woken: list = []
+        self._defer = _deferred(self._woken)
         self._traps: dict = {}   # task -> its cached WaitTaskRescheduled (fast path)
         self.steps: int = 0  # number of distinct time steps taken
         self._heap: list[list] = []
@@ -132,6 +141,7 @@ class VirtualClock(trio.abc.Clock):
             self.fast = False
         if self.fast:
             self.wake = self._make_fast_wake(runner)
+            self.direct = DIRECT_DELIVERY
             if not isinstance(runner.io_manager, _PacedIO):
                 runner.io_manager = _PacedIO(runner.io_manager)
         else:
@@ -163,6 +173,32 @@ class VirtualClock(trio.abc.Clock):
     #: ``value`` (None or a tuple).  Bound in ``start_clock``; the public-API version until then.
     def wake(self, task, value=None) -> None:
         _safe_wake(task, value)
+
+    def end_parked(self, tasks, entry_codes) -> int:
+        """End each of ``tasks`` parked in :func:`park` whose coroutine runs one of ``entry_codes``.
+
+        For the end of a decided run (emulator/system.py): the task's registration
+        is undone as a cancellation's abort would (heap entry disarmed, port
+        waiter or link wait dropped), and :func:`park` raises :class:`RunOver`
+        in it, which its guard (the code object it runs) catches.  Trio's
+        cancellation of ~10 k parked tasks costs a cancel-status walk, a
+        ``Cancelled`` with its reason and an outcome per task; this costs a wake.
+        Tasks parked elsewhere (Trio primitives, nurseries) are left to the
+        cancellation that follows.  Returns how many it ended (fast path only).
+        """
+        if not self.fast:
+            return 0
+        traps = self._traps
+        wake = self.wake
+        n = 0
+        for task in tasks:
+            trap = traps.get(task)
+            if trap is not None and task._abort_func is trap.abort_func and task.coro.cr_code in entry_codes:
+                _abort_data(task)
+                wake(task, _END)
+                n += 1
+        self.ended_parked += n
+        return n
 
     def current_time(self) -> int:
         return self.now
@@ -204,6 +240,9 @@ class VirtualClock(trio.abc.Clock):
             if self.on_step is not None:
                 self.on_step(t)
         if from_heap:
+            if self.direct and t < deadline:
+                self._run_instant(t)
+                return 0
             reschedule = self._reschedule
             while heap and heap[0][0] == t:
                 entry = heapq.heappop(heap)
@@ -212,6 +251,57 @@ class VirtualClock(trio.abc.Clock):
                     entry[2] = None
                     reschedule(task)
         return 0
+
+    def _run_instant(self, t: int) -> None:
+        """Wake everything due at ``t``; links deliver here, without a task step of their own.
+
+        What the link tasks would do when rescheduled (:meth:`emulator.link.Link.deliver_due`)
+        is done right here, before any task of the instant runs, and the tasks
+        their deliveries wake are made runnable *after* the tasks due at ``t``.
+        That is the order Trio would run them in: the link tasks run first in
+        the batch (their heap keys come first), and what they wake runs in the
+        next batch, after the rest of this one (the proof, step by step, is in
+        tests/test_direct_delivery.py's docstring).  All or nothing per instant: if one due link
+        cannot deliver here (a message to decode, whose error the link task must
+        report), every task is rescheduled as usual.  Only on the fast path and
+        when no Trio deadline falls on ``t`` (its cancellations would come
+        between the two batches).
+        """
+        heap = self._heap
+        due = []     # every task due at t, in heap order: the link tasks first (their keys are smaller)
+        links = 0    # how many of them are link tasks
+        direct = True
+        while heap and heap[0][0] == t:
+            entry = heapq.heappop(heap)
+            task = entry[2]
+            if task is not None:
+                entry[2] = None
+                due.append(task)
+                if entry[1] < _REACT:
+                    links += 1
+                    if direct:
+                        link = task.custom_sleep_data
+                        if getattr(link, "task", None) is not task or not link.can_deliver_here(t):
+                            direct = False
+        wake = self.wake
+        if not direct or not links:
+            for task in due:
+                wake(task)
+            return
+        self.deliveries_here += links
+        woken = self._woken
+        self.wake = self._defer
+        try:
+            for i in range(links):
+                due[i].custom_sleep_data.deliver_due(t)
+        finally:
+            self.wake = wake
+        for i in range(links, len(due)):
+            wake(due[i])
+        if woken:
+            for task, value in woken:
+                wake(task, value)
+            woken.clear()
 
     # -- the engine's own timed waits ----------------------------------------
     def schedule(self, t: int, task) -> list:
@@ -232,7 +322,7 @@ class VirtualClock(trio.abc.Clock):
         every message that arrives at ``t`` -- the "update before evaluate" rule
         of event-driven hardware simulators.  It also lets receivers free link
         credits before their neighbours send, so a dense pipeline does not block
-        senders for zero time.
+        senders for zero time.  (``Link._accept`` inlines this; keep the two alike.)
         """
         entry = [t, next(self._seq), task]
         heapq.heappush(self._heap, entry)
@@ -241,6 +331,14 @@ class VirtualClock(trio.abc.Clock):
     def pending(self) -> int:
         """Number of live timed wake-ups."""
         return sum(1 for e in self._heap if e[2] is not None)
+
+
+def _deferred(woken: list):
+    """A stand-in ``wake`` that only notes whom to wake (:meth:`VirtualClock._run_instant`)."""
+    def wake(task, value=None) -> None:
+        woken.append((task, value))
+
+    return wake
 
 
 class _PacedIO:
@@ -334,6 +432,22 @@ def _aborter(task):
     return abort
 
 
+class RunOver(BaseException):
+    """Raised in a task parked in :func:`park` that :meth:`VirtualClock.end_parked` ends (the run is decided)."""
+
+
+class _End:
+    """Sent into a parked task by :meth:`VirtualClock.end_parked`: :func:`park` unwraps it, which raises."""
+
+    __slots__ = ()
+
+    def unwrap(self):
+        raise RunOver
+
+
+_END = _End()
+
+
 def _make_trap(task):
     return _trio_run.WaitTaskRescheduled(_aborter(task))
 
@@ -403,8 +517,8 @@ class _FifoRandom:
     so always reversing runs tasks in the order they were rescheduled.
     """
 
-    def random(self) -> float:
-        return 0.0
+    #: ``random()`` is ``float()``, i.e. 0.0: a C call (Trio calls it once per loop pass)
+    random = float
 
     def shuffle(self, seq) -> None:
         return None

@@ -41,8 +41,10 @@ msg_name, data, nbytes)`` returning ``None`` (no effect) or a
 """
 from __future__ import annotations
 
+import itertools
 import os
 from collections import deque
+from heapq import heappush
 from typing import TYPE_CHECKING
 
 from trio._core._run import GLOBAL_RUN_CONTEXT
@@ -50,13 +52,13 @@ from trio.lowlevel import enable_ki_protection
 
 from emulator.clock import park
 from emulator.trace import BLOCK, CHUNK, DELIVER, FAULT, SEND, TAKE
-from emulator.units import transfer_ps
+from emulator.units import PS_PER_S
 from protocols.codec import ProtocolError, decode, encode, handover, peek_name, type_name
 
 if TYPE_CHECKING:
     from emulator.actor import Actor
 
-__all__ = ["InPort", "OutPort", "Link", "FaultEffect", "select", "STRICT_DECODE"]
+__all__ = ["InPort", "OutPort", "Link", "FaultEffect", "select", "STRICT_DECODE", "waits_of"]
 
 #: decode every message at the receiving end instead of handing over the sender's record
 STRICT_DECODE = bool(os.environ.get("EMU_STRICT_DECODE"))
@@ -75,6 +77,29 @@ class FaultEffect:
         self.bandwidth_factor = bandwidth_factor
 
 
+#: stamps every wait (receive or credit) in the order it began, for :func:`waits_of`
+_WAIT_ORDER = itertools.count()
+
+
+def waits_of(actor) -> list[tuple[str, object]]:
+    """What ``actor``'s parked tasks wait on, in the order they began: ``("recv", ports)`` or ``("send", port)``.
+
+    A receive is found from the waiter on its in-ports (a receive keeps no
+    other record: nothing to add and remove on every message); a sender
+    waiting for a credit is in ``actor.blocked`` (rare, so it keeps one).
+    """
+    waits, seen = [], set()
+    for port in actor.inputs.values():
+        w = port.waiter
+        if w is not None and w.task not in seen:
+            seen.add(w.task)
+            waits.append((w.order, "recv", w.ports))
+    for order, port in actor.blocked.values():
+        waits.append((order, "send", port))
+    waits.sort(key=lambda w: w[0])
+    return [(direction, what) for _, direction, what in waits]
+
+
 class _Waiter:
     """A task parked in :meth:`InPort.recv` or :func:`select` on one or more ports.
 
@@ -82,13 +107,14 @@ class _Waiter:
     when the waiter relies on a direct hand-over by the delivering link.
     """
 
-    __slots__ = ("task", "ports", "entry", "got")
+    __slots__ = ("task", "ports", "entry", "got", "order")
 
     def __init__(self, task, ports):
         self.task = task
         self.ports = ports
         self.entry = None
         self.got = None
+        self.order = next(_WAIT_ORDER)   # when it began waiting (deadlock reports list waits in this order)
 
     def release(self) -> None:
         for p in self.ports:
@@ -199,10 +225,7 @@ class InPort:
             raise RuntimeError(f"in-port {self.path} is not connected to any link")
         # _park inlined (one coroutine frame fewer on every wake-up of a receiver)
         waiter = _arm((self,), self.owner)
-        try:
-            got = await park(waiter) or waiter.got or await _rewait(waiter)
-        finally:
-            self.owner.blocked.pop(waiter.task, None)
+        got = await park(waiter) or waiter.got or await _rewait(waiter)
         return got[1]
 
 
@@ -231,7 +254,6 @@ def _arm(ports, owner) -> _Waiter:
                     if waiter.entry is not None:
                         waiter.entry[2] = None
                     waiter.entry = l.clock.schedule(wake[0], task)
-    owner.blocked[task] = ("recv", ports)
     return waiter
 
 
@@ -258,10 +280,7 @@ async def _park(ports, owner):
       hop (reference/engine-perf.md §1: a pass costs ~4 µs).
     """
     waiter = _arm(ports, owner)
-    try:
-        return await park(waiter) or waiter.got or await _rewait(waiter)
-    finally:
-        owner.blocked.pop(waiter.task, None)
+    return await park(waiter) or waiter.got or await _rewait(waiter)
 
 
 async def select(*ports: InPort):
@@ -328,6 +347,11 @@ class OutPort:
 
 class Link:
     """One direction of a modelled physical link (see the module docstring)."""
+
+    # slotted: a 4-SIP machine builds ~37 k of them (issue #13, idle fixed cost)
+    __slots__ = ("system", "id", "name", "src", "dst", "capacity", "latency", "bandwidth", "credits", "blocked",
+                 "inflight", "free_at", "last_arrival", "seq", "faults", "sender_bandwidth", "task", "wake",
+                 "clock", "emit", "messages", "bytes", "busy_ps", "delivered", "dropped", "blocked_count")
 
     def __init__(self, system, id: int, name: str, src: OutPort, dst: InPort, *,
                  capacity: int, latency: int, bandwidth: int):
@@ -407,7 +431,7 @@ class Link:
         self.blocked.append(task)
         self.blocked_count += 1
         self.emit((BLOCK, self.clock.now, self.id, self.seq + 1))
-        owner.blocked[task] = ("send", self.src)
+        owner.blocked[task] = (next(_WAIT_ORDER), self.src)
         try:
             await park(self)
         finally:
@@ -457,7 +481,8 @@ class Link:
                 if eff.bandwidth_factor != 1.0 and bandwidth:
                     bandwidth = max(1, int(bandwidth * eff.bandwidth_factor))
         start = self.free_at if self.free_at > now else now
-        ser = transfer_ps(nbytes, bandwidth)
+        # transfer_ps(nbytes, bandwidth) inlined (a call fewer per message)
+        ser = -((-nbytes * PS_PER_S) // bandwidth) if bandwidth > 0 and nbytes > 0 else 0
         end = start + ser
         self.free_at = end
         self.busy_ps += ser
@@ -479,7 +504,9 @@ class Link:
             if task is None and self.system.lazy_links:
                 task = self.task = self.system._spawn_link(self)   # first message: start the link's task
             if task is not None:
-                self.wake = clock.schedule_delivery(arrival, task)
+                # clock.schedule_delivery(arrival, task), inlined (the hot path of every message)
+                self.wake = wake = [arrival, next(clock._seq), task]
+                heappush(clock._heap, wake)
                 waiter = self.dst.waiter
                 if waiter is not None:
                     entry = waiter.entry
@@ -487,6 +514,41 @@ class Link:
                         if entry is not None:
                             entry[2] = None
                         waiter.entry = clock.schedule(arrival, waiter.task)
+
+    # -- delivery inside the clock ----------------------------------------------
+    def can_deliver_here(self, now: int) -> bool:
+        """Whether :meth:`deliver_due` may stand in for this link's task at ``now``.
+
+        Yes unless a message due now has to be decoded (a fault changed its bytes,
+        or ``STRICT_DECODE``): a decode error belongs to the link's task, which
+        reports it as the link's error.
+        """
+        for arrival, _, _, msg in self.inflight:
+            if arrival > now:
+                return True
+            if msg is None:
+                return False
+        return True
+
+    def deliver_due(self, now: int) -> None:
+        """One wake-up of :meth:`run`, done by the clock while the task stays parked.
+
+        The clock calls it for a due delivery when :meth:`can_deliver_here`
+        (emulator/clock.py, ``_run_instant``): the same deliveries, events, credit
+        returns and next wake-up as the task's loop body, without a task step.
+        """
+        self.wake = None
+        inflight = self.inflight
+        dst = self.dst
+        while inflight and inflight[0][0] <= now:
+            _, seq, _, msg = inflight.popleft()
+            self.delivered += 1
+            dst._deliver(msg, self, seq, now)
+        if inflight:
+            self.wake = self.clock.schedule_delivery(inflight[0][0], self.task)
+        recorder = self.system.recorder
+        if len(recorder.events) >= CHUNK:
+            recorder.flush()
 
     # -- the link task --------------------------------------------------------
     @enable_ki_protection

@@ -103,7 +103,9 @@ class Recorder:
         if DIGEST not in DIGESTS:
             raise ValueError(f"EMU_DIGEST={DIGEST!r}: expected one of {', '.join(DIGESTS)}")
         self._hash = DIGESTS[DIGEST]()
-        self._packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+        # flush packs into this packer's own buffer and hashes/writes a view of it (no copy of the
+        # chunk into a bytes object: a data-mode chunk is megabytes of payload)
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)
         self._file = None
         self._keep = None          # per-event predicate for the file, None = everything
         self._strip_payload = not self.options.payloads
@@ -162,20 +164,25 @@ class Recorder:
         if not events:
             return
         n = len(events)
-        packed = self._packer.pack(events)
-        body = memoryview(packed)[_array_header_len(n):]
-        self._hash.update(body)
+        packer = self._packer
+        try:
+            packer.pack(events)
+            with packer.getbuffer() as packed:
+                body = packed[_array_header_len(n):]
+                self._hash.update(body)
+                if self._file is not None and self._keep is None and not self._strip_payload:
+                    self._file.write(body)
+                body.release()
+        finally:
+            packer.reset()
         self.count += n
-        if self._file is not None:
-            if self._keep is None and not self._strip_payload:
-                self._file.write(body)
-            else:
-                kept = events if self._keep is None else [e for e in events if self._keep(e)]
-                if self._strip_payload:
-                    kept = [e[:5] + (None,) if e[0] == SEND else e for e in kept]
-                if kept:
-                    p = self._packer.pack(kept)
-                    self._file.write(memoryview(p)[_array_header_len(len(kept)):])
+        if self._file is not None and (self._keep is not None or self._strip_payload):
+            kept = events if self._keep is None else [e for e in events if self._keep(e)]
+            if self._strip_payload:
+                kept = [e[:5] + (None,) if e[0] == SEND else e for e in kept]
+            if kept:
+                p = msgpack.packb(kept, use_bin_type=True)
+                self._file.write(memoryview(p)[_array_header_len(len(kept)):])
         events.clear()
 
     def maybe_flush(self) -> None:

@@ -207,6 +207,11 @@ class _Encoder:
         raise ProtocolError(f"cannot encode a value of type {type(obj).__name__}")
 
     def encode(self, record) -> tuple[bytes, int]:
+        """Encode a record; returns ``(wire bytes, bytes to charge)``.
+
+        The charge is the encoded length plus the full size of every
+        :class:`TensorDesc` inside the record.
+        """
         info = _BY_CLASS.get(type(record))
         if info is None:
             raise ProtocolError(f"not a registered message record: {type(record).__name__}")
@@ -230,13 +235,9 @@ class _Encoder:
 _ENCODER = _Encoder()
 
 
-def encode(record) -> tuple[bytes, int]:
-    """Encode a record; returns ``(wire bytes, bytes to charge)``.
-
-    The charge is the encoded length plus the full size of every
-    :class:`TensorDesc` inside the record.
-    """
-    return _ENCODER.encode(record)
+#: ``encode(record) -> (wire bytes, bytes to charge)`` (:meth:`_Encoder.encode`; the bound
+#: method itself, a call layer fewer on every message)
+encode = _ENCODER.encode
 
 
 def _pack_array(obj: np.ndarray) -> bytes:
@@ -344,13 +345,15 @@ class _Undecided(Exception):
 
 
 def _freeze_array(arr: np.ndarray) -> np.ndarray:
-    if arr.dtype.kind not in _NUMERIC_KINDS or not arr.flags.c_contiguous:
+    flags = arr.flags                      # (one flags object: each ``arr.flags`` makes a new one)
+    if arr.dtype.kind not in _NUMERIC_KINDS or not flags.c_contiguous:
         raise _Undecided
     base = arr.base
     if base is None:
-        arr.flags.writeable = False        # a write by the sender after the send is an error
-        return arr
-    if not arr.flags.writeable and type(base) is bytes:
+        if flags.writeable:
+            arr.setflags(write=False)      # a write by the sender after the send is an error
+        return arr                         # (setflags: half the cost of ``flags.writeable = False``)
+    if not flags.writeable and type(base) is bytes:
         return arr                         # a decoded array: its bytes are immutable
     copy = arr.copy()                      # a view of writable memory: the receiver gets its own bytes
     copy.flags.writeable = False
@@ -409,6 +412,6 @@ def handover(record):
                 break
         else:
             return info.cls(*values) if info.fields else info.cls()
-        return info.cls(*[_rebuild(v) for v in values])
+        return info.cls(*[v if type(v) in _SCALARS else _rebuild(v) for v in values])
     except _Undecided:
         return None

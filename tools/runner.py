@@ -33,7 +33,7 @@ from emulator.declare import check_system
 from emulator.faults import install_faults
 from emulator.interrupt import RunStopped, StopSwitch
 from emulator.scenario import Scenario
-from emulator.system import RunResult, System, versions
+from emulator.system import RunResult, System, building, versions
 from emulator.trace import TraceOptions
 
 __all__ = ["RunPlan", "RunOutcome", "plan_run", "execute", "final_status", "build_system", "run_scenario",
@@ -128,10 +128,11 @@ def _build(plan: RunPlan) -> tuple[System, Any, Any]:
     sc = plan.scenario
     if plan.trace is not None:
         Path(plan.trace.path).parent.mkdir(parents=True, exist_ok=True)
-    system = System(sc.name, seed=sc.seed, mode=sc.mode, trace=plan.trace, scenario=sc.resolved())
-    context = plan.workload.build(system, sc.profile, sc.params)
-    check_system(system)   # ports and wiring against the components' declarations (emulator/declare.py)
-    install_faults(system, sc.faults)
+    with building():   # the cyclic GC paused while the machine is built (emulator/system.py)
+        system = System(sc.name, seed=sc.seed, mode=sc.mode, trace=plan.trace, scenario=sc.resolved())
+        context = plan.workload.build(system, sc.profile, sc.params)
+        check_system(system)   # ports and wiring against the components' declarations (emulator/declare.py)
+        install_faults(system, sc.faults)
     return system, plan.workload.bind(context), context
 
 
