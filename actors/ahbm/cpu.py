@@ -256,6 +256,10 @@ class PeCpu(Actor):
     async def tcm_free(self, buf) -> None:
         await self.tcm.free(buf)
 
+    async def tcm_free_all(self, bufs) -> None:
+        """Free several TCM buffers in one (posted) access: the CPU's allocator releases a scope at once."""
+        await self.tcm.free_all(bufs)
+
     # -- scripts --------------------------------------------------------------------------
     async def execute(self, c: dict) -> None:
         """Dispatch one script command and (unless async) wait for it."""
