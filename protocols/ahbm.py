@@ -170,10 +170,15 @@ class IpcqCmd:
     buf: str
 
 
-@message(tag=241)
+@message(tag=241, version=2)
 class IpcqResp:
+    """Completion of IPCQ command ``id``.  For a ``recv``, ``desc`` is ``[shape, dtype]`` of the tensor
+    the block wrote into the TCM (the receive entry's format field; the CPU checks it against what
+    the kernel expected without reading the TCM back); ``[]`` for a ``send`` (version 2 added it)."""
+
     id: int
     dir: str
+    desc: list
 
 
 @message(tag=242)

@@ -125,16 +125,18 @@ class Tl:
     def _settle(self, h: TensorHandle) -> None:
         """Wait for the command producing ``h``."""
         if h.pending is not None:
-            _await(self.be.wait(h.pending))
+            info = _await(self.be.wait(h.pending))
             h.pending = None
             h.engine = None
             if h.check is not None:
+                # a receive's completion says what arrived (IpcqResp.desc, or the CPU's own NOC
+                # delivery): checked without reading the TCM back
                 want_shape, want_dtype = h.check
                 h.check = None
-                got = _await(self.be.tcm_read(h.buf))
-                if tuple(got.shape) != want_shape or np.dtype(got.dtype).str != want_dtype:
+                got_shape, got_dtype = tuple(info["shape"]), info["dtype"]
+                if got_shape != want_shape or got_dtype != want_dtype:
                     raise self.error(f"recv expected a {want_shape} {want_dtype} tensor, the neighbour sent"
-                                     f" {tuple(got.shape)} {np.dtype(got.dtype).str}")
+                                     f" {got_shape} {got_dtype}")
 
     def _tcm(self, h: TensorHandle, engine: str, what: str) -> str:
         """Make ``h`` readable by a command on ``engine``: its TCM buffer name."""
