@@ -36,6 +36,11 @@ async def test_math_ops_make_one_answered_tcm_access_each(vclock):
     assert len(ops) - 1 < req.messages <= 2 * (len(ops) - 1)
     # the CPU's free is posted: the TCM never answers the CPU
     assert _link(system, pe.cpu, pe.tcm).messages == 1 and _link(system, pe.tcm, pe.cpu).messages == 0
+    # `emu bench machine` counts the same links per pair of component kinds (both directions)
+    from tools.bench import message_pairs
+    pairs = message_pairs(system)
+    assert pairs["math<->tcm"] == req.messages + resp.messages and pairs["cpu<->tcm"] == 1
+    assert pairs["cpu<->math"] == 2 * (len(ops) - 1)      # a command and its completion per op
     w = np.exp((x + x) * x)
     np.testing.assert_allclose(pe.tcm.bufs["s"], w.sum(axis=-1, keepdims=True), rtol=1e-6)
     assert "y" not in pe.tcm.bufs and pe.tcm.used == sum(b.nbytes for b in pe.tcm.bufs.values())
