@@ -124,21 +124,27 @@ class Done:
 
 
 # --------------------------------------------------------------------------- memories
-@message(tag=220)
+@message(tag=220, version=2)
 class TcmReq:
-    """TCM access: ``op`` in ``write`` / ``read`` / ``free``; ``data`` is an array or TensorDesc."""
+    """One access of ``client`` to its TCM port: the ``writes`` (``[[buf, data], ...]``, data an
+    array or TensorDesc) first, then the ``frees`` (buffer names), then the ``reads`` (buffer
+    names).  Answered by one :class:`TcmResp` only when it reads: a write or a free is posted
+    (the TCM accepts it at once; version 2 replaced the one-buffer ``op``/``buf``/``data`` form,
+    which answered every access)."""
 
     id: int
-    op: str
-    buf: str
-    data: object
     client: str
+    writes: list
+    frees: list
+    reads: list
 
 
-@message(tag=221)
+@message(tag=221, version=2)
 class TcmResp:
+    """The data of a :class:`TcmReq`'s ``reads``, in their order."""
+
     id: int
-    data: object
+    data: list
 
 
 @message(tag=222)
@@ -173,10 +179,15 @@ class IpcqCmd:
     buf: str
 
 
-@message(tag=241)
+@message(tag=241, version=2)
 class IpcqResp:
+    """Completion of IPCQ command ``id``.  For a ``recv``, ``desc`` is ``[shape, dtype]`` of the tensor
+    the block wrote into the TCM (the receive entry's format field; the CPU checks it against what
+    the kernel expected without reading the TCM back); ``[]`` for a ``send`` (version 2 added it)."""
+
     id: int
     dir: str
+    desc: list
 
 
 @message(tag=242)

@@ -131,6 +131,31 @@ IDLE_SCENARIO = ("ahbm-idle-4sip", "scenarios/ahbm/idle-4sip.yaml")
 FULL_SCENARIO = ("ahbm-decode-128", "scenarios/ahbm/attention_decode_4sip.yaml")
 
 
+def _kind(actor_name: str) -> str:
+    """Component kind of an actor name: ``sip0/cube03/pe5/math`` -> ``math``, ``.../hbm/pc2`` -> ``hbm``."""
+    parts = actor_name.split("/")
+    last = parts[-1].rstrip("0123456789")
+    if len(parts) > 1 and parts[-2] == "hbm":
+        return "hbm" if last == "pc" else "hbmport"
+    return last
+
+
+def message_pairs(system) -> dict:
+    """Messages of a finished run per unordered pair of component kinds (``cpu<->tcm``: both directions)."""
+    pairs: dict[str, int] = {}
+    for link in system.links:
+        if link.messages:
+            a, b = sorted((_kind(link.src.owner.name), _kind(link.dst.owner.name)))
+            pairs[f"{a}<->{b}"] = pairs.get(f"{a}<->{b}", 0) + link.messages
+    return dict(sorted(pairs.items(), key=lambda kv: -kv[1]))
+
+
+def _kernel_ops(reports: dict) -> int:
+    """``tl`` operations of the run (the host's per-PE ``ops`` counts; 0 for other workloads)."""
+    host = reports.get("io/host") or {}
+    return sum(sum((pe.get("ops") or {}).values()) for pe in (host.get("pes") or {}).values())
+
+
 def _machine_run(path: str) -> dict:
     """Build and run one scenario; process CPU time of the build and of the run, separately."""
     from pathlib import Path
@@ -149,6 +174,7 @@ def _machine_run(path: str) -> dict:
     if res.status != "finished":
         raise RuntimeError(f"{path}: run ended with status {res.status}: {res.error or res.deadlock}")
     return {"messages": res.messages, "events": res.events, "digest": res.digest, "end_time_ps": res.end_time_ps,
+            "pairs": message_pairs(system), "ops": _kernel_ops(res.reports),
             "build_cpu_s": c1 - c0, "run_cpu_s": c2 - c1, "wall_s": res.wall_s, "tasks": len(system.actors) + len(
                 system.links)}
 
@@ -161,6 +187,10 @@ def run_machine_bench(repeats: int = 3, full: bool = False) -> dict:
     * the 4-SIP AHBM machine with an idle workload: the fixed cost of building,
       starting and cancelling its tasks (build + run CPU);
     * with ``full``: the 128-rank decode on the 4-SIP machine (CPU seconds, once).
+
+    Each row also has the run's end time and digest, its messages per pair of
+    component kinds (:func:`message_pairs`) and, for ``tl`` kernels, the number
+    of kernel operations (messages per op: the intra-PE chatter of issue 13).
 
     Repetitions are interleaved; figures are medians, with the min-max spread of
     the CPU rates as the noise of this (shared) machine.
@@ -186,7 +216,9 @@ def run_machine_bench(repeats: int = 3, full: bool = False) -> dict:
                      "msgs_per_cpu_s": round(med(msg_rate)), "msgs_per_cpu_s_min": round(min(msg_rate)),
                      "msgs_per_cpu_s_max": round(max(msg_rate)),
                      "events_per_cpu_s": round(med(ev_rate)),
-                     "wall_s": round(med(r["wall_s"] for r in rs), 3)})
+                     "wall_s": round(med(r["wall_s"] for r in rs), 3),
+                     "end_time_ps": rs[0]["end_time_ps"], "digest": rs[0]["digest"], "pairs": rs[0]["pairs"],
+                     "ops": rs[0]["ops"]})
     if full:
         name, path = FULL_SCENARIO
         r = _machine_run(path)
@@ -196,7 +228,8 @@ def run_machine_bench(repeats: int = 3, full: bool = False) -> dict:
                      "fixed_cpu_s": round(r["build_cpu_s"] + r["run_cpu_s"], 3),
                      "msgs_per_cpu_s": round(r["messages"] / r["run_cpu_s"]),
                      "msgs_per_cpu_s_min": None, "msgs_per_cpu_s_max": None,
-                     "events_per_cpu_s": round(r["events"] / r["run_cpu_s"]), "wall_s": round(r["wall_s"], 3)})
+                     "events_per_cpu_s": round(r["events"] / r["run_cpu_s"]), "wall_s": round(r["wall_s"], 3),
+                     "end_time_ps": r["end_time_ps"], "digest": r["digest"], "pairs": r["pairs"], "ops": r["ops"]})
     return {"machines": rows, "repeats": repeats,
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
@@ -214,6 +247,10 @@ def bench_machine(*, json_out: bool = False, repeats: int = 3, full: bool = Fals
                   else "")
         print(f"  {r['name']:<16} {r['tasks']:>6} {r['messages']:>9} {r['events']:>9} {r['build_cpu_s']:>11.3f}"
               f" {r['run_cpu_s']:>9.3f} {r['msgs_per_cpu_s']:>10,} {spread:>15} {r['events_per_cpu_s']:>12,}")
+    for r in out["machines"]:
+        if r["ops"]:
+            top = ", ".join(f"{k} {v} ({100 * v / r['messages']:.0f} %)" for k, v in list(r["pairs"].items())[:4])
+            print(f"  {r['name']}: {r['ops']} tl ops, {r['messages'] / r['ops']:.2f} messages per op; {top}")
     idle = next(r for r in out["machines"] if r["name"] == IDLE_SCENARIO[0])
     print(f"  idle 4-SIP machine fixed cost (build + start + cancel): {idle['fixed_cpu_s']:.3f} s CPU;"
           f" peak RSS {out['peak_rss_mib']} MiB")

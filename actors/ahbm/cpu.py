@@ -58,6 +58,8 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
+
 from emulator.actor import Actor
 from emulator.declare import In, Out
 from protocols.ahbm import (CompositeCmd, DmaCmd, Done, GemmCmd, IpcqCmd, IpcqResp, Launch, MathCmd, NocPacket,
@@ -222,8 +224,10 @@ class PeCpu(Actor):
         return cid
 
     async def _deliver_pkt(self, cid: int, buf: str, pkt: NocPacket) -> None:
-        await self.tcm.write(buf, pkt.payload.t)
-        self.completed[cid] = {"engine": "noc", "end": self.now, "hops": pkt.hops}
+        t = pkt.payload.t
+        await self.tcm.write(buf, t)
+        self.completed[cid] = {"engine": "noc", "end": self.now, "hops": pkt.hops, "shape": list(t.shape),
+                               "dtype": np.dtype(t.dtype).str}
 
     async def _arrived(self, pkt: NocPacket) -> None:
         for i, (src, cid, buf) in enumerate(self.noc_waiting):
@@ -244,6 +248,8 @@ class PeCpu(Actor):
             self.completed[msg.id] = {"engine": msg.engine, "start": msg.start, "end": msg.end, **msg.info}
         else:
             self.completed[msg.id] = {"engine": "ipcq", "end": self.now}
+            if msg.desc:    # a receive: what the IPCQ block wrote into the TCM
+                self.completed[msg.id]["shape"], self.completed[msg.id]["dtype"] = msg.desc
         engine = self.engine_of.pop(msg.id, None)
         if engine is None:
             raise RuntimeError(f"{self.name}: completion of unknown command {msg.id}")
@@ -272,6 +278,10 @@ class PeCpu(Actor):
 
     async def tcm_free(self, buf) -> None:
         await self.tcm.free(buf)
+
+    async def tcm_free_all(self, bufs) -> None:
+        """Free several TCM buffers in one (posted) access: the CPU's allocator releases a scope at once."""
+        await self.tcm.free_all(bufs)
 
     # -- scripts --------------------------------------------------------------------------
     async def execute(self, c: dict) -> None:

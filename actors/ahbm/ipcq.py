@@ -39,6 +39,8 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
+
 from emulator.actor import Actor
 from emulator.declare import In, Out, Param
 from protocols.ahbm import IpcqCmd, IpcqCredit, IpcqData, IpcqResp, payload
@@ -87,15 +89,16 @@ class Ipcq(Actor):
             self.seq[d] += 1
             await self.tx[d].send(IpcqData(self.seq[d], pl))
             self.sent += 1
-            await self.resp.send(IpcqResp(cid, d))
+            await self.resp.send(IpcqResp(cid, d, []))
 
     async def _deliver(self, d: str) -> None:
         while self.slots[d] and self.waiting[d]:
             data = self.slots[d].popleft()
             cid, buf = self.waiting[d].popleft()
-            await self.tcm.write(buf, data.payload.t)
+            t = data.payload.t
+            await self.tcm.write(buf, t)
             await self.cr_tx[d].send(IpcqCredit(1))
-            await self.resp.send(IpcqResp(cid, d))
+            await self.resp.send(IpcqResp(cid, d, [list(t.shape), np.dtype(t.dtype).str]))
 
     async def run(self) -> None:
         ports = [self.cmd] + [self.rx[d] for d in self.dirs] + [self.cr_rx[d] for d in self.dirs]

@@ -5,6 +5,15 @@ Service time (costs.math_ps): ``fixed + passes * ceil(elements / lanes)`` cycles
 1 element / lane / cycle (ref §2.3).  ``elements`` is the size of the largest
 operand.  Commands are served FIFO.
 
+TCM traffic (memory.py, "what a TCM message models"): an op reads all its
+operands in one TCM access at its start and writes its result at its end.  When
+the next command is already queued at that moment, the result write and the
+next op's operand reads are one access (the engine streams: op N+1 starts at the
+instant op N ends, as before); otherwise the write is posted alone.  Either way
+the result is in the TCM before the op's ``Done`` leaves, at the same virtual
+time as before, so no timing changes: only the per-operand and per-answer
+messages are gone (5.6 -> ~2 TCM messages per op on the 32-rank decode).
+
 Data mode: computed in float32 (ref §3.3: keep m, l, acc in fp32), result cast
 to ``out_dtype``.  Ops: copy, cast, add, sub, mul, div, maximum (two
 operands); scale (x scalar), bias (+ row vector, second operand), relu, exp;
@@ -80,24 +89,38 @@ class MathEngine(Actor):
         self.done = {c: self.out_port(f"done_{c}") for c in clients}
         self.tcm = TcmClient(self, "math")
 
+    def _check(self, c: MathCmd) -> None:
+        if c.op not in MATH_OPS:
+            raise RuntimeError(f"MATH {c.id}: unknown op {c.op!r}; known: {', '.join(sorted(MATH_OPS))}")
+        if len(c.srcs) != _ARITY.get(c.op, 1):
+            raise RuntimeError(f"MATH {c.id}: {c.op} takes {_ARITY.get(c.op, 1)} operand(s), got {len(c.srcs)}")
+
     async def run(self) -> None:
         data_mode = self.system.mode == "data"
+        c: MathCmd = await self.cmd.recv()
+        self._check(c)
+        xs = await self.tcm.read_all(c.srcs)
         while True:
-            c: MathCmd = await self.cmd.recv()
-            if c.op not in MATH_OPS:
-                raise RuntimeError(f"MATH {c.id}: unknown op {c.op!r}; known: {', '.join(sorted(MATH_OPS))}")
-            if len(c.srcs) != _ARITY.get(c.op, 1):
-                raise RuntimeError(f"MATH {c.id}: {c.op} takes {_ARITY.get(c.op, 1)} operand(s), got {len(c.srcs)}")
             start = self.now
-            xs = [await self.tcm.read(s) for s in c.srcs]
             elements = max(int(np.prod(x.shape)) for x in xs)
             await self.busy(math_ps(c.op, elements, self.prm), f"{c.op} {elements}")
             if data_mode:
                 out = compute(c.op, xs, c.scalar).astype(np.dtype(c.out_dtype))
             else:
                 out = TensorDesc.of(result_shape(c.op, [tuple(x.shape) for x in xs]), c.out_dtype)
-            await self.tcm.write(c.out, out)
-            await self.done[c.client].send(Done(c.id, "math", start, self.now, {"elements": elements}))
+            done = Done(c.id, "math", start, self.now, {"elements": elements})
+            nxt = self.cmd.poll()
+            if nxt is not None:     # streaming: result write + next operands in one TCM access
+                self._check(nxt)
+                xs = await self.tcm.access(writes=((c.out, out),), reads=nxt.srcs)
+                await self.done[c.client].send(done)
+            else:
+                await self.tcm.write(c.out, out)
+                await self.done[c.client].send(done)
+                nxt = await self.cmd.recv()
+                self._check(nxt)
+                xs = await self.tcm.read_all(nxt.srcs)
+            c = nxt
 
     def describe(self) -> dict:
         return {**super().describe(), "lanes": self.prm.lanes, "fixed_cycles": self.prm.math_fixed}

@@ -17,6 +17,16 @@ buffers, numpy arrays in data mode and TensorDescs in timing mode.  It enforces
 its capacity (a write that does not fit is a clear error) and answers at once
 (assumption: single-cycle SRAM ports; its access time is part of the engines'
 pipeline figures).
+
+What a TCM message models: one *access* of one client through its port, the
+unit the hardware arbitrates.  Contention is the order of the single request
+queue (clients are served FIFO by delivery, every access at once).  An access
+may write, free and read several buffers (a MATH op reads all its operands in
+one access; a scope's end frees all its buffers in one): the TCM keeps no port
+time, so splitting an access into one message per buffer modelled nothing.
+Only an access that reads is answered; a write or a free is posted - the answer
+carried no data and no time, and the client's link (capacity 1, FIFO) already
+orders its later accesses after it.
 """
 from __future__ import annotations
 
@@ -132,33 +142,36 @@ class Tcm(Actor):
             raise ValueError(f"{self.name}: preloading {buf!r} exceeds the TCM capacity {self.capacity} B")
         self.peak = max(self.peak, self.used)
 
+    def _write(self, buf: str, data, client: str) -> None:
+        old = self.bufs.get(buf)
+        need = self.used - (nbytes_of(old) if old is not None else 0) + nbytes_of(data)
+        if need > self.capacity:
+            raise RuntimeError(f"TCM overflow: writing {buf!r} ({nbytes_of(data)} B) for {client} needs {need} B,"
+                               f" capacity {self.capacity} B; buffers: "
+                               + ", ".join(f"{k}={nbytes_of(v)}" for k, v in self.bufs.items()))
+        self.bufs[buf] = data
+        self.used = need
+        self.peak = max(self.peak, need)
+
+    def _read(self, buf: str, client: str):
+        try:
+            return self.bufs[buf]
+        except KeyError:
+            raise RuntimeError(f"TCM read of unknown buffer {buf!r} by {client}; "
+                               f"present: {', '.join(sorted(self.bufs)) or '(none)'}") from None
+
     async def run(self) -> None:
+        bufs = self.bufs
         while True:
             r: TcmReq = await self.req.recv()
-            if r.op == "write":
-                old = self.bufs.get(r.buf)
-                need = self.used - (nbytes_of(old) if old is not None else 0) + nbytes_of(r.data)
-                if need > self.capacity:
-                    raise RuntimeError(f"TCM overflow: writing {r.buf!r} ({nbytes_of(r.data)} B) needs {need} B,"
-                                       f" capacity {self.capacity} B; buffers: "
-                                       + ", ".join(f"{k}={nbytes_of(v)}" for k, v in self.bufs.items()))
-                self.bufs[r.buf] = r.data
-                self.used = need
-                self.peak = max(self.peak, need)
-                data = None
-            elif r.op == "read":
-                if r.buf not in self.bufs:
-                    raise RuntimeError(f"TCM read of unknown buffer {r.buf!r} by {r.client}; "
-                                       f"present: {', '.join(sorted(self.bufs)) or '(none)'}")
-                data = self.bufs[r.buf]
-            elif r.op == "free":
-                old = self.bufs.pop(r.buf, None)
+            for buf, data in r.writes:
+                self._write(buf, data, r.client)
+            for buf in r.frees:
+                old = bufs.pop(buf, None)
                 if old is not None:
                     self.used -= nbytes_of(old)
-                data = None
-            else:
-                raise RuntimeError(f"TCM: unknown op {r.op!r}")
-            await self.out[r.client].send(TcmResp(r.id, data))
+            if r.reads:
+                await self.out[r.client].send(TcmResp(r.id, [self._read(b, r.client) for b in r.reads]))
 
     def describe(self) -> dict:
         return {**super().describe(), "capacity_B": self.capacity}
@@ -172,10 +185,13 @@ TCM_CLIENT_PORTS = (Out("tcm_req", TcmReq, doc="requests to the PE's TCM"),
 class TcmClient:
     """Helper an engine uses to talk to its TCM over its two ports (zero-time links).
 
-    One request at a time: when several tasks of one actor use it (the DMA
-    engine's in-flight commands, dma.py) a caller waits for the previous
-    request's answer first (FIFO wake-up, no time; an uncontended call does not
-    yield), so answers always match their request.
+    :meth:`access` is one TCM access (module docstring): posted when it only
+    writes or frees, else it waits for the answer with the data read.  One
+    answered access at a time: when several tasks of one actor use it (the DMA
+    engine's in-flight commands, dma.py) a reader waits for the previous
+    answer first (FIFO wake-up, no time; an uncontended call does not yield),
+    so answers always match their request.  A posted access needs no turn: the
+    request link keeps the order of everything sent on it.
     """
 
     def __init__(self, actor: Actor, client: str):
@@ -187,16 +203,22 @@ class TcmClient:
         self._busy = False
         self._turn = ParkingLot()
 
-    async def _call(self, op, buf, data=None):
+    async def access(self, writes=(), reads=(), frees=()) -> list | None:
+        """One access: ``writes`` (``[(buf, data), ...]``), then ``frees``, then ``reads``; the data read
+        (a list in ``reads`` order) or None for a posted access."""
+        self.seq += 1
+        req = TcmReq(self.seq, self.client, [[b, d] for b, d in writes], list(frees), list(reads))
+        if not reads:
+            await self.req.send(req)
+            return None
         while self._busy:
             await self._turn.park()
         self._busy = True
         try:
-            self.seq += 1
-            await self.req.send(TcmReq(self.seq, op, buf, data, self.client))
+            await self.req.send(req)
             r = await self.resp.recv()
-            if r.id != self.seq:
-                raise RuntimeError(f"{self.actor.name}: TCM answered request {r.id}, expected {self.seq}")
+            if r.id != req.id:
+                raise RuntimeError(f"{self.actor.name}: TCM answered request {r.id}, expected {req.id}")
             return r.data
         finally:
             self._busy = False
@@ -204,10 +226,19 @@ class TcmClient:
                 self._turn.unpark()
 
     async def read(self, buf: str):
-        return await self._call("read", buf)
+        return (await self.access(reads=(buf,)))[0]
+
+    async def read_all(self, bufs) -> list:
+        """Several buffers in one access (e.g. all operands of one engine command)."""
+        return await self.access(reads=bufs)
 
     async def write(self, buf: str, data) -> None:
-        await self._call("write", buf, data)
+        await self.access(writes=((buf, data),))
 
     async def free(self, buf: str) -> None:
-        await self._call("free", buf)
+        await self.access(frees=(buf,))
+
+    async def free_all(self, bufs) -> None:
+        """Free several buffers in one access (a scope's end)."""
+        if bufs:
+            await self.access(frees=bufs)

@@ -91,5 +91,9 @@ class PeBackend(Protocol):
     async def tcm_free(self, buf: str) -> None:
         raise NotImplementedError
 
+    async def tcm_free_all(self, bufs: list) -> None:
+        """Free TCM buffers ``bufs`` in one access (the end of a scratch scope or kernel)."""
+        raise NotImplementedError
+
     def report(self, key: str, value) -> None:
         raise NotImplementedError
