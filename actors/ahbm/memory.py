@@ -121,7 +121,8 @@ class Tcm(Actor):
     """The PE's scratch memory: named buffers, capacity-checked."""
 
     daemon = True
-    PORTS = (In("req", TcmReq, doc="read / write / free of a named buffer, from every client", idle=True),
+    PORTS = (In("req", TcmReq, idle=True,
+                doc="one access of one client: its writes, then frees, then reads (answered only if it reads)"),
              Out("to_{client}", TcmResp, doc="the answer to each client (cpu, dma, gemm, math, ipcq)"))
     PARAMS = (Param("capacity", "tcm.size", "B", "TCM (scratch) capacity", lambda prm: prm.tcm_bytes),)
 
