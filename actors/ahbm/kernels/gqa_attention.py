@@ -60,7 +60,7 @@ from actors.ahbm.kernels.gqa_index import (GroupLayout, children_of, local_coord
                                            snake, valid_len)
 from actors.ahbm.kernels.merge import fold_tile, init_running, lse_merge
 
-__all__ = ["gqa_attention", "decode_tiles", "prefill_tiles"]
+__all__ = ["gqa_attention", "decode_tiles", "prefill_tiles", "ring_query_tiling"]
 
 F2 = 2   # bytes per bf16 element (float16 numpy proxy, ref §3.3)
 _STEP = {(1, 0): "E", (-1, 0): "W", (0, 1): "S", (0, -1): "N"}
@@ -141,7 +141,7 @@ def _reduce(tl, state, kids, parent, M, d):
 
 
 def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, counter, chunk, start_cube, start_pe,
-                  C, P, gemm, l2, l1, tl):
+                  C, P, gemm, l2, l1, tl, q_tile=0, spill=False):
     prm = tl.prm
     pe_id, cube_id, sip = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     lay = GroupLayout(prm.cx, prm.cy, C)
@@ -157,7 +157,8 @@ def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, c
 
     if case == "prefill" and R > 1:
         return _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, G=G, d=d, scale=scale, counter=counter, C=C, P=P, gcube=gcube,
-                     pe_id=pe_id, sip=sip, lay=lay, composite=composite)
+                     pe_id=pe_id, sip=sip, lay=lay, composite=composite, q_tile=q_tile or counter // R,
+                     spill=spill)
 
     if case == "prefill":   # no SP: one rank holds the whole prompt, query blocks of T_q
         q_start = counter - chunk
@@ -225,13 +226,65 @@ def ring_position(pe_id: int, gcube: int, gx: int, gy: int, w: int, h: int, P: i
     return snake(w, h).index(gcube) * P + (snake(gx, gy).index(pe_id) if P > 1 else 0)
 
 
-def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, pe_id, sip, lay, composite):
-    """Prefill SP: causal Ring Attention over the Group's R = C*P ranks (module docstring)."""
+def ring_query_tiling(B: int, G: int, d: int, budget: int, composite: bool, min_rows: int = 32,
+                      q_tile: int = 0, state: str = "auto") -> tuple[int, bool]:
+    """``(T_s, spill)``: query tokens per sub-block of a Ring rank's block of ``B`` tokens, and whether the
+    running ``(m, l, O)`` of the sub-blocks lives in HBM between ring steps instead of the TCM.
+
+    TCM estimate (bytes, fp32 = 4, bf16 = 2) for ``M_s = G*T_s`` rows, from the tensors merge.fold_tile and
+    the diagonal mask create (module docstring of merge.py; checked against the runtime's ``tcm_peak_B``):
+
+    * K/V ping-pong, always: ``4 * B*d*2`` (the block held + the block being received, K and V);
+    * per-step temporaries of one sub-block: ``(6*M_s*B + 4*M_s*d) * 4`` (S, mask, S+mask, S-m, P, the
+      bf16 copy of P; the P·V result, O*corr, the new O, one broadcast) + ``M_s*d*2`` for a TCM Q (dot);
+    * resident state of every sub-block: ``B/T_s * M_s*(d+2)*4`` (+ the TCM Q of each, dot variant).
+
+    Resident (no spill) with the largest divisor ``T_s`` of ``B`` that fits ``budget`` and keeps
+    ``M_s >= min_rows`` (the MAC array's rows: fewer rows pad the GEMMs and multiply the ops); else
+    spill: the state of each sub-block is loaded from and stored back to HBM around its fold
+    (3 + 3 DMAs per sub-block and step), with the largest ``T_s`` whose temporaries fit.
+    ``q_tile > 0`` forces ``T_s`` (it must divide ``B``); ``state`` = ``"tcm"`` / ``"hbm"`` forces
+    resident / spilled state (``"auto"``: as above).
+    """
+    kv = 4 * B * d * 2
+
+    def temps(ms):
+        return (6 * ms * B + 4 * ms * d) * 4 + (0 if composite else ms * d * 2)
+
+    def held(ms):
+        return ms * (d + 2) * 4 + (0 if composite else ms * d * 2)
+
+    divs = [t for t in range(B, 0, -1) if B % t == 0] if q_tile <= 0 else [q_tile]
+    if state != "hbm":
+        for t in divs:
+            ms = G * t
+            if kv + temps(ms) + (B // t) * held(ms) <= budget and (ms >= min(min_rows, G * B) or q_tile > 0
+                                                                    or state == "tcm"):
+                return t, False
+    if state != "tcm":
+        for t in divs:
+            if kv + temps(G * t) + held(G * t) <= budget:
+                return t, True
+    raise ValueError(f"a Ring block of {B} tokens (G = {G}, d = {d}, query sub-blocks {divs[-1]} tokens, state"
+                     f" {state}) does not fit the TCM budget of {budget} B (K/V ping-pong alone: {kv} B)")
+
+
+def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, pe_id, sip, lay, composite,
+          q_tile, spill):
+    """Prefill SP: causal Ring Attention over the Group's R = C*P ranks (module docstring).
+
+    The rank's query block is cut into ``B / q_tile`` sub-blocks of ``M_s = G*q_tile`` rows (Q and O
+    are sub-block-major ``[B/q_tile, G*q_tile, d]`` in HBM); every sub-block carries its own running
+    ``(m, l, O)`` across the ring steps, in the TCM (``spill = False``) or in HBM right after the
+    final O (``spill = True``: ``[O | m | l]`` per sub-block, loaded before and stored after its fold).
+    The received K/V block of a step is shared by all sub-blocks of that step.
+    """
     prm = tl.prm
     w, h = lay.shape
     R = C * P
     B = counter // R
-    M = G * B
+    Ts = q_tile
+    nsub, Ms = B // Ts, G * Ts
     pes, cubes_snake = snake(prm.gx, prm.gy), snake(w, h)
     _, cubes = lay.cubes_of_head(lay.head_of_cube(sip, tl.program_id(1)))
     r = ring_position(pe_id, gcube, prm.gx, prm.gy, w, h, P)
@@ -243,11 +296,21 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
             return _STEP[(b[0] - a[0], b[1] - a[1])]
         return [sip, cubes[gc], pp]
 
+    def q_at(i):
+        return q_ptr + i * Ms * d * F2
+
+    def o_at(i):
+        return o_ptr + i * Ms * d * 4
+
+    def spill_at(i):   # [O (Ms*d) | m (Ms) | l (Ms)] fp32 per sub-block, after the final O
+        base = o_ptr + B * G * d * 4 + i * Ms * (d + 2) * 4
+        return base, base + Ms * d * 4, base + Ms * (d + 1) * 4
+
     nxt_peer = peer(r + 1) if r + 1 < R else None
     prv_peer = peer(r - 1) if r > 0 else None
-    q = tl.ref(q_ptr, (M, d)) if composite else tl.load(q_ptr, (M, d))
     kT, v = tl.load(k_ptr, (d, B)), tl.load(v_ptr, (B, d))   # own block; sent on to rank r + 1
-    m, l, O = init_running(tl, M, d)
+    qs = [] if composite or spill else [tl.load(q_at(i), (Ms, d)) for i in range(nsub)]
+    state = [] if spill else [x for _ in range(nsub) for x in init_running(tl, Ms, d)]
     steps = 0
     for s in range(r + 1):   # causal step skip: blocks r+1 .. R-1 are after this query block
         j = r - s
@@ -257,21 +320,45 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
             if nxt_peer is not None:
                 tl.send(nxt_peer, kT)
                 tl.send(nxt_peer, v)
-            if composite:
-                kb = tl.ref(k_ptr, (d, B)) if s == 0 else kT
-                vb = tl.ref(v_ptr, (B, d)) if s == 0 else v
-                Sj = tl.composite("gemm", a=q, b=kb, epilogue=[("scale", scale)])
-            else:
-                vb = v
-                Sj = tl.dot(q, kT) * scale
-            if j == r:           # diagonal block: triangular additive mask
-                Sj = Sj + tl.causal_mask(M, B, q0=r * B, q_period=B, k0=j * B)
-            m, l, O = fold_tile(tl, m, l, O, Sj, vb, composite)
+            kb = tl.ref(k_ptr, (d, B)) if composite and s == 0 else kT
+            vb = tl.ref(v_ptr, (B, d)) if composite and s == 0 else v
+            for i in range(nsub):
+                with tl.scratch_scope():
+                    if composite:
+                        q = tl.ref(q_at(i), (Ms, d))
+                    else:
+                        q = qs[i] if qs else tl.load(q_at(i), (Ms, d))
+                    if not spill:
+                        m, l, O = state[3 * i:3 * i + 3]
+                    elif s == 0:
+                        m, l, O = init_running(tl, Ms, d)
+                    else:
+                        ao, am, al = spill_at(i)
+                        m, l, O = tl.load(am, (Ms, 1), "<f4"), tl.load(al, (Ms, 1), "<f4"), tl.load(ao, (Ms, d), "<f4")
+                    if composite:
+                        Sj = tl.composite("gemm", a=q, b=kb, epilogue=[("scale", scale)])
+                    else:
+                        Sj = tl.dot(q, kT) * scale
+                    if j == r:           # diagonal block: triangular additive mask
+                        Sj = Sj + tl.causal_mask(Ms, B, q0=r * B + i * Ts, q_period=Ts, k0=j * B)
+                    m, l, O = fold_tile(tl, m, l, O, Sj, vb, composite)
+                    if s == r:           # last step: this sub-block is final
+                        tl.store(o_at(i), O / l)
+                    elif spill:
+                        ao, am, al = spill_at(i)
+                        tl.store(am, m)
+                        tl.store(al, l)
+                        tl.store(ao, O)
+                    else:
+                        state[3 * i:3 * i + 3] = [m, l, O]
+                    del m, l, O, Sj, q   # only `state` carries a sub-block's running state out of its scope
+            del kb, vb
             steps += 1
             if s < r:
                 kT, v = nk, nv
     tl.report("ring_steps", steps)
     tl.report("ring_steps_skipped", R - steps)
     tl.report("ring_rank", r)
-    tl.store(o_ptr, O / l)
+    tl.report("ring_q_tile", Ts)
+    tl.report("ring_spill", spill)
     return None

@@ -28,7 +28,8 @@ Reference: float64 causal softmax attention (decode: the query at position
 ``merges_noc``, ``roots`` (PEs that stored a result), ``kv_bytes_read`` and
 ``kv_loads`` (DMA loads from the K/V regions, all PEs), ``gemm_commands``
 (composites + dots), ``ring_steps``, ``ring_steps_skipped``, ``tiles_computed``,
-``tiles_skipped``.
+``tiles_skipped``, ``ring_q_tile`` / ``ring_spill`` (the Ring's query sub-block width and whether its
+running state lives in HBM).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ import math
 
 import numpy as np
 
-from actors.ahbm.kernels.gqa_attention import decode_tiles, gqa_attention, prefill_tiles, ring_position
+from actors.ahbm.kernels.gqa_attention import decode_tiles, gqa_attention, prefill_tiles, ring_position, ring_query_tiling
 from actors.ahbm.kernels.gqa_bound import attention_bound
 from actors.ahbm.kernels.gqa_index import (GroupLayout, coords_of_rank, reduce_tree, root_of, tree_depth,
                                            valid_len)
@@ -44,6 +45,7 @@ from actors.ahbm.dma import REGION_BITS
 from actors.ahbm.params import pe_name
 from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.tl.kernel_workload import KernelHooks, KernelLayout, Output, kernel_workload
+from actors.ahbm.tl.scratch import scheduler_reserve
 from actors.registry import HOST_DATA_BYTES, format_bytes
 from emulator.errors import BuildError
 from emulator.schema import Enum, Int, Map
@@ -69,6 +71,11 @@ PARAMS = Map({
     "context": Int(min=1, default=256, doc="tokens in the KV cache (global_token_counter)"),
     "chunk": Int(min=1, default=64, doc="prefill: query tokens, the context's last `chunk` positions"),
     "T_q": Int(min=1, default=16, doc="prefill no-SP: query block width"),
+    "q_tile": Int(min=0, default=0, doc="Ring prefill: query tokens per sub-block inside a ring step (must divide"
+                                        " context / (C x P)); 0 = the largest that keeps every sub-block's running"
+                                        " state in the TCM, else HBM spill (kernels/gqa_attention.ring_query_tiling)"),
+    "ring_state": Enum(["auto", "tcm", "hbm"], default="auto",
+                       doc="Ring prefill: where the sub-blocks' running (m, l, O) live between ring steps"),
     "tile": Int(min=0, default=64, doc="keys per KV tile, 0 = one shot"),
     "gemm": Enum(["composite", "dot"], default="composite",
                  doc="composite: non-blocking tl.composite GEMMs (seed hybrid); dot: blocking tl.dot"),
@@ -120,10 +127,25 @@ def gqa_layout(prm, p) -> KernelLayout:
                 T_q=1 if case == "decode" else p["T_q"], d=p["d"], tile=p["tile"], scale=1.0 / math.sqrt(p["d"]),
                 counter=p["context"], chunk=p["chunk"], start_cube=sc, start_pe=sp, C=C, P=P, gemm=p["gemm"],
                 l2=p["l2"], l1=p["l1"])
+    q_tile, spill = _ring_tiling(prm, p) if _ring(p) else (0, False)
+    args.update(q_tile=q_tile, spill=spill)
     w, h_ = lay.shape
-    info = {"group": lay, "l2_depth": tree_depth(reduce_tree(p["l2"], prm.gx, prm.gy)) if P > 1 else 0,
+    info = {"q_tile": q_tile, "spill": spill, "group": lay, "l2_depth": tree_depth(reduce_tree(p["l2"], prm.gx, prm.gy)) if P > 1 else 0,
             "l1_depth": tree_depth(reduce_tree(p["l1"], w, h_)) if C > 1 else 0}
     return KernelLayout(coords, lambda c: args, lambda c: (c[2], c[1], c[0]), (prm.P, prm.cubes, prm.sips), info)
+
+
+def _ring_tiling(prm, p) -> tuple[int, bool]:
+    """Ring prefill: (query tokens per sub-block, state spilled to HBM) for this machine's TCM budget."""
+    B = p["context"] // (p["C"] * p["P"])
+    if p["q_tile"] and B % p["q_tile"]:
+        raise BuildError(f"workload.params.q_tile: must divide the Ring block context / (C x P) = {B},"
+                         f" found {p['q_tile']}")
+    try:
+        return ring_query_tiling(B, p["G"], p["d"], prm.tcm_bytes - scheduler_reserve(prm), p["gemm"] == "composite",
+                                 prm.array_rows, p["q_tile"], p["ring_state"])
+    except ValueError as e:
+        raise BuildError(f"workload.params.context: {e}") from None
 
 
 def _limits(profile: dict, p: dict, mode: str) -> list:
@@ -137,7 +159,8 @@ def _limits(profile: dict, p: dict, mode: str) -> list:
     else:
         rows, keys = G * (S // R), S // R
     cap = profile["hbm"]["capacity"]
-    need = {"q": rows * d * 2, "o": rows * d * 4, "k": keys * d * 2, "v": keys * d * 2}
+    spill = rows * (d + 2) * 4 if p["case"] == "prefill" and R > 1 else 0   # worst case: Ring state in HBM
+    need = {"q": rows * d * 2, "o": rows * d * 4 + spill, "k": keys * d * 2, "v": keys * d * 2}
     room = {"q": ADDR["o"] - ADDR["q"], "o": ADDR["k"] - ADDR["o"], "k": ADDR["v"] - ADDR["k"],
             "v": cap - ADDR["v"]}
     out = []
@@ -208,7 +231,13 @@ def gqa_place(place, lay: KernelLayout, data, p) -> None:
                 sl = slice(r * B, (r + 1) * B)
                 place.write(c, ADDR["k"], np.ascontiguousarray(k[sl].T).tobytes())
                 place.write(c, ADDR["v"], np.ascontiguousarray(v[sl]).tobytes())
-                place.write(c, ADDR["q"], np.ascontiguousarray(q[:, sl, :].reshape(G * B, d)).tobytes())
+                place.write(c, ADDR["q"], np.ascontiguousarray(_sub_blocks(q[:, sl, :], lay.info["q_tile"])).tobytes())
+
+
+def _sub_blocks(x, t: int):
+    """``[G, B, ...]`` rows -> sub-block-major ``[B/t, G*t, ...]`` (the Ring kernel's Q and O layout)."""
+    G, B = x.shape[:2]
+    return x.reshape(G, B // t, t, *x.shape[2:]).swapaxes(0, 1).reshape(B // t, G * t, *x.shape[2:])
 
 
 def _group_coords(lay: KernelLayout, h: int) -> list:
@@ -253,9 +282,9 @@ def gqa_outputs(ctx) -> list:
             nb = p["chunk"] // p["T_q"]
             outs.append(Output((sip, cubes[0], 0), ADDR["o"], (nb, G * p["T_q"], d), f"h{h}"))
         else:
-            B = p["context"] // R
+            B, t = p["context"] // R, ctx.layout.info["q_tile"]
             for c in _group_coords(ctx.layout, h):
-                outs.append(Output(c, ADDR["o"], (G * B, d), f"h{h}/r{_ring_rank(ctx.layout, prm, p, c)}"))
+                outs.append(Output(c, ADDR["o"], (B // t, G * t, d), f"h{h}/r{_ring_rank(ctx.layout, prm, p, c)}"))
     return outs
 
 
@@ -276,11 +305,11 @@ def gqa_reference(ctx) -> dict:
                 blocks.append(reference_gqa(rows, k, v, pos))
             out[f"h{h}"] = np.stack(blocks)
         else:
-            B = S // R
+            B, t = S // R, ctx.layout.info["q_tile"]
             for r in range(R):
-                rows = q[:, r * B:(r + 1) * B, :].reshape(G * B, d)
-                pos = [r * B + t for _ in range(G) for t in range(B)]
-                out[f"h{h}/r{r}"] = reference_gqa(rows, k, v, pos)
+                rows = _sub_blocks(q[:, r * B:(r + 1) * B, :], t).reshape(-1, d)
+                pos = _sub_blocks(np.broadcast_to(np.arange(r * B, (r + 1) * B), (G, B)), t).reshape(-1)
+                out[f"h{h}/r{r}"] = reference_gqa(rows, k, v, pos).reshape(B // t, G * t, d)
     return out
 
 
@@ -336,6 +365,7 @@ def _metrics(ctx, system, res) -> dict:
            "ring_steps_skipped": sum(r.get("ring_steps_skipped", 0) for r in cpus.values()),
            "tiles_computed": sum(r.get("tiles_computed", 0) for r in cpus.values()),
            "tiles_skipped": sum(r.get("tiles_skipped", 0) for r in cpus.values()),
+           "ring_q_tile": ctx.layout.info["q_tile"], "ring_spill": ctx.layout.info["spill"],
            "bound_ps": b["bound_ps"], "ratio_to_bound": round(lat / b["bound_ps"], 4),
            "bound_terms": {k: v for k, v in b.items() if k != "bound_ps"}}
     row = {"kernel": f"gqa/{p['case']}/{p['gemm']}", "mode": system.mode, "heads": p["heads"], "C": p["C"],
