@@ -217,7 +217,7 @@ def test_every_gqa_scenario_validates_and_names_the_workload():
 def test_ring_reduction_topologies_match_and_are_deeper():
     """§4.4: Level-2 / Level-1 ring options (the snake chain to its middle) give the same answer, with
     depth ceil((n-1)/2) instead of the tree's."""
-    p = {"case": "decode", "C": 2, "P": 8, "context": 512, "tile": 64, "l2": "ring", "l1": "ring"}
+    p = {"case": "decode", "C": 2, "P": 8, "context": 512, "tile": 64, "l2": "chain", "l1": "chain"}
     _, _, check, ctx = run(p)
     assert_reference(ctx)
     assert (check["l2_rounds"], check["l1_rounds"]) == (4, 1)

@@ -194,21 +194,49 @@ def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, c
         return None
 
     # ---- 2-level reduce-to-root (seed §4) ----
+    stage = o_ptr + M * d * 4   # HBM staging of the chunked ring (after the root's final O)
     kids, parent = [], None
     if P > 1:
         par2 = reduce_tree(l2, prm.gx, prm.gy)
         me = (pe_id % prm.gx, pe_id // prm.gx)
-        for c in children_of(par2, pe_id):
-            kids.append((f"pe{c}", _STEP[(c % prm.gx - me[0], c // prm.gx - me[1])]))
-        if par2[pe_id] is not None:
-            p = par2[pe_id]
-            parent = _STEP[(p % prm.gx - me[0], p // prm.gx - me[1])]
         root_pe = root_of(par2)
+        if l2 == "ring":
+            order = snake(prm.gx, prm.gy)
+            i = order.index(pe_id)
+
+            def step(to):
+                return _STEP[(to % prm.gx - me[0], to // prm.gx - me[1])]
+            state = _chunk_ring(tl, state, nxt=step(order[(i + 1) % P]), prv=step(order[(i - 1) % P]), i=i, n=P,
+                                root=order.index(root_pe), M=M, d=d, stage=stage,
+                                o_ptr=o_ptr if C == 1 else None)
+            if state is None or C == 1:   # a non-root PE, or the CUBE root of a single-CUBE Group (stored)
+                if C == 1 and state is not None:
+                    tl.report("group_root", True)
+                    tl.report("root_done_ps", tl.now())
+                return None
+        else:
+            for c in children_of(par2, pe_id):
+                kids.append((f"pe{c}", _STEP[(c % prm.gx - me[0], c // prm.gx - me[1])]))
+            if par2[pe_id] is not None:
+                p = par2[pe_id]
+                parent = _STEP[(p % prm.gx - me[0], p // prm.gx - me[1])]
     else:
         root_pe = pe_id
     if parent is None and C > 1:   # this PE is its CUBE's root: Level-1 over the Group's CUBE roots
         par1 = reduce_tree(l1, w, h)
         _, cubes = lay.cubes_of_head(lay.head_of_cube(sip, cube_id))
+        if l1 == "ring":   # Level-2 first (its tree, if any), then the chunked ring over the CUBE roots
+            state, order = _reduce(tl, state, kids, None, M, d)
+            tl.report("merge_order", order)
+            ring = snake(w, h)
+            i = ring.index(gcube)
+            state = _chunk_ring(tl, state, nxt=[sip, cubes[ring[(i + 1) % C]], root_pe],
+                                prv=[sip, cubes[ring[(i - 1) % C]], root_pe], i=i, n=C,
+                                root=ring.index(root_of(par1)), M=M, d=d, stage=stage, o_ptr=o_ptr)
+            if state is not None:
+                tl.report("group_root", True)
+                tl.report("root_done_ps", tl.now())
+            return None
         kids += [(f"cube{cubes[c]}", [sip, cubes[c], root_pe]) for c in children_of(par1, gcube)]
         if par1[gcube] is not None:
             parent = [sip, cubes[par1[gcube]], root_pe]
@@ -219,6 +247,81 @@ def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, c
         tl.report("group_root", True)
         tl.report("root_done_ps", tl.now())
     return None
+
+
+def chunk_rows(M: int, n: int) -> list[tuple[int, int]]:
+    """Row range ``[a, b)`` of each of the ``n`` chunks of an ``M``-row ``O`` (sizes differ by at most 1)."""
+    return [(c * M // n, (c + 1) * M // n) for c in range(n)]
+
+
+def _chunk_ring(tl, state, *, nxt, prv, i, n, root, M, d, stage, o_ptr):
+    """Chunked-O ring reduce-to-root over ``n`` nodes (seed §4.4 ``ring`` option), this node at ring index ``i``.
+
+    ``O`` (with its ``m``, ``l``) is cut into ``n`` row chunks (:func:`chunk_rows`; rows are independent
+    softmax rows, so each chunk carries its own ``m``, ``l``).  The kernel has no TCM slicing, so the
+    partial is staged in this PE's HBM at ``stage`` and chunks are DMA-loaded from it.
+
+    * reduce-scatter, ``n - 1`` steps: at step ``t`` node ``i`` sends the chunk ``(i - t) mod n`` it holds
+      (its own partial at ``t = 0``, else the one it merged at ``t - 1``) to ``nxt`` and merges the chunk
+      ``(i - t - 1) mod n`` arriving from ``prv`` into its own partial of that chunk; afterwards it holds
+      chunk ``(i + 1) mod n`` reduced over all ``n`` nodes;
+    * gather to the root ``root``, one way along the ring: the node ``k`` hops upstream of the root sends
+      its chunk and forwards the ``n - 1 - k`` chunks of the nodes behind it; the root receives ``n - 1``.
+
+    Every chunk travels as a triplet ``(m, l, O)`` of three messages (seed §4.4 payload).  Rounds
+    ``2 (n - 1)``, triplets ``n (n - 1) + n (n - 1) / 2`` (gqa_index.ring_rounds / ring_chunk_messages).
+    Returns ``None`` on a non-root node; on the root, with ``o_ptr`` it normalises each chunk and stores
+    it at its rows of ``O`` (returns ``()``), else it returns the full reduced ``(m, l, O)`` (reassembled
+    through the staging area) for the next level.
+    """
+    m, l, O = state
+    rows = chunk_rows(M, n)
+    so, sm, sl = stage, stage + M * d * 4, stage + M * (d + 1) * 4
+    tl.store(so, O)
+    tl.store(sm, m)
+    tl.store(sl, l)
+
+    def part(c):
+        a, b = rows[c]
+        return (tl.load(sm + a * 4, (b - a, 1), "<f4"), tl.load(sl + a * 4, (b - a, 1), "<f4"),
+                tl.load(so + a * d * 4, (b - a, d), "<f4"))
+
+    def recv(c):
+        a, b = rows[c]
+        return [tl.recv_async(prv, sh) for sh in ((b - a, 1), (b - a, 1), (b - a, d))]
+
+    def send(trip):
+        for x in trip:
+            tl.send(nxt, x)
+
+    cur = part(i)
+    for t in range(n - 1):
+        c = (i - t - 1) % n
+        with tl.scratch_scope():
+            got = recv(c)
+            send(cur)
+            cur = lse_merge(tl, part(c), got)
+    k = (root - i) % n
+    if k:
+        send(cur)
+        for u in range(1, n - k):   # forward the chunks of the nodes further upstream
+            with tl.scratch_scope():
+                send(recv((i - u + 1) % n))
+        return None
+    chunks = {(i + 1) % n: cur}
+    for u in range(1, n):   # from the node u hops upstream: its chunk (i - u + 1) mod n
+        chunks[(i - u + 1) % n] = recv((i - u + 1) % n)
+    for c, (cm, cl, cO) in sorted(chunks.items()):
+        a = rows[c][0]
+        if o_ptr is not None:
+            tl.store(o_ptr + a * d * 4, cO / cl)
+        else:
+            tl.store(sm + a * 4, cm)
+            tl.store(sl + a * 4, cl)
+            tl.store(so + a * d * 4, cO)
+    if o_ptr is not None:
+        return ()
+    return tl.load(sm, (M, 1), "<f4"), tl.load(sl, (M, 1), "<f4"), tl.load(so, (M, d), "<f4")
 
 
 def ring_position(pe_id: int, gcube: int, gx: int, gy: int, w: int, h: int, P: int) -> int:

@@ -39,8 +39,8 @@ import numpy as np
 
 from actors.ahbm.kernels.gqa_attention import decode_tiles, gqa_attention, prefill_tiles, ring_position, ring_query_tiling
 from actors.ahbm.kernels.gqa_bound import attention_bound
-from actors.ahbm.kernels.gqa_index import (GroupLayout, coords_of_rank, reduce_tree, root_of, tree_depth,
-                                           valid_len)
+from actors.ahbm.kernels.gqa_index import (GroupLayout, coords_of_rank, reduce_tree, ring_rounds, root_of, snake,
+                                           tree_depth, valid_len)
 from actors.ahbm.dma import REGION_BITS
 from actors.ahbm.params import pe_name
 from actors.ahbm.tl.kernel_registry import register_kernel
@@ -79,8 +79,12 @@ PARAMS = Map({
     "tile": Int(min=0, default=64, doc="keys per KV tile, 0 = one shot"),
     "gemm": Enum(["composite", "dot"], default="composite",
                  doc="composite: non-blocking tl.composite GEMMs (seed hybrid); dot: blocking tl.dot"),
-    "l2": Enum(["tree", "ring"], default="tree", doc="Level-2 (PEs of a CUBE, IPCQ) reduction topology"),
-    "l1": Enum(["mesh", "ring"], default="mesh", doc="Level-1 (CUBE roots, CUBE NOC) reduction topology"),
+    "l2": Enum(["tree", "chain", "ring"], default="tree",
+               doc="Level-2 (PEs of a CUBE, IPCQ) reduction topology: tree = centre root; chain = the snake"
+                   " towards its middle (whole O per hop); ring = chunked-O ring (reduce-scatter + gather)"),
+    "l1": Enum(["mesh", "chain", "ring"], default="mesh",
+               doc="Level-1 (CUBE roots, CUBE NOC) reduction topology: mesh = centre root; chain; ring ="
+                   " chunked-O ring"),
     "request_id": Int(min=0, default=0, doc="rotation: start_cube = id mod C, start_pe = (id div C) mod P"),
 })
 
@@ -130,9 +134,32 @@ def gqa_layout(prm, p) -> KernelLayout:
     q_tile, spill = _ring_tiling(prm, p) if _ring(p) else (0, False)
     args.update(q_tile=q_tile, spill=spill)
     w, h_ = lay.shape
-    info = {"q_tile": q_tile, "spill": spill, "group": lay, "l2_depth": tree_depth(reduce_tree(p["l2"], prm.gx, prm.gy)) if P > 1 else 0,
-            "l1_depth": tree_depth(reduce_tree(p["l1"], w, h_)) if C > 1 else 0}
+    if case == "decode":
+        _check_chunked_rings(prm, p, w, h_)
+    info = {"q_tile": q_tile, "spill": spill, "group": lay,
+            "l2_depth": _rounds(p["l2"], prm.gx, prm.gy) if P > 1 else 0,
+            "l1_depth": _rounds(p["l1"], w, h_) if C > 1 else 0,
+            "l2_chunks": P if p["l2"] == "ring" else 1, "l1_chunks": C if p["l1"] == "ring" else 1}
     return KernelLayout(coords, lambda c: args, lambda c: (c[2], c[1], c[0]), (prm.P, prm.cubes, prm.sips), info)
+
+
+def _rounds(topology: str, w: int, h: int) -> int:
+    return ring_rounds(w * h) if topology == "ring" else tree_depth(reduce_tree(topology, w, h))
+
+
+def _check_chunked_rings(prm, p, w: int, h: int) -> None:
+    """The chunked-O ring needs a closed IPCQ ring (the PE snake's ends are neighbours) and one row of O
+    (``G`` rows in decode) per chunk."""
+    if p["l2"] == "ring" and p["P"] > 1:
+        ends = snake(prm.gx, prm.gy)
+        a, b = ends[0], ends[-1]
+        if abs(a % prm.gx - b % prm.gx) + abs(a // prm.gx - b // prm.gx) != 1:
+            raise BuildError(f"workload.params.l2: ring needs a PE grid whose snake closes into an IPCQ ring"
+                             f" (2 rows), found {prm.gx} x {prm.gy}")
+    for key, n in (("l2", p["P"]), ("l1", p["C"])):
+        if p[key] == "ring" and n > p["G"]:
+            raise BuildError(f"workload.params.{key}: ring cuts O's G = {p['G']} rows into {n} chunks; needs"
+                             f" G >= {n}, found G = {p['G']}")
 
 
 def _ring_tiling(prm, p) -> tuple[int, bool]:
@@ -331,8 +358,9 @@ def _bound(ctx) -> dict:
     if p["case"] == "decode":
         keys = S // R   # the shortest slice: a lower bound for the deepest leaf
         tiles = [n for _, n in decode_tiles(keys, p["tile"])]
-        return attention_bound(prm, M=G, d=d, tiles=tiles, kv_keys=keys, l2_depth=ctx.layout.info["l2_depth"],
-                               l1_depth=ctx.layout.info["l1_depth"])
+        info = ctx.layout.info
+        return attention_bound(prm, M=G, d=d, tiles=tiles, kv_keys=keys, l2_depth=info["l2_depth"],
+                               l1_depth=info["l1_depth"], l2_chunks=info["l2_chunks"], l1_chunks=info["l1_chunks"])
     if R == 1:
         T_q = p["T_q"]
         tiles, keys = [], 0
