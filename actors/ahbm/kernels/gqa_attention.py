@@ -268,6 +268,10 @@ def _chunk_ring(tl, state, *, nxt, prv, i, n, root, M, d, stage, o_ptr):
     * gather to the root ``root``, one way along the ring: the node ``k`` hops upstream of the root sends
       its chunk and forwards the ``n - 1 - k`` chunks of the nodes behind it; the root receives ``n - 1``.
 
+    FORWARD: ``tl.send`` of a buffer still being received on the same IPCQ engine is not ordered after
+    that receive by the runtime (same-engine handles are not settled, runtime._tcm), so the kernel waits
+    for a received tensor before it forwards it (here and in the Ring's K/V forwarding).
+
     Every chunk travels as a triplet ``(m, l, O)`` of three messages (seed §4.4 payload).  Rounds
     ``2 (n - 1)``, triplets ``n (n - 1) + n (n - 1) / 2`` (gqa_index.ring_rounds / ring_chunk_messages).
     Returns ``None`` on a non-root node; on the root, with ``o_ptr`` it normalises each chunk and stores
@@ -306,7 +310,9 @@ def _chunk_ring(tl, state, *, nxt, prv, i, n, root, M, d, stage, o_ptr):
         send(cur)
         for u in range(1, n - k):   # forward the chunks of the nodes further upstream
             with tl.scratch_scope():
-                send(recv((i - u + 1) % n))
+                trip = recv((i - u + 1) % n)
+                tl.wait(*trip)   # FORWARD: the runtime does not order an IPCQ send after the IPCQ recv of its buffer
+                send(trip)
         return None
     chunks = {(i + 1) % n: cur}
     for u in range(1, n):   # from the node u hops upstream: its chunk (i - u + 1) mod n
@@ -420,7 +426,8 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
         with tl.scratch_scope():
             if s < r:            # ping-pong: post the next block's receive before computing on this one
                 nk, nv = tl.recv_async(prv_peer, (d, B), "<f2"), tl.recv_async(prv_peer, (B, d), "<f2")
-            if nxt_peer is not None:
+            if nxt_peer is not None:   # forward the block held; it must have arrived (FORWARD note, _chunk_ring)
+                tl.wait(kT, v)
                 tl.send(nxt_peer, kT)
                 tl.send(nxt_peer, v)
             kb = tl.ref(k_ptr, (d, B)) if composite and s == 0 else kT
