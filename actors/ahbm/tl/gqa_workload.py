@@ -132,7 +132,8 @@ def gqa_layout(prm, p) -> KernelLayout:
                 counter=p["context"], chunk=p["chunk"], start_cube=sc, start_pe=sp, C=C, P=P, gemm=p["gemm"],
                 l2=p["l2"], l1=p["l1"])
     q_tile, spill = _ring_tiling(prm, p) if _ring(p) else (0, False)
-    args.update(q_tile=q_tile, spill=spill)
+    if _ring(p):   # only the Ring's launch carries them (other launches, and their digests, unchanged)
+        args.update(q_tile=q_tile, spill=spill)
     w, h_ = lay.shape
     if case == "decode":
         _check_chunked_rings(prm, p, w, h_)
