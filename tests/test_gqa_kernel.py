@@ -282,3 +282,20 @@ def test_chunked_ring_needs_a_row_per_chunk():
     from emulator.errors import BuildError
     with pytest.raises(BuildError, match="workload.params.l2: ring cuts"):
         run({"case": "decode", "C": 1, "P": 8, "context": 512, "G": 4, "l2": "ring"})
+
+
+@pytest.mark.parametrize("gemm", ["composite", "dot"])
+def test_zigzag_ring_matches_and_balances_the_causal_work(gemm):
+    """Zigzag order: rank r owns chunks r and 2R-1-r; all R steps on every rank (closed ring), the
+    sub-block x chunk folds per rank follow ring_folds and are balanced (max - min <= 1 chunk pair per
+    sub-block), while the contiguous order leaves the last rank R times the first rank's folds."""
+    from actors.ahbm.kernels.gqa_attention import ring_folds
+    R = 8
+    system, _, check, ctx = run({**RING_SMALL, "gemm": gemm, "ring_order": "zigzag"})
+    assert_reference(ctx)
+    assert check["ring_steps"] == R * R and check["ring_steps_skipped"] == 0
+    per_rank = {r["ring_rank"]: r["ring_folds"] for r in ctx.cpu_reports(system).values() if "ring_rank" in r}
+    assert per_rank == {r: len(ring_folds(r, R, 16, "zigzag", 8)) for r in range(R)}
+    assert max(per_rank.values()) - min(per_rank.values()) <= 2
+    contiguous = [len(ring_folds(r, R, 16, "contiguous", 8)) for r in range(R)]
+    assert contiguous[-1] == R * contiguous[0]

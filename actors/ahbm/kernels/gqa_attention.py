@@ -60,7 +60,7 @@ from actors.ahbm.kernels.gqa_index import (GroupLayout, children_of, local_coord
                                            snake, valid_len)
 from actors.ahbm.kernels.merge import fold_tile, init_running, lse_merge
 
-__all__ = ["gqa_attention", "decode_tiles", "prefill_tiles", "ring_query_tiling"]
+__all__ = ["gqa_attention", "decode_tiles", "prefill_tiles", "ring_query_tiling", "ring_chunks", "ring_folds"]
 
 F2 = 2   # bytes per bf16 element (float16 numpy proxy, ref §3.3)
 _STEP = {(1, 0): "E", (-1, 0): "W", (0, 1): "S", (0, -1): "N"}
@@ -141,7 +141,7 @@ def _reduce(tl, state, kids, parent, M, d):
 
 
 def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, counter, chunk, start_cube, start_pe,
-                  C, P, gemm, l2, l1, tl, q_tile=0, spill=False):
+                  C, P, gemm, l2, l1, tl, q_tile=0, spill=False, order="contiguous"):
     prm = tl.prm
     pe_id, cube_id, sip = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     lay = GroupLayout(prm.cx, prm.cy, C)
@@ -158,7 +158,7 @@ def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, c
     if case == "prefill" and R > 1:
         return _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, G=G, d=d, scale=scale, counter=counter, C=C, P=P, gcube=gcube,
                      pe_id=pe_id, sip=sip, lay=lay, composite=composite, q_tile=q_tile or counter // R,
-                     spill=spill)
+                     spill=spill, order=order)
 
     if case == "prefill":   # no SP: one rank holds the whole prompt, query blocks of T_q
         q_start = counter - chunk
@@ -336,7 +336,7 @@ def ring_position(pe_id: int, gcube: int, gx: int, gy: int, w: int, h: int, P: i
 
 
 def ring_query_tiling(B: int, G: int, d: int, budget: int, composite: bool, min_rows: int = 32,
-                      q_tile: int = 0, state: str = "auto") -> tuple[int, bool]:
+                      q_tile: int = 0, state: str = "auto", unit: int = 0) -> tuple[int, bool]:
     """``(T_s, spill)``: query tokens per sub-block of a Ring rank's block of ``B`` tokens, and whether the
     running ``(m, l, O)`` of the sub-blocks lives in HBM between ring steps instead of the TCM.
 
@@ -352,7 +352,8 @@ def ring_query_tiling(B: int, G: int, d: int, budget: int, composite: bool, min_
     ``M_s >= min_rows`` (the MAC array's rows: fewer rows pad the GEMMs and multiply the ops); else
     spill: the state of each sub-block is loaded from and stored back to HBM around its fold
     (3 + 3 DMAs per sub-block and step), with the largest ``T_s`` whose temporaries fit.
-    ``q_tile > 0`` forces ``T_s`` (it must divide ``B``); ``state`` = ``"tcm"`` / ``"hbm"`` forces
+    ``T_s`` divides ``unit`` (default ``B``; the zigzag order's chunk ``B/2``).
+    ``q_tile > 0`` forces ``T_s``; ``state`` = ``"tcm"`` / ``"hbm"`` forces
     resident / spilled state (``"auto"``: as above).
     """
     kv = 4 * B * d * 2
@@ -363,7 +364,8 @@ def ring_query_tiling(B: int, G: int, d: int, budget: int, composite: bool, min_
     def held(ms):
         return ms * (d + 2) * 4 + (0 if composite else ms * d * 2)
 
-    divs = [t for t in range(B, 0, -1) if B % t == 0] if q_tile <= 0 else [q_tile]
+    unit = unit or B
+    divs = [t for t in range(unit, 0, -1) if unit % t == 0] if q_tile <= 0 else [q_tile]
     if state != "hbm":
         for t in divs:
             ms = G * t
@@ -378,27 +380,57 @@ def ring_query_tiling(B: int, G: int, d: int, budget: int, composite: bool, min_
                      f" {state}) does not fit the TCM budget of {budget} B (K/V ping-pong alone: {kv} B)")
 
 
+def ring_chunks(r: int, R: int, B: int, order: str) -> list[tuple[int, int]]:
+    """``(first position, tokens)`` of the prompt chunks rank ``r`` owns (its Q, K and V rows).
+
+    ``contiguous``: one chunk ``[r B, (r+1) B)``; ``zigzag``: the prompt in ``2R`` chunks of ``B/2``,
+    rank ``r`` owns chunks ``r`` and ``2R - 1 - r`` (an early and a late one), so every rank has about the
+    same causal work (Brandon et al. 2023, "Striped Attention"; the zigzag variant of ring-flash-attention).
+    """
+    if order == "contiguous":
+        return [(r * B, B)]
+    h = B // 2
+    return [(r * h, h), ((2 * R - 1 - r) * h, h)]
+
+
+def ring_folds(r: int, R: int, B: int, order: str, q_tile: int) -> list[int]:
+    """Keys of every (query sub-block x K/V chunk) fold rank ``r`` runs over the whole ring (the kernel's
+    skip rule: a chunk starting at or after the sub-block's last query + 1 is skipped)."""
+    subs = [q0 + t for q0, n in ring_chunks(r, R, B, order) for t in range(0, n, q_tile)]
+    srcs = range(r + 1) if order == "contiguous" else range(R)
+    return [n for j in srcs for k0, n in ring_chunks(j, R, B, order) for q0 in subs if k0 < q0 + q_tile]
+
+
 def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, pe_id, sip, lay, composite,
-          q_tile, spill):
+          q_tile, spill, order):
     """Prefill SP: causal Ring Attention over the Group's R = C*P ranks (module docstring).
 
-    The rank's query block is cut into ``B / q_tile`` sub-blocks of ``M_s = G*q_tile`` rows (Q and O
-    are sub-block-major ``[B/q_tile, G*q_tile, d]`` in HBM); every sub-block carries its own running
-    ``(m, l, O)`` across the ring steps, in the TCM (``spill = False``) or in HBM right after the
-    final O (``spill = True``: ``[O | m | l]`` per sub-block, loaded before and stored after its fold).
-    The received K/V block of a step is shared by all sub-blocks of that step.
+    The rank's query rows (its chunks, :func:`ring_chunks`) are cut into sub-blocks of ``q_tile`` tokens,
+    ``M_s = G*q_tile`` rows (Q and O are sub-block-major ``[B/q_tile, G*q_tile, d]`` in HBM, chunk after
+    chunk); every sub-block carries its own running ``(m, l, O)`` across the ring steps, in the TCM
+    (``spill = False``) or in HBM right after the final O (``spill = True``: ``[O | m | l]`` per
+    sub-block, loaded before and stored after its folds).  A step's K/V block (one tensor pair per
+    chunk of the source rank, shared by all sub-blocks) is folded into every sub-block it is not
+    entirely after (``tile_all_future`` skip per sub-block x chunk; a straddling pair gets the mask).
+
+    ``contiguous``: rank ``r`` needs blocks ``r, r-1, .., 0`` only: ``r + 1`` steps (causal step skip).
+    ``zigzag``: every rank needs every block: ``R`` steps over a closed ring (rank ``R-1`` sends to 0),
+    about half of the sub-block x chunk pairs skipped on every rank.
     """
     prm = tl.prm
     w, h = lay.shape
     R = C * P
     B = counter // R
     Ts = q_tile
-    nsub, Ms = B // Ts, G * Ts
+    Ms = G * Ts
     pes, cubes_snake = snake(prm.gx, prm.gy), snake(w, h)
     _, cubes = lay.cubes_of_head(lay.head_of_cube(sip, tl.program_id(1)))
     r = ring_position(pe_id, gcube, prm.gx, prm.gy, w, h, P)
+    subs = [q0 + t for q0, n in ring_chunks(r, R, B, order) for t in range(0, n, Ts)]   # first position
+    nsub = len(subs)
 
     def peer(rr):
+        rr %= R
         gc, pp = cubes_snake[rr // P], pes[rr % P] if P > 1 else 0
         if gc == gcube:
             a, b = (pe_id % prm.gx, pe_id // prm.gx), (pp % prm.gx, pp // prm.gx)
@@ -415,24 +447,38 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
         base = o_ptr + B * G * d * 4 + i * Ms * (d + 2) * 4
         return base, base + Ms * d * 4, base + Ms * (d + 1) * 4
 
-    nxt_peer = peer(r + 1) if r + 1 < R else None
-    prv_peer = peer(r - 1) if r > 0 else None
-    kT, v = tl.load(k_ptr, (d, B)), tl.load(v_ptr, (B, d))   # own block; sent on to rank r + 1
+    zig = order == "zigzag"
+    n_steps = R if zig else r + 1
+    nxt_peer = peer(r + 1) if zig or r + 1 < R else None
+    prv_peer = peer(r - 1) if zig or r > 0 else None
+    own = ring_chunks(r, R, B, order)
+    kv = [t for k, (_, n) in enumerate(own) for t in (tl.load(k_ptr + k * (B // len(own)) * d * F2, (d, n)),
+                                                      tl.load(v_ptr + k * (B // len(own)) * d * F2, (n, d)))]
+    shapes = [sh for _, n in own for sh in ((d, n), (n, d))]
     qs = [] if composite or spill else [tl.load(q_at(i), (Ms, d)) for i in range(nsub)]
     state = [] if spill else [x for _ in range(nsub) for x in init_running(tl, Ms, d)]
-    steps = 0
-    for s in range(r + 1):   # causal step skip: blocks r+1 .. R-1 are after this query block
-        j = r - s
+    steps = folds = 0
+    for s in range(n_steps):   # contiguous: causal step skip, blocks r+1 .. R-1 are after this rank's queries
+        j = (r - s) % R
         with tl.scratch_scope():
-            if s < r:            # ping-pong: post the next block's receive before computing on this one
-                nk, nv = tl.recv_async(prv_peer, (d, B), "<f2"), tl.recv_async(prv_peer, (B, d), "<f2")
-            if nxt_peer is not None:   # forward the block held; it must have arrived (FORWARD note, _chunk_ring)
-                tl.wait(kT, v)
-                tl.send(nxt_peer, kT)
-                tl.send(nxt_peer, v)
-            kb = tl.ref(k_ptr, (d, B)) if composite and s == 0 else kT
-            vb = tl.ref(v_ptr, (B, d)) if composite and s == 0 else v
-            for i in range(nsub):
+            if s + 1 < n_steps:   # ping-pong: post the next block's receive before computing on this one
+                nkv = [tl.recv_async(prv_peer, sh, "<f2") for sh in shapes]
+            if nxt_peer is not None and (s + 1 < n_steps if zig else True):
+                tl.wait(*kv)   # forward the block held; it must have arrived (FORWARD note, _chunk_ring)
+                for x in kv:
+                    tl.send(nxt_peer, x)
+            blocks = []
+            for k, (k0, n) in enumerate(ring_chunks(j, R, B, order)):
+                off = k * (B // len(own)) * d * F2
+                if composite and s == 0:
+                    blocks.append((k0, n, tl.ref(k_ptr + off, (d, n)), tl.ref(v_ptr + off, (n, d))))
+                else:
+                    blocks.append((k0, n, kv[2 * k], kv[2 * k + 1]))
+            for i, q0 in enumerate(subs):
+                todo = [b for b in blocks if b[0] < q0 + Ts]   # tile_all_future pairs are skipped
+                last = s + 1 == n_steps
+                if not todo and not last:
+                    continue
                 with tl.scratch_scope():
                     if composite:
                         q = tl.ref(q_at(i), (Ms, d))
@@ -445,14 +491,16 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
                     else:
                         ao, am, al = spill_at(i)
                         m, l, O = tl.load(am, (Ms, 1), "<f4"), tl.load(al, (Ms, 1), "<f4"), tl.load(ao, (Ms, d), "<f4")
-                    if composite:
-                        Sj = tl.composite("gemm", a=q, b=kb, epilogue=[("scale", scale)])
-                    else:
-                        Sj = tl.dot(q, kT) * scale
-                    if j == r:           # diagonal block: triangular additive mask
-                        Sj = Sj + tl.causal_mask(Ms, B, q0=r * B + i * Ts, q_period=Ts, k0=j * B)
-                    m, l, O = fold_tile(tl, m, l, O, Sj, vb, composite)
-                    if s == r:           # last step: this sub-block is final
+                    for k0, n, kb, vb in todo:
+                        if composite:
+                            Sj = tl.composite("gemm", a=q, b=kb, epilogue=[("scale", scale)])
+                        else:
+                            Sj = tl.dot(q, kb) * scale
+                        if k0 + n - 1 > q0:   # straddles the diagonal: triangular additive mask
+                            Sj = Sj + tl.causal_mask(Ms, n, q0=q0, q_period=Ts, k0=k0)
+                        m, l, O = fold_tile(tl, m, l, O, Sj, vb, composite)
+                        folds += 1
+                    if last:              # last step: this sub-block is final
                         tl.store(o_at(i), O / l)
                     elif spill:
                         ao, am, al = spill_at(i)
@@ -461,13 +509,14 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
                         tl.store(ao, O)
                     else:
                         state[3 * i:3 * i + 3] = [m, l, O]
-                    del m, l, O, Sj, q   # only `state` carries a sub-block's running state out of its scope
-            del kb, vb
+                    del m, l, O, q   # only `state` carries a sub-block's running state out of its scope
+            del blocks
             steps += 1
-            if s < r:
-                kT, v = nk, nv
+            if s + 1 < n_steps:
+                kv = nkv
     tl.report("ring_steps", steps)
     tl.report("ring_steps_skipped", R - steps)
+    tl.report("ring_folds", folds)
     tl.report("ring_rank", r)
     tl.report("ring_q_tile", Ts)
     tl.report("ring_spill", spill)

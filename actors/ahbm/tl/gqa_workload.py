@@ -37,7 +37,8 @@ import math
 
 import numpy as np
 
-from actors.ahbm.kernels.gqa_attention import decode_tiles, gqa_attention, prefill_tiles, ring_position, ring_query_tiling
+from actors.ahbm.kernels.gqa_attention import (decode_tiles, gqa_attention, prefill_tiles, ring_chunks, ring_folds,
+                                               ring_position, ring_query_tiling)
 from actors.ahbm.kernels.gqa_bound import attention_bound
 from actors.ahbm.kernels.gqa_index import (GroupLayout, coords_of_rank, reduce_tree, ring_rounds, root_of, snake,
                                            tree_depth, valid_len)
@@ -74,6 +75,9 @@ PARAMS = Map({
     "q_tile": Int(min=0, default=0, doc="Ring prefill: query tokens per sub-block inside a ring step (must divide"
                                         " context / (C x P)); 0 = the largest that keeps every sub-block's running"
                                         " state in the TCM, else HBM spill (kernels/gqa_attention.ring_query_tiling)"),
+    "ring_order": Enum(["contiguous", "zigzag"], default="contiguous",
+                       doc="Ring prefill sharding: contiguous blocks (causal step skip: rank r runs r+1 steps) or"
+                           " zigzag (rank r owns chunks r and 2R-1-r of 2R: balanced causal work, R steps each)"),
     "ring_state": Enum(["auto", "tcm", "hbm"], default="auto",
                        doc="Ring prefill: where the sub-blocks' running (m, l, O) live between ring steps"),
     "tile": Int(min=0, default=64, doc="keys per KV tile, 0 = one shot"),
@@ -117,9 +121,11 @@ def gqa_layout(prm, p) -> KernelLayout:
     if case == "prefill":
         if p["chunk"] > p["context"]:
             raise BuildError(f"workload.params.chunk: at most context = {p['context']}, found {p['chunk']}")
-        if R > 1 and (p["chunk"] != p["context"] or p["context"] % R):
-            raise BuildError(f"workload.params.chunk: Ring prefill (C x P = {R}) runs a fresh prompt:"
-                             f" chunk = context, a multiple of {R}; found chunk {p['chunk']}, context {p['context']}")
+        n = R * (2 if p["ring_order"] == "zigzag" else 1)
+        if R > 1 and (p["chunk"] != p["context"] or p["context"] % n):
+            raise BuildError(f"workload.params.chunk: Ring prefill (C x P = {R}, {p['ring_order']}) runs a fresh"
+                             f" prompt: chunk = context, a multiple of {n}; found chunk {p['chunk']},"
+                             f" context {p['context']}")
         if R == 1 and p["chunk"] % p["T_q"]:
             raise BuildError(f"workload.params.T_q: must divide chunk = {p['chunk']}, found {p['T_q']}")
     coords = []
@@ -134,6 +140,8 @@ def gqa_layout(prm, p) -> KernelLayout:
     q_tile, spill = _ring_tiling(prm, p) if _ring(p) else (0, False)
     if _ring(p):   # only the Ring's launch carries them (other launches, and their digests, unchanged)
         args.update(q_tile=q_tile, spill=spill)
+        if p["ring_order"] != "contiguous":
+            args["order"] = p["ring_order"]
     w, h_ = lay.shape
     if case == "decode":
         _check_chunked_rings(prm, p, w, h_)
@@ -166,12 +174,13 @@ def _check_chunked_rings(prm, p, w: int, h: int) -> None:
 def _ring_tiling(prm, p) -> tuple[int, bool]:
     """Ring prefill: (query tokens per sub-block, state spilled to HBM) for this machine's TCM budget."""
     B = p["context"] // (p["C"] * p["P"])
-    if p["q_tile"] and B % p["q_tile"]:
-        raise BuildError(f"workload.params.q_tile: must divide the Ring block context / (C x P) = {B},"
+    unit = B // 2 if p["ring_order"] == "zigzag" else B
+    if p["q_tile"] and unit % p["q_tile"]:
+        raise BuildError(f"workload.params.q_tile: must divide the Ring chunk ({p['ring_order']}) of {unit} tokens,"
                          f" found {p['q_tile']}")
     try:
         return ring_query_tiling(B, p["G"], p["d"], prm.tcm_bytes - scheduler_reserve(prm), p["gemm"] == "composite",
-                                 prm.array_rows, p["q_tile"], p["ring_state"])
+                                 prm.array_rows, p["q_tile"], p["ring_state"], unit)
     except ValueError as e:
         raise BuildError(f"workload.params.context: {e}") from None
 
@@ -256,10 +265,12 @@ def gqa_place(place, lay: KernelLayout, data, p) -> None:
             B = S // R
             for c in _group_coords(lay, h):
                 r = _ring_rank(lay, prm, p, c)
-                sl = slice(r * B, (r + 1) * B)
-                place.write(c, ADDR["k"], np.ascontiguousarray(k[sl].T).tobytes())
-                place.write(c, ADDR["v"], np.ascontiguousarray(v[sl]).tobytes())
-                place.write(c, ADDR["q"], np.ascontiguousarray(_sub_blocks(q[:, sl, :], lay.info["q_tile"])).tobytes())
+                chunks = ring_chunks(r, R, B, p["ring_order"])
+                for i, (k0, n) in enumerate(chunks):   # K (transposed) and V per chunk, chunk after chunk
+                    place.write(c, ADDR["k"] + i * n * d * 2, np.ascontiguousarray(k[k0:k0 + n].T).tobytes())
+                    place.write(c, ADDR["v"] + i * n * d * 2, np.ascontiguousarray(v[k0:k0 + n]).tobytes())
+                rows = np.concatenate([_sub_blocks(q[:, k0:k0 + n, :], lay.info["q_tile"]) for k0, n in chunks])
+                place.write(c, ADDR["q"], np.ascontiguousarray(rows).tobytes())
 
 
 def _sub_blocks(x, t: int):
@@ -335,8 +346,10 @@ def gqa_reference(ctx) -> dict:
         else:
             B, t = S // R, ctx.layout.info["q_tile"]
             for r in range(R):
-                rows = _sub_blocks(q[:, r * B:(r + 1) * B, :], t).reshape(-1, d)
-                pos = _sub_blocks(np.broadcast_to(np.arange(r * B, (r + 1) * B), (G, B)), t).reshape(-1)
+                chunks = ring_chunks(r, R, B, p["ring_order"])
+                rows = np.concatenate([_sub_blocks(q[:, k0:k0 + n, :], t) for k0, n in chunks]).reshape(-1, d)
+                pos = np.concatenate([_sub_blocks(np.broadcast_to(np.arange(k0, k0 + n), (G, n)), t)
+                                      for k0, n in chunks]).reshape(-1)
                 out[f"h{h}/r{r}"] = reference_gqa(rows, k, v, pos).reshape(B // t, G * t, d)
     return out
 
@@ -371,8 +384,9 @@ def _bound(ctx) -> dict:
             tiles += [n for _, n, _ in ts]
             keys += sum(n for _, n, _ in ts)
         return attention_bound(prm, M=G * T_q, d=d, tiles=tiles, kv_keys=keys, l2_depth=0, l1_depth=0)
-    B = S // R   # ring: the last rank folds all R blocks
-    return attention_bound(prm, M=G * B, d=d, tiles=[B] * R, kv_keys=B, l2_depth=0, l1_depth=0)
+    B, t = S // R, ctx.layout.info["q_tile"]   # ring: the busiest rank's folds of G*t rows
+    folds = max((ring_folds(r, R, B, p["ring_order"], t) for r in range(R)), key=sum)
+    return attention_bound(prm, M=G * t, d=d, tiles=folds, kv_keys=B, l2_depth=0, l1_depth=0)
 
 
 def _metrics(ctx, system, res) -> dict:
@@ -394,6 +408,7 @@ def _metrics(ctx, system, res) -> dict:
            "ring_steps_skipped": sum(r.get("ring_steps_skipped", 0) for r in cpus.values()),
            "tiles_computed": sum(r.get("tiles_computed", 0) for r in cpus.values()),
            "tiles_skipped": sum(r.get("tiles_skipped", 0) for r in cpus.values()),
+           "ring_folds_max": max((r.get("ring_folds", 0) for r in cpus.values()), default=0),
            "ring_q_tile": ctx.layout.info["q_tile"], "ring_spill": ctx.layout.info["spill"],
            "bound_ps": b["bound_ps"], "ratio_to_bound": round(lat / b["bound_ps"], 4),
            "bound_terms": {k: v for k, v in b.items() if k != "bound_ps"}}
