@@ -42,6 +42,9 @@ Cases (``case``, and ``C*P``):
   ``r + 1`` of the ``R`` steps; about half the steps of the whole ring vanish).
   After the ring every rank's state is final for its own query block (no KV split
   is left for the §4 reduce), so each rank normalises and stores its own rows.
+  Inside a step the query block is cut into sub-blocks with their own running
+  state (TCM or HBM, :func:`ring_query_tiling`); ``order = "zigzag"`` shards the
+  prompt in 2R chunks for balanced causal work (:func:`ring_chunks`).
 
 2-level reduce-to-root (seed §4), data-driven: a rank posts receives for all its
 children as soon as its own sweep is done and merges them in **arrival order**

@@ -19,7 +19,9 @@ upper half (runtime.py).  Inputs (data mode): per head ``q [G, T, d]``, ``K, V
 * prefill, ``C = P = 1``: the whole context on one PE; ``q`` holds the chunk's
   last ``chunk`` positions in query blocks of ``T_q`` (block-major ``[nb, G*T_q, d]``);
 * prefill, ``C*P > 1`` (Ring): ring-order sharding, rank ``r`` (ring position)
-  holds positions ``[r*B, (r+1)*B)`` of Q, K and V (a fresh prompt: ``chunk = context``).
+  holds positions ``[r*B, (r+1)*B)`` of Q, K and V (a fresh prompt: ``chunk = context``),
+  or with ``ring_order: zigzag`` the chunks ``r`` and ``2R-1-r`` of ``B/2``; K and V per chunk
+  (K transposed), Q and O sub-block-major ``[B/q_tile, G*q_tile, d]``, chunk after chunk.
 
 Reference: float64 causal softmax attention (decode: the query at position
 ``context - 1`` attends every cached key).  Metrics (flat, for sweeps):
