@@ -268,15 +268,17 @@ def _chunk_ring(tl, state, *, nxt, prv, i, n, root, M, d, stage, o_ptr):
       (its own partial at ``t = 0``, else the one it merged at ``t - 1``) to ``nxt`` and merges the chunk
       ``(i - t - 1) mod n`` arriving from ``prv`` into its own partial of that chunk; afterwards it holds
       chunk ``(i + 1) mod n`` reduced over all ``n`` nodes;
-    * gather to the root ``root``, one way along the ring: the node ``k`` hops upstream of the root sends
-      its chunk and forwards the ``n - 1 - k`` chunks of the nodes behind it; the root receives ``n - 1``.
+    * gather to the root ``root`` from both sides: the ``f = n div 2`` nodes upstream of the root send
+      along the ring, the other ``n - 1 - f`` against it; the node ``k`` hops away sends its chunk and
+      forwards the chunks of the nodes further out on its side; the root receives ``n - 1``.
 
     FORWARD: ``tl.send`` of a buffer still being received on the same IPCQ engine is not ordered after
     that receive by the runtime (same-engine handles are not settled, runtime._tcm), so the kernel waits
     for a received tensor before it forwards it (here and in the Ring's K/V forwarding).
 
     Every chunk travels as a triplet ``(m, l, O)`` of three messages (seed §4.4 payload).  Rounds
-    ``2 (n - 1)``, triplets ``n (n - 1) + n (n - 1) / 2`` (gqa_index.ring_rounds / ring_chunk_messages).
+    ``n - 1 + n div 2``, triplets ``n (n - 1) + f (f + 1) / 2 + g (g + 1) / 2`` with ``g = n - 1 - f``
+    (gqa_index.ring_rounds / ring_chunk_messages).
     Returns ``None`` on a non-root node; on the root, with ``o_ptr`` it normalises each chunk and stores
     it at its rows of ``O`` (returns ``()``), else it returns the full reduced ``(m, l, O)`` (reassembled
     through the staging area) for the next level.
@@ -308,18 +310,29 @@ def _chunk_ring(tl, state, *, nxt, prv, i, n, root, M, d, stage, o_ptr):
             got = recv(c)
             send(cur)
             cur = lse_merge(tl, part(c), got)
-    k = (root - i) % n
+    k = (root - i) % n   # hops to the root along nxt
+    f = n // 2           # nodes 1..f hops upstream gather forwards (along nxt), the other n-1-f backwards
     if k:
-        send(cur)
-        for u in range(1, n - k):   # forward the chunks of the nodes further upstream
+        fwd = k <= f
+        dist, far = (k, f) if fwd else (n - k, n - 1 - f)
+        out, src = (nxt, prv) if fwd else (prv, nxt)
+        for x in cur:
+            tl.send(out, x)
+        for u in range(1, far - dist + 1):   # forward the chunks of the nodes behind this one
             with tl.scratch_scope():
-                trip = recv((i - u + 1) % n)
+                c = (i - u + 1) % n if fwd else (i + u + 1) % n
+                a, b = rows[c]
+                trip = [tl.recv_async(src, sh) for sh in ((b - a, 1), (b - a, 1), (b - a, d))]
                 tl.wait(*trip)   # FORWARD: the runtime does not order an IPCQ send after the IPCQ recv of its buffer
-                send(trip)
+                for x in trip:
+                    tl.send(out, x)
         return None
     chunks = {(i + 1) % n: cur}
-    for u in range(1, n):   # from the node u hops upstream: its chunk (i - u + 1) mod n
+    for u in range(1, f + 1):   # from the node u hops upstream (via prv): its chunk (i - u + 1) mod n
         chunks[(i - u + 1) % n] = recv((i - u + 1) % n)
+    for u in range(1, n - f):   # from the node u hops downstream (via nxt): its chunk (i + u + 1) mod n
+        a, b = rows[(i + u + 1) % n]
+        chunks[(i + u + 1) % n] = [tl.recv_async(nxt, sh) for sh in ((b - a, 1), (b - a, 1), (b - a, d))]
     for c, (cm, cl, cO) in sorted(chunks.items()):
         a = rows[c][0]
         if o_ptr is not None:

@@ -15,7 +15,7 @@ by a sweep.  Every term is a time no schedule can beat on the modelled machine:
 * ``reduction``: per Level-2 tree level one IPCQ hop carrying ``O`` (``ipcq.fixed_overhead``
   + O bytes / ``ipcq.bandwidth``), per Level-1 level one CUBE-to-CUBE crossing
   (intra-SIP UCIe ``2 x port_latency + link`` + O bytes / UCIe bandwidth); a chunked-O ring level
-  (``l*_chunks = n``) has ``2 (n - 1)`` levels (rounds) of one hop carrying ``O / n`` each
+  (``l*_chunks = n``) has ``n - 1 + n div 2`` levels (rounds) of one hop carrying ``O / n`` each
   (the smallest chunk, rounded down).
 
 ``bound = launch + first_access + max(kv, gemm) + reduction``: K/V streaming and

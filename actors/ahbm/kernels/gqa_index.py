@@ -208,15 +208,17 @@ def reduce_tree(topology: str, w: int, h: int) -> dict[int, int | None]:
 
 
 def ring_rounds(n: int) -> int:
-    """Rounds of the chunked-O ring over ``n`` nodes: ``n - 1`` reduce-scatter steps + ``n - 1`` gather steps."""
-    return 2 * (n - 1) if n > 1 else 0
+    """Rounds of the chunked-O ring over ``n`` nodes: ``n - 1`` reduce-scatter steps + ``n div 2`` gather
+    steps (the gather runs towards the root from both sides)."""
+    return n - 1 + n // 2 if n > 1 else 0
 
 
 def ring_chunk_messages(n: int) -> int:
     """Chunk triplets the chunked-O ring sends over ``n`` nodes: ``n (n - 1)`` in the reduce-scatter (every
-    node, every step) + ``n (n - 1) / 2`` in the one-way gather (the node ``k`` hops upstream of the root
-    sends its own chunk and forwards ``n - 1 - k`` others)."""
-    return n * (n - 1) + n * (n - 1) // 2
+    node, every step) + the gather's hops: the ``f = n div 2`` nodes on one side of the root at 1..f hops,
+    the ``g = n - 1 - f`` on the other at 1..g hops, ``f (f + 1) / 2 + g (g + 1) / 2``."""
+    f, g = n // 2, n - 1 - n // 2
+    return n * (n - 1) + f * (f + 1) // 2 + g * (g + 1) // 2
 
 
 def children_of(parent: dict[int, int | None], node: int) -> list[int]:
