@@ -257,6 +257,10 @@ def test_ring_q_tile_must_divide_the_block():
     from emulator.errors import BuildError
     with pytest.raises(BuildError, match="workload.params.q_tile"):
         run({**RING_SMALL, "q_tile": 5})
+    with pytest.raises(BuildError, match="workload.params.q_tile"):   # zigzag chunks are B/2 = 8 tokens
+        run({**RING_SMALL, "q_tile": 16, "ring_order": "zigzag"})
+    with pytest.raises(BuildError, match="a multiple of 16"):
+        run({**RING_SMALL, "context": 136, "chunk": 136, "ring_order": "zigzag"})
 
 
 @pytest.mark.parametrize("l2,l1,C", [("ring", "mesh", 1), ("tree", "ring", 2), ("ring", "ring", 2)])
