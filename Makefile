@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench bench-machine clean fuzz-campaign gqa-llama sweep-demo llama70b llama70b-1sip gemma3n-e4b
+.PHONY: run test bench bench-machine clean fuzz-campaign gqa-llama gqa-ring-sweep sweep-demo llama70b llama70b-1sip gemma3n-e4b
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -51,6 +51,12 @@ llama70b-1sip: $(STAMP)
 # Llama3-70B-shape GQA attention runs (timing mode, minutes each): not part of the tests
 gqa-llama: $(STAMP)
 	for f in scenarios/ahbm/gqa/llama70b_*.yaml; do $(BIN)/emu run $$f --no-bundle || exit 1; done
+
+# Ring prefill at Llama3-70B shapes, 512 tokens, one head: C = 1/2/4/8 x contiguous/zigzag (docs/gqa.md); minutes each
+gqa-ring-sweep: $(STAMP)
+	for C in 1 2 4 8; do for o in contiguous zigzag; do $(BIN)/emu run scenarios/ahbm/gqa/llama70b_prefill_ring_1sip.yaml \
+	  --no-bundle --set workload.params.heads=1 --set workload.params.C=$$C --set workload.params.context=512 \
+	  --set workload.params.chunk=512 --set workload.params.ring_order=$$o || exit 1; done; done
 
 # Gemma 3N E4B decode on pccx (docs/pccx-gemma3n.md): one token per scenario, minutes each
 gemma3n-e4b: $(STAMP)

@@ -211,8 +211,89 @@ def test_every_gqa_scenario_validates_and_names_the_workload():
 def test_ring_reduction_topologies_match_and_are_deeper():
     """§4.4: Level-2 / Level-1 ring options (the snake chain to its middle) give the same answer, with
     depth ceil((n-1)/2) instead of the tree's."""
-    p = {"case": "decode", "C": 2, "P": 8, "context": 512, "tile": 64, "l2": "ring", "l1": "ring"}
+    p = {"case": "decode", "C": 2, "P": 8, "context": 512, "tile": 64, "l2": "chain", "l1": "chain"}
     _, _, check, ctx = run(p)
     assert_reference(ctx)
     assert (check["l2_rounds"], check["l1_rounds"]) == (4, 1)
     assert check["merges_ipcq"] == 2 * 7 and check["merges_noc"] == 1 and check["roots"] == 1
+
+
+RING_SMALL = {"case": "prefill", "C": 1, "P": 8, "context": 128, "chunk": 128}   # B = 16 tokens per rank
+
+
+@pytest.mark.parametrize("gemm,state", [("composite", "hbm"), ("dot", "tcm")])
+def test_ring_query_sub_blocks_match_with_state_in_tcm_or_hbm(gemm, state):
+    """Ring prefill tiles its query block into sub-blocks (4 of 4 tokens) that carry their own running
+    state across the ring steps, resident in the TCM or spilled to HBM between steps."""
+    _, _, check, ctx = run({**RING_SMALL, "gemm": gemm, "q_tile": 4, "ring_state": state})
+    assert_reference(ctx)
+    assert (check["ring_q_tile"], check["ring_spill"]) == (4, state == "hbm")
+    assert check["gemm_commands"] == 2 * 4 * 8 * 9 // 2     # 2 GEMMs x 4 sub-blocks x the causal steps
+
+
+def test_ring_auto_tiling_fits_a_block_the_tcm_cannot_hold_whole():
+    """A TCM too small for the whole block's temporaries: the auto rule cuts the block (and spills the state
+    when even the resident state does not fit), the run completes and matches, the peak stays in budget."""
+    from actors.ahbm.kernels.gqa_attention import ring_query_tiling
+    from actors.ahbm.tl.scratch import scheduler_reserve
+    p = {**RING_SMALL, "G": 8, "d": 32}   # B = 16, M = 128 rows
+    for size, spill in (("144KiB", False), ("72KiB", True)):
+        _, _, check, ctx = run(p, over={"tcm": {"size": size}})
+        budget = ctx.prm.tcm_bytes - scheduler_reserve(ctx.prm)
+        with pytest.raises(ValueError, match="does not fit"):   # the whole block would not fit
+            ring_query_tiling(16, 8, 32, budget, q_tile=16, state="tcm")
+        assert check["ring_q_tile"] < 16 and check["ring_spill"] == spill
+        assert check["tcm_peak_B"] <= budget
+        assert_reference(ctx)
+
+
+def test_ring_q_tile_must_divide_the_block():
+    from emulator.errors import BuildError
+    with pytest.raises(BuildError, match="workload.params.q_tile"):
+        run({**RING_SMALL, "q_tile": 5})
+    with pytest.raises(BuildError, match="workload.params.q_tile"):   # zigzag chunks are B/2 = 8 tokens
+        run({**RING_SMALL, "q_tile": 16, "ring_order": "zigzag"})
+    with pytest.raises(BuildError, match="a multiple of 16"):
+        run({**RING_SMALL, "context": 136, "chunk": 136, "ring_order": "zigzag"})
+
+
+@pytest.mark.parametrize("l2,l1,C", [("ring", "mesh", 1), ("tree", "ring", 2), ("ring", "ring", 2)])
+def test_chunked_ring_matches_and_sends_the_formula_count(l2, l1, C):
+    """§4.4 ring option: O cut into n row chunks, reduce-scatter (n - 1 steps) + gather to the root from
+    both sides (n div 2 steps); the triplet count of ring_chunk_messages, three messages each."""
+    from actors.ahbm.kernels.gqa_index import ring_chunk_messages, ring_rounds
+    p = {"case": "decode", "C": C, "P": 8, "context": 512, "tile": 64, "G": 8, "l2": l2, "l1": l1}
+    system, _, check, ctx = run(p)
+    assert_reference(ctx)
+    assert check["roots"] == 1
+    assert ring_rounds(8) == 7 + 4 and ring_chunk_messages(8) == 56 + (1 + 2 + 3 + 4) + (1 + 2 + 3)
+    l2_msgs = C * 3 * (ring_chunk_messages(8) if l2 == "ring" else 8 - 1)
+    l1_msgs = 3 * ring_chunk_messages(C) if l1 == "ring" else 3 * (C - 1)
+    assert sum(ln.messages for ln in system.links if "ipcq.tx_" in ln.name) == l2_msgs
+    assert sum(ln.messages for ln in system.links if "/cpu.noc_out->" in ln.name) == l1_msgs
+    assert check["l2_rounds"] == (11 if l2 == "ring" else 3)
+    assert check["l1_rounds"] == (ring_rounds(C) if l1 == "ring" and C > 1 else C - 1)
+    assert check["ratio_to_bound"] >= 1.0
+
+
+def test_chunked_ring_needs_a_row_per_chunk():
+    from emulator.errors import BuildError
+    with pytest.raises(BuildError, match="workload.params.l2: ring cuts"):
+        run({"case": "decode", "C": 1, "P": 8, "context": 512, "G": 4, "l2": "ring"})
+
+
+@pytest.mark.parametrize("gemm", ["composite", "dot"])
+def test_zigzag_ring_matches_and_balances_the_causal_work(gemm):
+    """Zigzag order: rank r owns chunks r and 2R-1-r; all R steps on every rank (closed ring), the
+    sub-block x chunk folds per rank follow ring_folds and are balanced (max - min <= 1 chunk pair per
+    sub-block), while the contiguous order leaves the last rank R times the first rank's folds."""
+    from actors.ahbm.kernels.gqa_attention import ring_folds
+    R = 8
+    system, _, check, ctx = run({**RING_SMALL, "gemm": gemm, "ring_order": "zigzag"})
+    assert_reference(ctx)
+    assert check["ring_steps"] == R * R and check["ring_steps_skipped"] == 0
+    per_rank = {r["ring_rank"]: r["ring_folds"] for r in ctx.cpu_reports(system).values() if "ring_rank" in r}
+    assert per_rank == {r: len(ring_folds(r, R, 16, "zigzag", 8)) for r in range(R)}
+    assert max(per_rank.values()) - min(per_rank.values()) <= 2
+    contiguous = [len(ring_folds(r, R, 16, "contiguous", 8)) for r in range(R)]
+    assert contiguous[-1] == R * contiguous[0]

@@ -43,6 +43,9 @@ Cases (``case``, and ``C*P``):
   ``r + 1`` of the ``R`` steps; about half the steps of the whole ring vanish).
   After the ring every rank's state is final for its own query block (no KV split
   is left for the §4 reduce), so each rank normalises and stores its own rows.
+  Inside a step the query block is cut into sub-blocks with their own running
+  state (TCM or HBM, :func:`ring_query_tiling`); ``order = "zigzag"`` shards the
+  prompt in 2R chunks for balanced causal work (:func:`ring_chunks`).
 
 2-level reduce-to-root (seed §4), data-driven: a rank posts receives for all its
 children as soon as its own sweep is done and merges them in **arrival order**
@@ -61,7 +64,7 @@ from actors.ahbm.kernels.gqa_index import (GroupLayout, children_of, local_coord
                                            snake, valid_len)
 from actors.ahbm.kernels.merge import fold_tile, init_running, lse_merge
 
-__all__ = ["gqa_attention", "decode_tiles", "prefill_tiles"]
+__all__ = ["gqa_attention", "decode_tiles", "prefill_tiles", "ring_query_tiling", "ring_chunks", "ring_folds"]
 
 F2 = 2   # bytes per bf16 element (float16 numpy proxy, ref §3.3)
 _STEP = {(1, 0): "E", (-1, 0): "W", (0, 1): "S", (0, -1): "N"}
@@ -142,7 +145,7 @@ def _reduce(tl, state, kids, parent, M, d):
 
 
 def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, counter, chunk, start_cube, start_pe,
-                  C, P, gemm, l2, l1, tl):
+                  C, P, gemm, l2, l1, tl, q_tile=0, spill=False, order="contiguous"):
     prm = tl.prm
     pe_id, cube_id, sip = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     lay = GroupLayout(prm.cx, prm.cy, C)
@@ -158,7 +161,8 @@ def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, c
 
     if case == "prefill" and R > 1:
         return _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, G=G, d=d, scale=scale, counter=counter, C=C, P=P, gcube=gcube,
-                     pe_id=pe_id, sip=sip, lay=lay, composite=composite)
+                     pe_id=pe_id, sip=sip, lay=lay, composite=composite, q_tile=q_tile or counter // R,
+                     spill=spill, order=order)
 
     if case == "prefill":   # no SP: one rank holds the whole prompt, query blocks of T_q
         q_start = counter - chunk
@@ -194,21 +198,49 @@ def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, c
         return None
 
     # ---- 2-level reduce-to-root (seed §4) ----
+    stage = o_ptr + M * d * 4   # HBM staging of the chunked ring (after the root's final O)
     kids, parent = [], None
     if P > 1:
         par2 = reduce_tree(l2, prm.gx, prm.gy)
         me = (pe_id % prm.gx, pe_id // prm.gx)
-        for c in children_of(par2, pe_id):
-            kids.append((f"pe{c}", _STEP[(c % prm.gx - me[0], c // prm.gx - me[1])]))
-        if par2[pe_id] is not None:
-            p = par2[pe_id]
-            parent = _STEP[(p % prm.gx - me[0], p // prm.gx - me[1])]
         root_pe = root_of(par2)
+        if l2 == "ring":
+            order = snake(prm.gx, prm.gy)
+            i = order.index(pe_id)
+
+            def step(to):
+                return _STEP[(to % prm.gx - me[0], to // prm.gx - me[1])]
+            state = _chunk_ring(tl, state, nxt=step(order[(i + 1) % P]), prv=step(order[(i - 1) % P]), i=i, n=P,
+                                root=order.index(root_pe), M=M, d=d, stage=stage,
+                                o_ptr=o_ptr if C == 1 else None)
+            if state is None or C == 1:   # a non-root PE, or the CUBE root of a single-CUBE Group (stored)
+                if C == 1 and state is not None:
+                    tl.report("group_root", True)
+                    tl.report("root_done_ps", tl.now())
+                return None
+        else:
+            for c in children_of(par2, pe_id):
+                kids.append((f"pe{c}", _STEP[(c % prm.gx - me[0], c // prm.gx - me[1])]))
+            if par2[pe_id] is not None:
+                p = par2[pe_id]
+                parent = _STEP[(p % prm.gx - me[0], p // prm.gx - me[1])]
     else:
         root_pe = pe_id
     if parent is None and C > 1:   # this PE is its CUBE's root: Level-1 over the Group's CUBE roots
         par1 = reduce_tree(l1, w, h)
         _, cubes = lay.cubes_of_head(lay.head_of_cube(sip, cube_id))
+        if l1 == "ring":   # Level-2 first (its tree, if any), then the chunked ring over the CUBE roots
+            state, order = _reduce(tl, state, kids, None, M, d)
+            tl.report("merge_order", order)
+            ring = snake(w, h)
+            i = ring.index(gcube)
+            state = _chunk_ring(tl, state, nxt=[sip, cubes[ring[(i + 1) % C]], root_pe],
+                                prv=[sip, cubes[ring[(i - 1) % C]], root_pe], i=i, n=C,
+                                root=ring.index(root_of(par1)), M=M, d=d, stage=stage, o_ptr=o_ptr)
+            if state is not None:
+                tl.report("group_root", True)
+                tl.report("root_done_ps", tl.now())
+            return None
         kids += [(f"cube{cubes[c]}", [sip, cubes[c], root_pe]) for c in children_of(par1, gcube)]
         if par1[gcube] is not None:
             parent = [sip, cubes[par1[gcube]], root_pe]
@@ -221,56 +253,283 @@ def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, c
     return None
 
 
+def chunk_rows(M: int, n: int) -> list[tuple[int, int]]:
+    """Row range ``[a, b)`` of each of the ``n`` chunks of an ``M``-row ``O`` (sizes differ by at most 1)."""
+    return [(c * M // n, (c + 1) * M // n) for c in range(n)]
+
+
+def _chunk_ring(tl, state, *, nxt, prv, i, n, root, M, d, stage, o_ptr):
+    """Chunked-O ring reduce-to-root over ``n`` nodes (seed §4.4 ``ring`` option), this node at ring index ``i``.
+
+    ``O`` (with its ``m``, ``l``) is cut into ``n`` row chunks (:func:`chunk_rows`; rows are independent
+    softmax rows, so each chunk carries its own ``m``, ``l``).  The kernel has no TCM slicing, so the
+    partial is staged in this PE's HBM at ``stage`` and chunks are DMA-loaded from it.
+
+    * reduce-scatter, ``n - 1`` steps: at step ``t`` node ``i`` sends the chunk ``(i - t) mod n`` it holds
+      (its own partial at ``t = 0``, else the one it merged at ``t - 1``) to ``nxt`` and merges the chunk
+      ``(i - t - 1) mod n`` arriving from ``prv`` into its own partial of that chunk; afterwards it holds
+      chunk ``(i + 1) mod n`` reduced over all ``n`` nodes;
+    * gather to the root ``root`` from both sides: the ``f = n div 2`` nodes upstream of the root send
+      along the ring, the other ``n - 1 - f`` against it; the node ``k`` hops away sends its chunk and
+      forwards the chunks of the nodes further out on its side; the root receives ``n - 1``.
+
+    FORWARD: ``tl.send`` of a buffer still being received on the same IPCQ engine is not ordered after
+    that receive by the runtime (same-engine handles are not settled, runtime._tcm), so the kernel waits
+    for a received tensor before it forwards it (here and in the Ring's K/V forwarding).
+
+    Every chunk travels as a triplet ``(m, l, O)`` of three messages (seed §4.4 payload).  Rounds
+    ``n - 1 + n div 2``, triplets ``n (n - 1) + f (f + 1) / 2 + g (g + 1) / 2`` with ``g = n - 1 - f``
+    (gqa_index.ring_rounds / ring_chunk_messages).
+    Returns ``None`` on a non-root node; on the root, with ``o_ptr`` it normalises each chunk and stores
+    it at its rows of ``O`` (returns ``()``), else it returns the full reduced ``(m, l, O)`` (reassembled
+    through the staging area) for the next level.
+    """
+    m, l, O = state
+    rows = chunk_rows(M, n)
+    so, sm, sl = stage, stage + M * d * 4, stage + M * (d + 1) * 4
+    tl.store(so, O)
+    tl.store(sm, m)
+    tl.store(sl, l)
+
+    def part(c):
+        a, b = rows[c]
+        return (tl.load(sm + a * 4, (b - a, 1), "<f4"), tl.load(sl + a * 4, (b - a, 1), "<f4"),
+                tl.load(so + a * d * 4, (b - a, d), "<f4"))
+
+    def recv(c):
+        a, b = rows[c]
+        return [tl.recv_async(prv, sh) for sh in ((b - a, 1), (b - a, 1), (b - a, d))]
+
+    def send(trip):
+        for x in trip:
+            tl.send(nxt, x)
+
+    cur = part(i)
+    for t in range(n - 1):
+        c = (i - t - 1) % n
+        with tl.scratch_scope():
+            got = recv(c)
+            send(cur)
+            cur = lse_merge(tl, part(c), got)
+    k = (root - i) % n   # hops to the root along nxt
+    f = n // 2           # nodes 1..f hops upstream gather forwards (along nxt), the other n-1-f backwards
+    if k:
+        fwd = k <= f
+        dist, far = (k, f) if fwd else (n - k, n - 1 - f)
+        out, src = (nxt, prv) if fwd else (prv, nxt)
+        for x in cur:
+            tl.send(out, x)
+        for u in range(1, far - dist + 1):   # forward the chunks of the nodes behind this one
+            with tl.scratch_scope():
+                c = (i - u + 1) % n if fwd else (i + u + 1) % n
+                a, b = rows[c]
+                trip = [tl.recv_async(src, sh) for sh in ((b - a, 1), (b - a, 1), (b - a, d))]
+                tl.wait(*trip)   # FORWARD: the runtime does not order an IPCQ send after the IPCQ recv of its buffer
+                for x in trip:
+                    tl.send(out, x)
+        return None
+    chunks = {(i + 1) % n: cur}
+    for u in range(1, f + 1):   # from the node u hops upstream (via prv): its chunk (i - u + 1) mod n
+        chunks[(i - u + 1) % n] = recv((i - u + 1) % n)
+    for u in range(1, n - f):   # from the node u hops downstream (via nxt): its chunk (i + u + 1) mod n
+        a, b = rows[(i + u + 1) % n]
+        chunks[(i + u + 1) % n] = [tl.recv_async(nxt, sh) for sh in ((b - a, 1), (b - a, 1), (b - a, d))]
+    for c, (cm, cl, cO) in sorted(chunks.items()):
+        a = rows[c][0]
+        if o_ptr is not None:
+            tl.store(o_ptr + a * d * 4, cO / cl)
+        else:
+            tl.store(sm + a * 4, cm)
+            tl.store(sl + a * 4, cl)
+            tl.store(so + a * d * 4, cO)
+    if o_ptr is not None:
+        return ()
+    return tl.load(sm, (M, 1), "<f4"), tl.load(sl, (M, 1), "<f4"), tl.load(so, (M, d), "<f4")
+
+
 def ring_position(pe_id: int, gcube: int, gx: int, gy: int, w: int, h: int, P: int) -> int:
     """Ring rank of a PE: its index along the CUBE's PE snake, CUBEs along the Group's snake."""
     return snake(w, h).index(gcube) * P + (snake(gx, gy).index(pe_id) if P > 1 else 0)
 
 
-def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, pe_id, sip, lay, composite):
-    """Prefill SP: causal Ring Attention over the Group's R = C*P ranks (module docstring)."""
+def ring_query_tiling(B: int, G: int, d: int, budget: int, min_rows: int = 32,
+                      q_tile: int = 0, state: str = "auto", unit: int = 0) -> tuple[int, bool]:
+    """``(T_s, spill)``: query tokens per sub-block of a Ring rank's block of ``B`` tokens, and whether the
+    running ``(m, l, O)`` of the sub-blocks lives in HBM between ring steps instead of the TCM.
+
+    TCM estimate (bytes, fp32 = 4, bf16 = 2) for ``M_s = G*T_s`` rows, from the tensors merge.fold_tile and
+    the diagonal mask create (module docstring of merge.py; checked against the runtime's ``tcm_peak_B``):
+
+    * K/V ping-pong, always: ``4 * B*d*2`` (the block held + the block being received, K and V);
+    * per-step temporaries of one sub-block: ``(6*M_s*B + 4*M_s*d) * 4`` (S, mask, S+mask, S-m, P, the
+      bf16 copy of P; the P·V result, O*corr, the new O, one broadcast) + ``M_s*d*2`` for its Q;
+    * resident state of every sub-block: ``B/T_s * M_s*(d+2)*4`` (+ the Q of each).
+
+    The same for both GEMM variants: composites read Q and K/V in the TCM and write S there (seed §B.3).
+
+    Resident (no spill) with the largest divisor ``T_s`` of ``B`` that fits ``budget`` and keeps
+    ``M_s >= min_rows`` (the MAC array's rows: fewer rows pad the GEMMs and multiply the ops); else
+    spill: the state of each sub-block is loaded from and stored back to HBM around its fold
+    (3 + 3 DMAs per sub-block and step), with the largest ``T_s`` whose temporaries fit.
+    ``T_s`` divides ``unit`` (default ``B``; the zigzag order's chunk ``B/2``).
+    ``q_tile > 0`` forces ``T_s``; ``state`` = ``"tcm"`` / ``"hbm"`` forces
+    resident / spilled state (``"auto"``: as above).
+    """
+    kv = 4 * B * d * 2
+
+    def temps(ms):
+        return (6 * ms * B + 4 * ms * d) * 4 + ms * d * 2
+
+    def held(ms):
+        return ms * (d + 2) * 4 + ms * d * 2
+
+    unit = unit or B
+    divs = [t for t in range(unit, 0, -1) if unit % t == 0] if q_tile <= 0 else [q_tile]
+    if state != "hbm":
+        for t in divs:
+            ms = G * t
+            if kv + temps(ms) + (B // t) * held(ms) <= budget and (ms >= min(min_rows, G * B) or q_tile > 0
+                                                                    or state == "tcm"):
+                return t, False
+    if state != "tcm":
+        for t in divs:
+            if kv + temps(G * t) + held(G * t) <= budget:
+                return t, True
+    raise ValueError(f"a Ring block of {B} tokens (G = {G}, d = {d}, query sub-blocks {divs[-1]} tokens, state"
+                     f" {state}) does not fit the TCM budget of {budget} B (K/V ping-pong alone: {kv} B)")
+
+
+def ring_chunks(r: int, R: int, B: int, order: str) -> list[tuple[int, int]]:
+    """``(first position, tokens)`` of the prompt chunks rank ``r`` owns (its Q, K and V rows).
+
+    ``contiguous``: one chunk ``[r B, (r+1) B)``; ``zigzag``: the prompt in ``2R`` chunks of ``B/2``,
+    rank ``r`` owns chunks ``r`` and ``2R - 1 - r`` (an early and a late one), so every rank has about the
+    same causal work (Brandon et al. 2023, "Striped Attention"; the zigzag variant of ring-flash-attention).
+    """
+    if order == "contiguous":
+        return [(r * B, B)]
+    h = B // 2
+    return [(r * h, h), ((2 * R - 1 - r) * h, h)]
+
+
+def ring_folds(r: int, R: int, B: int, order: str, q_tile: int) -> list[int]:
+    """Keys of every (query sub-block x K/V chunk) fold rank ``r`` runs over the whole ring (the kernel's
+    skip rule: a chunk starting at or after the sub-block's last query + 1 is skipped)."""
+    subs = [q0 + t for q0, n in ring_chunks(r, R, B, order) for t in range(0, n, q_tile)]
+    srcs = range(r + 1) if order == "contiguous" else range(R)
+    return [n for j in srcs for k0, n in ring_chunks(j, R, B, order) for q0 in subs if k0 < q0 + q_tile]
+
+
+def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, pe_id, sip, lay, composite,
+          q_tile, spill, order):
+    """Prefill SP: causal Ring Attention over the Group's R = C*P ranks (module docstring).
+
+    The rank's query rows (its chunks, :func:`ring_chunks`) are cut into sub-blocks of ``q_tile`` tokens,
+    ``M_s = G*q_tile`` rows (Q and O are sub-block-major ``[B/q_tile, G*q_tile, d]`` in HBM, chunk after
+    chunk); every sub-block carries its own running ``(m, l, O)`` across the ring steps, in the TCM
+    (``spill = False``) or in HBM right after the final O (``spill = True``: ``[O | m | l]`` per
+    sub-block, loaded before and stored after its folds).  A step's K/V block (one tensor pair per
+    chunk of the source rank, shared by all sub-blocks) is folded into every sub-block it is not
+    entirely after (``tile_all_future`` skip per sub-block x chunk; a straddling pair gets the mask).
+
+    ``contiguous``: rank ``r`` needs blocks ``r, r-1, .., 0`` only: ``r + 1`` steps (causal step skip).
+    ``zigzag``: every rank needs every block: ``R`` steps over a closed ring (rank ``R-1`` sends to 0),
+    about half of the sub-block x chunk pairs skipped on every rank.
+    """
     prm = tl.prm
     w, h = lay.shape
     R = C * P
     B = counter // R
-    M = G * B
+    Ts = q_tile
+    Ms = G * Ts
     pes, cubes_snake = snake(prm.gx, prm.gy), snake(w, h)
     _, cubes = lay.cubes_of_head(lay.head_of_cube(sip, tl.program_id(1)))
     r = ring_position(pe_id, gcube, prm.gx, prm.gy, w, h, P)
+    subs = [q0 + t for q0, n in ring_chunks(r, R, B, order) for t in range(0, n, Ts)]   # first position
+    nsub = len(subs)
 
     def peer(rr):
+        rr %= R
         gc, pp = cubes_snake[rr // P], pes[rr % P] if P > 1 else 0
         if gc == gcube:
             a, b = (pe_id % prm.gx, pe_id // prm.gx), (pp % prm.gx, pp // prm.gx)
             return _STEP[(b[0] - a[0], b[1] - a[1])]
         return [sip, cubes[gc], pp]
 
-    nxt_peer = peer(r + 1) if r + 1 < R else None
-    prv_peer = peer(r - 1) if r > 0 else None
-    q = tl.load(q_ptr, (M, d))
-    kT, v = tl.load(k_ptr, (d, B)), tl.load(v_ptr, (B, d))   # own block; sent on to rank r + 1
-    m, l, O = init_running(tl, M, d)
-    steps = 0
-    for s in range(r + 1):   # causal step skip: blocks r+1 .. R-1 are after this query block
-        j = r - s
+    def q_at(i):
+        return q_ptr + i * Ms * d * F2
+
+    def o_at(i):
+        return o_ptr + i * Ms * d * 4
+
+    def spill_at(i):   # [O (Ms*d) | m (Ms) | l (Ms)] fp32 per sub-block, after the final O
+        base = o_ptr + B * G * d * 4 + i * Ms * (d + 2) * 4
+        return base, base + Ms * d * 4, base + Ms * (d + 1) * 4
+
+    zig = order == "zigzag"
+    n_steps = R if zig else r + 1
+    nxt_peer = peer(r + 1) if zig or r + 1 < R else None
+    prv_peer = peer(r - 1) if zig or r > 0 else None
+    own = ring_chunks(r, R, B, order)
+    kv = [t for k, (_, n) in enumerate(own) for t in (tl.load(k_ptr + k * (B // len(own)) * d * F2, (d, n)),
+                                                      tl.load(v_ptr + k * (B // len(own)) * d * F2, (n, d)))]
+    shapes = [sh for _, n in own for sh in ((d, n), (n, d))]
+    qs = [] if spill else [tl.load(q_at(i), (Ms, d)) for i in range(nsub)]   # lazy loads (composites read the TCM)
+    state = [] if spill else [x for _ in range(nsub) for x in init_running(tl, Ms, d)]
+    steps = folds = 0
+    for s in range(n_steps):   # contiguous: causal step skip, blocks r+1 .. R-1 are after this rank's queries
+        j = (r - s) % R
         with tl.scratch_scope():
-            if s < r:            # ping-pong: post the next block's receive before computing on this one
-                nk, nv = tl.recv_async(prv_peer, (d, B), "<f2"), tl.recv_async(prv_peer, (B, d), "<f2")
-            if nxt_peer is not None:
-                tl.send(nxt_peer, kT)
-                tl.send(nxt_peer, v)
-            vb = v               # the block is in the TCM: the composite reads it there (seed §B.3)
-            if composite:
-                Sj = tl.composite("gemm", a=q, b=kT, epilogue=[("scale", scale)])
-            else:
-                Sj = tl.dot(q, kT) * scale
-            if j == r:           # diagonal block: triangular additive mask
-                Sj = Sj + tl.causal_mask(M, B, q0=r * B, q_period=B, k0=j * B)
-            m, l, O = fold_tile(tl, m, l, O, Sj, vb, composite)
+            if s + 1 < n_steps:   # ping-pong: post the next block's receive before computing on this one
+                nkv = [tl.recv_async(prv_peer, sh, "<f2") for sh in shapes]
+            if nxt_peer is not None and (s + 1 < n_steps if zig else True):
+                tl.wait(*kv)   # forward the block held; it must have arrived (FORWARD note, _chunk_ring)
+                for x in kv:
+                    tl.send(nxt_peer, x)
+            blocks = []
+            for k, (k0, n) in enumerate(ring_chunks(j, R, B, order)):
+                blocks.append((k0, n, kv[2 * k], kv[2 * k + 1]))   # in the TCM: composites read it there (§B.3)
+            for i, q0 in enumerate(subs):
+                todo = [b for b in blocks if b[0] < q0 + Ts]   # tile_all_future pairs are skipped
+                last = s + 1 == n_steps
+                if not todo and not last:
+                    continue
+                with tl.scratch_scope():
+                    q = qs[i] if qs else tl.load(q_at(i), (Ms, d))
+                    if not spill:
+                        m, l, O = state[3 * i:3 * i + 3]
+                    elif s == 0:
+                        m, l, O = init_running(tl, Ms, d)
+                    else:
+                        ao, am, al = spill_at(i)
+                        m, l, O = tl.load(am, (Ms, 1), "<f4"), tl.load(al, (Ms, 1), "<f4"), tl.load(ao, (Ms, d), "<f4")
+                    for k0, n, kb, vb in todo:
+                        if composite:
+                            Sj = tl.composite("gemm", a=q, b=kb, epilogue=[("scale", scale)])
+                        else:
+                            Sj = tl.dot(q, kb) * scale
+                        if k0 + n - 1 > q0:   # straddles the diagonal: triangular additive mask
+                            Sj = Sj + tl.causal_mask(Ms, n, q0=q0, q_period=Ts, k0=k0)
+                        m, l, O = fold_tile(tl, m, l, O, Sj, vb, composite)
+                        folds += 1
+                    if last:              # last step: this sub-block is final
+                        tl.store(o_at(i), O / l)
+                    elif spill:
+                        ao, am, al = spill_at(i)
+                        tl.store(am, m)
+                        tl.store(al, l)
+                        tl.store(ao, O)
+                    else:
+                        state[3 * i:3 * i + 3] = [m, l, O]
+                    del m, l, O, q   # only `state` carries a sub-block's running state out of its scope
+            del blocks
             steps += 1
-            if s < r:
-                kT, v = nk, nv
+            if s + 1 < n_steps:
+                kv = nkv
     tl.report("ring_steps", steps)
     tl.report("ring_steps_skipped", R - steps)
+    tl.report("ring_folds", folds)
     tl.report("ring_rank", r)
-    tl.store(o_ptr, O / l)
+    tl.report("ring_q_tile", Ts)
+    tl.report("ring_spill", spill)
     return None

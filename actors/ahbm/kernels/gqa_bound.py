@@ -14,7 +14,9 @@ by a sweep.  Every term is a time no schedule can beat on the modelled machine:
   the fill/drain (a lower bound for any tiling: back-to-back commands overlap it);
 * ``reduction``: per Level-2 tree level one IPCQ hop carrying ``O`` (``ipcq.fixed_overhead``
   + O bytes / ``ipcq.bandwidth``), per Level-1 level one CUBE-to-CUBE crossing
-  (intra-SIP UCIe ``2 x port_latency + link`` + O bytes / UCIe bandwidth).
+  (intra-SIP UCIe ``2 x port_latency + link`` + O bytes / UCIe bandwidth); a chunked-O ring level
+  (``l*_chunks = n``) has ``n - 1 + n div 2`` levels (rounds) of one hop carrying ``O / n`` each
+  (the smallest chunk, rounded down).
 
 ``bound = launch + first_access + max(kv, gemm) + reduction``: K/V streaming and
 the GEMMs may overlap perfectly, so only the larger one counts; the reduction
@@ -35,15 +37,16 @@ def padded_gemm_cycles(m: int, k: int, n: int, prm) -> int:
     return gemm_core_cycles(m, k, n, prm)
 
 
-def attention_bound(prm, *, M: int, d: int, tiles: list[int], kv_keys: int, l2_depth: int, l1_depth: int) -> dict:
+def attention_bound(prm, *, M: int, d: int, tiles: list[int], kv_keys: int, l2_depth: int, l1_depth: int,
+                    l2_chunks: int = 1, l1_chunks: int = 1) -> dict:
     """Terms and total (ps) for one rank sweeping ``tiles`` (keys per KV tile, M query rows) over ``kv_keys``
     keys of K and V, followed by ``l2_depth`` IPCQ and ``l1_depth`` CUBE-NOC reduction levels."""
     kv_bytes = 2 * kv_keys * d * 2
     hbm_bw = prm.pcs * prm.pc_bw_eff
     cycles = sum(padded_gemm_cycles(M, d, n, prm) + padded_gemm_cycles(M, n, d, prm) for n in tiles)
     o_bytes = M * d * 4
-    hop2 = prm.ipcq_overhead + transfer_ps(o_bytes, prm.ipcq_bw)
-    hop1 = prm.cube_link_latency + transfer_ps(o_bytes, prm.cube_link_bw)
+    hop2 = prm.ipcq_overhead + transfer_ps(o_bytes // l2_chunks, prm.ipcq_bw)
+    hop1 = prm.cube_link_latency + transfer_ps(o_bytes // l1_chunks, prm.cube_link_bw)
     terms = {"launch_ps": prm.launch_latency, "first_access_ps": prm.dma_setup + prm.hbm_latency,
              "kv_ps": transfer_ps(kv_bytes, hbm_bw), "gemm_ps": prm.pe_clk.ps(cycles),
              "reduction_ps": l2_depth * hop2 + l1_depth * hop1}

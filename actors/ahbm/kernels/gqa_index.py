@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 __all__ = ["local_coords", "rank_of", "coords_of_rank", "valid_len", "slot_to_global", "global_to_rank_slot",
            "writer_rank", "place_s0", "writer_s21_literal", "GroupLayout", "centre_tree", "tree_depth",
-           "snake", "chain_tree", "reduce_tree", "children_of", "root_of"]
+           "snake", "chain_tree", "reduce_tree", "children_of", "root_of", "ring_rounds", "ring_chunk_messages"]
 
 
 # -- §2.1 / P5 (kept) -----------------------------------------------------------------------------
@@ -198,12 +198,27 @@ def chain_tree(w: int, h: int) -> dict[int, int | None]:
 
 def reduce_tree(topology: str, w: int, h: int) -> dict[int, int | None]:
     """Parent map of the reduction over a ``w x h`` mesh: ``tree``/``mesh`` = :func:`centre_tree`,
-    ``ring`` = :func:`chain_tree`."""
+    ``chain`` = :func:`chain_tree`; ``ring`` (the chunked-O ring, gqa_attention._chunk_ring) has no
+    tree, it shares the chain's root (the snake's middle node) so :func:`root_of` names its root."""
     if topology in ("tree", "mesh"):
         return centre_tree(w, h)
-    if topology == "ring":
+    if topology in ("chain", "ring"):
         return chain_tree(w, h)
-    raise ValueError(f"reduction topology must be tree|mesh|ring, found {topology!r}")
+    raise ValueError(f"reduction topology must be tree|mesh|chain|ring, found {topology!r}")
+
+
+def ring_rounds(n: int) -> int:
+    """Rounds of the chunked-O ring over ``n`` nodes: ``n - 1`` reduce-scatter steps + ``n div 2`` gather
+    steps (the gather runs towards the root from both sides)."""
+    return n - 1 + n // 2 if n > 1 else 0
+
+
+def ring_chunk_messages(n: int) -> int:
+    """Chunk triplets the chunked-O ring sends over ``n`` nodes: ``n (n - 1)`` in the reduce-scatter (every
+    node, every step) + the gather's hops: the ``f = n div 2`` nodes on one side of the root at 1..f hops,
+    the ``g = n - 1 - f`` on the other at 1..g hops, ``f (f + 1) / 2 + g (g + 1) / 2``."""
+    f, g = n // 2, n - 1 - n // 2
+    return n * (n - 1) + f * (f + 1) // 2 + g * (g + 1) // 2
 
 
 def children_of(parent: dict[int, int | None], node: int) -> list[int]:

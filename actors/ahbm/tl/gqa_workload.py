@@ -19,7 +19,9 @@ upper half (runtime.py).  Inputs (data mode): per head ``q [G, T, d]``, ``K, V
 * prefill, ``C = P = 1``: the whole context on one PE; ``q`` holds the chunk's
   last ``chunk`` positions in query blocks of ``T_q`` (block-major ``[nb, G*T_q, d]``);
 * prefill, ``C*P > 1`` (Ring): ring-order sharding, rank ``r`` (ring position)
-  holds positions ``[r*B, (r+1)*B)`` of Q, K and V (a fresh prompt: ``chunk = context``).
+  holds positions ``[r*B, (r+1)*B)`` of Q, K and V (a fresh prompt: ``chunk = context``),
+  or with ``ring_order: zigzag`` the chunks ``r`` and ``2R-1-r`` of ``B/2``; K and V per chunk
+  (K transposed), Q and O sub-block-major ``[B/q_tile, G*q_tile, d]``, chunk after chunk.
 
 Reference: float64 causal softmax attention (decode: the query at position
 ``context - 1`` attends every cached key).  Metrics (flat, for sweeps):
@@ -28,7 +30,8 @@ Reference: float64 causal softmax attention (decode: the query at position
 ``merges_noc``, ``roots`` (PEs that stored a result), ``kv_bytes_read`` and
 ``kv_loads`` (DMA loads from the K/V regions, all PEs), ``gemm_commands``
 (composites + dots), ``ring_steps``, ``ring_steps_skipped``, ``tiles_computed``,
-``tiles_skipped``.
+``tiles_skipped``, ``ring_q_tile`` / ``ring_spill`` (the Ring's query sub-block width and whether its
+running state lives in HBM).
 """
 from __future__ import annotations
 
@@ -36,14 +39,16 @@ import math
 
 import numpy as np
 
-from actors.ahbm.kernels.gqa_attention import decode_tiles, gqa_attention, prefill_tiles, ring_position
+from actors.ahbm.kernels.gqa_attention import (decode_tiles, gqa_attention, prefill_tiles, ring_chunks, ring_folds,
+                                               ring_position, ring_query_tiling)
 from actors.ahbm.kernels.gqa_bound import attention_bound
-from actors.ahbm.kernels.gqa_index import (GroupLayout, coords_of_rank, reduce_tree, root_of, tree_depth,
-                                           valid_len)
+from actors.ahbm.kernels.gqa_index import (GroupLayout, coords_of_rank, reduce_tree, ring_rounds, root_of, snake,
+                                           tree_depth, valid_len)
 from actors.ahbm.dma import REGION_BITS
 from actors.ahbm.params import pe_name
 from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.tl.kernel_workload import KernelHooks, KernelLayout, Output, kernel_workload
+from actors.ahbm.tl.scratch import scheduler_reserve
 from actors.registry import HOST_DATA_BYTES, format_bytes
 from emulator.errors import BuildError
 from emulator.schema import Enum, Int, Map
@@ -69,11 +74,23 @@ PARAMS = Map({
     "context": Int(min=1, default=256, doc="tokens in the KV cache (global_token_counter)"),
     "chunk": Int(min=1, default=64, doc="prefill: query tokens, the context's last `chunk` positions"),
     "T_q": Int(min=1, default=16, doc="prefill no-SP: query block width"),
+    "q_tile": Int(min=0, default=0, doc="Ring prefill: query tokens per sub-block inside a ring step (must divide"
+                                        " context / (C x P)); 0 = the largest that keeps every sub-block's running"
+                                        " state in the TCM, else HBM spill (kernels/gqa_attention.ring_query_tiling)"),
+    "ring_order": Enum(["contiguous", "zigzag"], default="contiguous",
+                       doc="Ring prefill sharding: contiguous blocks (causal step skip: rank r runs r+1 steps) or"
+                           " zigzag (rank r owns chunks r and 2R-1-r of 2R: balanced causal work, R steps each)"),
+    "ring_state": Enum(["auto", "tcm", "hbm"], default="auto",
+                       doc="Ring prefill: where the sub-blocks' running (m, l, O) live between ring steps"),
     "tile": Int(min=0, default=64, doc="keys per KV tile, 0 = one shot"),
     "gemm": Enum(["composite", "dot"], default="composite",
                  doc="composite: non-blocking tl.composite GEMMs (seed hybrid); dot: blocking tl.dot"),
-    "l2": Enum(["tree", "ring"], default="tree", doc="Level-2 (PEs of a CUBE, IPCQ) reduction topology"),
-    "l1": Enum(["mesh", "ring"], default="mesh", doc="Level-1 (CUBE roots, CUBE NOC) reduction topology"),
+    "l2": Enum(["tree", "chain", "ring"], default="tree",
+               doc="Level-2 (PEs of a CUBE, IPCQ) reduction topology: tree = centre root; chain = the snake"
+                   " towards its middle (whole O per hop); ring = chunked-O ring (reduce-scatter + gather)"),
+    "l1": Enum(["mesh", "chain", "ring"], default="mesh",
+               doc="Level-1 (CUBE roots, CUBE NOC) reduction topology: mesh = centre root; chain; ring ="
+                   " chunked-O ring"),
     "request_id": Int(min=0, default=0, doc="rotation: start_cube = id mod C, start_pe = (id div C) mod P"),
 })
 
@@ -106,9 +123,11 @@ def gqa_layout(prm, p) -> KernelLayout:
     if case == "prefill":
         if p["chunk"] > p["context"]:
             raise BuildError(f"workload.params.chunk: at most context = {p['context']}, found {p['chunk']}")
-        if R > 1 and (p["chunk"] != p["context"] or p["context"] % R):
-            raise BuildError(f"workload.params.chunk: Ring prefill (C x P = {R}) runs a fresh prompt:"
-                             f" chunk = context, a multiple of {R}; found chunk {p['chunk']}, context {p['context']}")
+        n = R * (2 if p["ring_order"] == "zigzag" else 1)
+        if R > 1 and (p["chunk"] != p["context"] or p["context"] % n):
+            raise BuildError(f"workload.params.chunk: Ring prefill (C x P = {R}, {p['ring_order']}) runs a fresh"
+                             f" prompt: chunk = context, a multiple of {n}; found chunk {p['chunk']},"
+                             f" context {p['context']}")
         if R == 1 and p["chunk"] % p["T_q"]:
             raise BuildError(f"workload.params.T_q: must divide chunk = {p['chunk']}, found {p['T_q']}")
     coords = []
@@ -120,10 +139,52 @@ def gqa_layout(prm, p) -> KernelLayout:
                 T_q=1 if case == "decode" else p["T_q"], d=p["d"], tile=p["tile"], scale=1.0 / math.sqrt(p["d"]),
                 counter=p["context"], chunk=p["chunk"], start_cube=sc, start_pe=sp, C=C, P=P, gemm=p["gemm"],
                 l2=p["l2"], l1=p["l1"])
+    q_tile, spill = _ring_tiling(prm, p) if _ring(p) else (0, False)
+    if _ring(p):   # only the Ring's launch carries them (other launches, and their digests, unchanged)
+        args.update(q_tile=q_tile, spill=spill)
+        if p["ring_order"] != "contiguous":
+            args["order"] = p["ring_order"]
     w, h_ = lay.shape
-    info = {"group": lay, "l2_depth": tree_depth(reduce_tree(p["l2"], prm.gx, prm.gy)) if P > 1 else 0,
-            "l1_depth": tree_depth(reduce_tree(p["l1"], w, h_)) if C > 1 else 0}
+    if case == "decode":
+        _check_chunked_rings(prm, p, w, h_)
+    info = {"q_tile": q_tile, "spill": spill, "group": lay,
+            "l2_depth": _rounds(p["l2"], prm.gx, prm.gy) if P > 1 else 0,
+            "l1_depth": _rounds(p["l1"], w, h_) if C > 1 else 0,
+            "l2_chunks": P if p["l2"] == "ring" else 1, "l1_chunks": C if p["l1"] == "ring" else 1}
     return KernelLayout(coords, lambda c: args, lambda c: (c[2], c[1], c[0]), (prm.P, prm.cubes, prm.sips), info)
+
+
+def _rounds(topology: str, w: int, h: int) -> int:
+    return ring_rounds(w * h) if topology == "ring" else tree_depth(reduce_tree(topology, w, h))
+
+
+def _check_chunked_rings(prm, p, w: int, h: int) -> None:
+    """The chunked-O ring needs a closed IPCQ ring (the PE snake's ends are neighbours) and one row of O
+    (``G`` rows in decode) per chunk."""
+    if p["l2"] == "ring" and p["P"] > 1:
+        ends = snake(prm.gx, prm.gy)
+        a, b = ends[0], ends[-1]
+        if abs(a % prm.gx - b % prm.gx) + abs(a // prm.gx - b // prm.gx) != 1:
+            raise BuildError(f"workload.params.l2: ring needs a PE grid whose snake closes into an IPCQ ring"
+                             f" (2 rows), found {prm.gx} x {prm.gy}")
+    for key, n in (("l2", p["P"]), ("l1", p["C"])):
+        if p[key] == "ring" and n > p["G"]:
+            raise BuildError(f"workload.params.{key}: ring cuts O's G = {p['G']} rows into {n} chunks; needs"
+                             f" G >= {n}, found G = {p['G']}")
+
+
+def _ring_tiling(prm, p) -> tuple[int, bool]:
+    """Ring prefill: (query tokens per sub-block, state spilled to HBM) for this machine's TCM budget."""
+    B = p["context"] // (p["C"] * p["P"])
+    unit = B // 2 if p["ring_order"] == "zigzag" else B
+    if p["q_tile"] and unit % p["q_tile"]:
+        raise BuildError(f"workload.params.q_tile: must divide the Ring chunk ({p['ring_order']}) of {unit} tokens,"
+                         f" found {p['q_tile']}")
+    try:
+        return ring_query_tiling(B, p["G"], p["d"], prm.tcm_bytes - scheduler_reserve(prm), prm.array_rows,
+                                 p["q_tile"], p["ring_state"], unit)
+    except ValueError as e:
+        raise BuildError(f"workload.params.context: {e}") from None
 
 
 def _limits(profile: dict, p: dict, mode: str) -> list:
@@ -137,7 +198,8 @@ def _limits(profile: dict, p: dict, mode: str) -> list:
     else:
         rows, keys = G * (S // R), S // R
     cap = profile["hbm"]["capacity"]
-    need = {"q": rows * d * 2, "o": rows * d * 4, "k": keys * d * 2, "v": keys * d * 2}
+    spill = rows * (d + 2) * 4 if p["case"] == "prefill" and R > 1 else 0   # worst case: Ring state in HBM
+    need = {"q": rows * d * 2, "o": rows * d * 4 + spill, "k": keys * d * 2, "v": keys * d * 2}
     room = {"q": ADDR["o"] - ADDR["q"], "o": ADDR["k"] - ADDR["o"], "k": ADDR["v"] - ADDR["k"],
             "v": cap - ADDR["v"]}
     out = []
@@ -205,10 +267,18 @@ def gqa_place(place, lay: KernelLayout, data, p) -> None:
             B = S // R
             for c in _group_coords(lay, h):
                 r = _ring_rank(lay, prm, p, c)
-                sl = slice(r * B, (r + 1) * B)
-                place.write(c, ADDR["k"], np.ascontiguousarray(k[sl].T).tobytes())
-                place.write(c, ADDR["v"], np.ascontiguousarray(v[sl]).tobytes())
-                place.write(c, ADDR["q"], np.ascontiguousarray(q[:, sl, :].reshape(G * B, d)).tobytes())
+                chunks = ring_chunks(r, R, B, p["ring_order"])
+                for i, (k0, n) in enumerate(chunks):   # K (transposed) and V per chunk, chunk after chunk
+                    place.write(c, ADDR["k"] + i * n * d * 2, np.ascontiguousarray(k[k0:k0 + n].T).tobytes())
+                    place.write(c, ADDR["v"] + i * n * d * 2, np.ascontiguousarray(v[k0:k0 + n]).tobytes())
+                rows = np.concatenate([_sub_blocks(q[:, k0:k0 + n, :], lay.info["q_tile"]) for k0, n in chunks])
+                place.write(c, ADDR["q"], np.ascontiguousarray(rows).tobytes())
+
+
+def _sub_blocks(x, t: int):
+    """``[G, B, ...]`` rows -> sub-block-major ``[B/t, G*t, ...]`` (the Ring kernel's Q and O layout)."""
+    G, B = x.shape[:2]
+    return x.reshape(G, B // t, t, *x.shape[2:]).swapaxes(0, 1).reshape(B // t, G * t, *x.shape[2:])
 
 
 def _group_coords(lay: KernelLayout, h: int) -> list:
@@ -253,9 +323,9 @@ def gqa_outputs(ctx) -> list:
             nb = p["chunk"] // p["T_q"]
             outs.append(Output((sip, cubes[0], 0), ADDR["o"], (nb, G * p["T_q"], d), f"h{h}"))
         else:
-            B = p["context"] // R
+            B, t = p["context"] // R, ctx.layout.info["q_tile"]
             for c in _group_coords(ctx.layout, h):
-                outs.append(Output(c, ADDR["o"], (G * B, d), f"h{h}/r{_ring_rank(ctx.layout, prm, p, c)}"))
+                outs.append(Output(c, ADDR["o"], (B // t, G * t, d), f"h{h}/r{_ring_rank(ctx.layout, prm, p, c)}"))
     return outs
 
 
@@ -276,11 +346,13 @@ def gqa_reference(ctx) -> dict:
                 blocks.append(reference_gqa(rows, k, v, pos))
             out[f"h{h}"] = np.stack(blocks)
         else:
-            B = S // R
+            B, t = S // R, ctx.layout.info["q_tile"]
             for r in range(R):
-                rows = q[:, r * B:(r + 1) * B, :].reshape(G * B, d)
-                pos = [r * B + t for _ in range(G) for t in range(B)]
-                out[f"h{h}/r{r}"] = reference_gqa(rows, k, v, pos)
+                chunks = ring_chunks(r, R, B, p["ring_order"])
+                rows = np.concatenate([_sub_blocks(q[:, k0:k0 + n, :], t) for k0, n in chunks]).reshape(-1, d)
+                pos = np.concatenate([_sub_blocks(np.broadcast_to(np.arange(k0, k0 + n), (G, n)), t)
+                                      for k0, n in chunks]).reshape(-1)
+                out[f"h{h}/r{r}"] = reference_gqa(rows, k, v, pos).reshape(B // t, G * t, d)
     return out
 
 
@@ -302,8 +374,9 @@ def _bound(ctx) -> dict:
     if p["case"] == "decode":
         keys = S // R   # the shortest slice: a lower bound for the deepest leaf
         tiles = [n for _, n in decode_tiles(keys, p["tile"])]
-        return attention_bound(prm, M=G, d=d, tiles=tiles, kv_keys=keys, l2_depth=ctx.layout.info["l2_depth"],
-                               l1_depth=ctx.layout.info["l1_depth"])
+        info = ctx.layout.info
+        return attention_bound(prm, M=G, d=d, tiles=tiles, kv_keys=keys, l2_depth=info["l2_depth"],
+                               l1_depth=info["l1_depth"], l2_chunks=info["l2_chunks"], l1_chunks=info["l1_chunks"])
     if R == 1:
         T_q = p["T_q"]
         tiles, keys = [], 0
@@ -313,8 +386,9 @@ def _bound(ctx) -> dict:
             tiles += [n for _, n, _ in ts]
             keys += sum(n for _, n, _ in ts)
         return attention_bound(prm, M=G * T_q, d=d, tiles=tiles, kv_keys=keys, l2_depth=0, l1_depth=0)
-    B = S // R   # ring: the last rank folds all R blocks
-    return attention_bound(prm, M=G * B, d=d, tiles=[B] * R, kv_keys=B, l2_depth=0, l1_depth=0)
+    B, t = S // R, ctx.layout.info["q_tile"]   # ring: the busiest rank's folds of G*t rows
+    folds = max((ring_folds(r, R, B, p["ring_order"], t) for r in range(R)), key=sum)
+    return attention_bound(prm, M=G * t, d=d, tiles=folds, kv_keys=B, l2_depth=0, l1_depth=0)
 
 
 def _metrics(ctx, system, res) -> dict:
@@ -336,6 +410,8 @@ def _metrics(ctx, system, res) -> dict:
            "ring_steps_skipped": sum(r.get("ring_steps_skipped", 0) for r in cpus.values()),
            "tiles_computed": sum(r.get("tiles_computed", 0) for r in cpus.values()),
            "tiles_skipped": sum(r.get("tiles_skipped", 0) for r in cpus.values()),
+           "ring_folds_max": max((r.get("ring_folds", 0) for r in cpus.values()), default=0),
+           "ring_q_tile": ctx.layout.info["q_tile"], "ring_spill": ctx.layout.info["spill"],
            "bound_ps": b["bound_ps"], "ratio_to_bound": round(lat / b["bound_ps"], 4),
            "bound_terms": {k: v for k, v in b.items() if k != "bound_ps"}}
     row = {"kernel": f"gqa/{p['case']}/{p['gemm']}", "mode": system.mode, "heads": p["heads"], "C": p["C"],
