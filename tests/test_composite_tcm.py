@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from actors.ahbm.costs import dispatch_ps, pc_occupancy_ps, pc_ps
-from actors.ahbm.tiles import plan
+from actors.ahbm.scheduler import panel_budget
+from actors.ahbm.tiles import panels, plan
 from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.params import Params
 from actors.ahbm.testkit import hbm_fetch, hbm_place, machine, profile
@@ -162,7 +163,18 @@ def test_gqa_decode_composite_reads_only_kv_blocks_and_costs_the_dot_gemm_time()
     tiles, M, d, T = 256 // 64, 8, 128, 64
     kv_blocks = sum(s.load_b for s in plan(M, d, T, prm.tile)) + sum(s.load_b for s in plan(M, T, d, prm.tile))
     assert sum(s.load_a for s in plan(M, d, T, prm.tile)) > 0          # an HBM q would have cost A loads
-    assert _dma(sys_c, pe) == 1 + tiles * kv_blocks + 1
+    sched = sys_c.actors[f"{pe}/sched"]
+    # cold composites stream their K/V blocks one DMA each; the ones taken ahead load B panels (tiles.panels)
+    assert sched.taken_ahead > 0 and sched.panel_loads > 0
+    qk, pv = plan(M, d, T, prm.tile), plan(M, T, d, prm.tile)
+    blocks = sum(s.load_b for s in qk)
+    n_panels = len(panels(qk, 2, panel_budget(prm, 2)))
+    assert blocks == sum(s.load_b for s in pv) and n_panels == len(panels(pv, 2, panel_budget(prm, 2))) < blocks
+    assert sched.block_loads + sched.panel_loads == tiles * kv_blocks - sched.taken_ahead * (blocks - n_panels)
+    assert _dma(sys_c, pe) == 1 + sched.block_loads + sched.panel_loads + 1
+    # the prefetch really is ahead: every taken-ahead composite's first panel DMA left before the
+    # composite in front of it completed
+    assert sched.min_panel_lead_ps is not None and sched.min_panel_lead_ps > 0
     assert sys_c.actors[f"{pe}/gemm"].array_ps == sys_d.actors[f"{pe}/gemm"].array_ps > 0
     assert chk_c["kv_bytes_read"] == chk_d["kv_bytes_read"]
 
