@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from actors.ahbm.costs import dispatch_ps, pc_occupancy_ps, pc_ps
-from actors.ahbm.scheduler import panel_budget
-from actors.ahbm.tiles import panels, plan
+from actors.ahbm.scheduler import panel_budget, panel_plan
+from actors.ahbm.tiles import plan
 from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.params import Params
 from actors.ahbm.testkit import hbm_fetch, hbm_place, machine, profile
@@ -68,7 +68,10 @@ async def test_tcm_resident_operands_issue_no_dma(vclock):
         assert r.status == "finished", r.error
         counts[(where, out)] = _dma_commands(system)
     own = {"ab": 2, "a": 1, "": 0}        # the kernel's tl.loads
-    b_loads = sum(s.load_b for s in steps)
+    # HBM B: the first step's block alone, the other blocks in panels (one DMA each, scheduler.py)
+    n_panels = len(panel_plan(steps[1:], 2, panel_budget(prm, 2)))
+    assert 0 < n_panels < sum(s.load_b for s in steps[1:])
+    b_loads = 1 + n_panels
     a_loads = sum(s.load_a for s in steps)
     stores = len({s.tile for s in steps})
     # kernel: loads + one final store (+ the load of an HBM result before its MATH use)
@@ -167,10 +170,15 @@ def test_gqa_decode_composite_reads_only_kv_blocks_and_costs_the_dot_gemm_time()
     # cold composites stream their K/V blocks one DMA each; the ones taken ahead load B panels (tiles.panels)
     assert sched.taken_ahead > 0 and sched.panel_loads > 0
     qk, pv = plan(M, d, T, prm.tile), plan(M, T, d, prm.tile)
+    budget = panel_budget(prm, 2)
     blocks = sum(s.load_b for s in qk)
-    n_panels = len(panels(qk, 2, panel_budget(prm, 2)))
-    assert blocks == sum(s.load_b for s in pv) and n_panels == len(panels(pv, 2, panel_budget(prm, 2))) < blocks
-    assert sched.block_loads + sched.panel_loads == tiles * kv_blocks - sched.taken_ahead * (blocks - n_panels)
+    n_all, n_rest = (len(panel_plan(x, 2, budget)) for x in (qk, qk[1:]))   # taken ahead / cold (first block alone)
+    assert blocks == sum(s.load_b for s in pv) and (n_all, n_rest) == (len(panel_plan(pv, 2, budget)),
+                                                                      len(panel_plan(pv[1:], 2, budget)))
+    assert n_all < blocks and 1 + n_rest < blocks and tiles * kv_blocks == 2 * tiles * blocks
+    cold = 2 * tiles - sched.taken_ahead
+    assert sched.block_loads == cold
+    assert sched.panel_loads == sched.taken_ahead * n_all + cold * n_rest
     assert _dma(sys_c, pe) == 1 + sched.block_loads + sched.panel_loads + 1
     # the prefetch really is ahead: every taken-ahead composite's first panel DMA left before the
     # composite in front of it completed

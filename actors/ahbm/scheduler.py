@@ -76,7 +76,7 @@ from actors.ahbm.tcm_block import copy_block, write_block
 from actors.ahbm.tiles import Panel, panels, plan
 from actors.ahbm.tl.scratch import scheduler_reserve
 
-__all__ = ["PeScheduler", "EPILOGUE_OPS", "PANEL_RING", "panel_budget"]
+__all__ = ["PeScheduler", "EPILOGUE_OPS", "PANEL_RING", "panel_budget", "panel_plan"]
 
 #: epilogue steps a composite accepts (single-operand MATH ops, seed §0 bias/relu/scale)
 EPILOGUE_OPS = ("scale", "relu", "exp")
@@ -93,6 +93,14 @@ def panel_budget(prm, esize: int) -> int:
     tm, tk, tn = prm.tile
     used = esize * (2 * tm * tk + 2 * tk * tn) + 4 * 3 * tm * tn
     return max(0, scheduler_reserve(prm) - used) // PANEL_RING
+
+
+def panel_plan(steps: list, esize: int, budget: int) -> list[Panel]:
+    """The panels of ``steps`` (tiles.panels), or none if one of them would not fit a panel buffer."""
+    pls = panels(steps, esize, budget)
+    if any((p.k_hi - p.k_lo) * (p.n_hi - p.n_lo) * esize > budget for p in pls):
+        return []
+    return pls
 
 
 class _Live:
@@ -177,18 +185,21 @@ class PeScheduler(Actor):
         steps = self._prepare(c)
         self.next = (c, steps, start, self.serial)
         self.taken_ahead += 1
+        await self._queue_panels(c, steps, self.serial)
+
+    async def _queue_panels(self, c: CompositeCmd, steps: list, serial: int) -> None:
+        """Queue the HBM B blocks of ``steps`` as panels (tiles.panels, within :func:`panel_budget`) and
+        issue what the ring allows; nothing if B is in the TCM or a block does not fit a panel buffer."""
         esize = np.dtype(c.dtype).itemsize
         budget = panel_budget(self.prm, esize)
-        if c.b_buf or not budget:
+        if c.b_buf or not budget or not steps:
             return
-        pls = panels(steps, esize, budget)
-        if any((p.k_hi - p.k_lo) * (p.n_hi - p.n_lo) * esize > budget for p in pls):
-            return
+        pls = panel_plan(steps, esize, budget)
         for p in pls:
-            entry = (self.serial, c, p)
+            entry = (serial, c, p)
             self.queue.append(entry)
             for i in p.steps:
-                self.panel_of[(self.serial, i)] = entry
+                self.panel_of[(serial, i)] = entry
         await self._pump()
 
     async def _pump(self) -> None:
@@ -286,7 +297,8 @@ class PeScheduler(Actor):
     async def run(self) -> None:
         data_mode = self.system.mode == "data"
         while True:
-            if self.next is not None:
+            cold = self.next is None
+            if not cold:
                 c, steps, start, serial = self.next
                 self.next = None
             else:
@@ -301,6 +313,8 @@ class PeScheduler(Actor):
                 await self._open_result(c, c_dtype, data_mode)
             stores: list[int] = []
             pending = await self._load(c, steps[0], esize, serial)
+            if cold:   # the first block alone (first GEMM not delayed), the rest of B in panels behind it
+                await self._queue_panels(c, steps[1:], serial)
             self.look_open = len(steps) == 1
             prev = None
             for s in steps:
