@@ -172,13 +172,12 @@ def test_gqa_decode_composite_reads_only_kv_blocks_and_costs_the_dot_gemm_time()
     qk, pv = plan(M, d, T, prm.tile), plan(M, T, d, prm.tile)
     budget = panel_budget(prm, 2)
     blocks = sum(s.load_b for s in qk)
-    n_all, n_rest = (len(panel_plan(x, 2, budget)) for x in (qk, qk[1:]))   # taken ahead / cold (first block alone)
-    assert blocks == sum(s.load_b for s in pv) and (n_all, n_rest) == (len(panel_plan(pv, 2, budget)),
-                                                                      len(panel_plan(pv[1:], 2, budget)))
-    assert n_all < blocks and 1 + n_rest < blocks and tiles * kv_blocks == 2 * tiles * blocks
+    n_rest = len(panel_plan(qk[1:], 2, budget))   # the first block alone, the rest in panels
+    assert blocks == sum(s.load_b for s in pv) and n_rest == len(panel_plan(pv[1:], 2, budget))
+    assert 1 + n_rest < blocks and tiles * kv_blocks == 2 * tiles * blocks
     cold = 2 * tiles - sched.taken_ahead
-    assert sched.block_loads == cold
-    assert sched.panel_loads == sched.taken_ahead * n_all + cold * n_rest
+    assert sched.block_loads == cold    # taken ahead: the first block is a (prefetched) panel of its own
+    assert sched.panel_loads == sched.taken_ahead * (1 + n_rest) + cold * n_rest
     assert _dma(sys_c, pe) == 1 + sched.block_loads + sched.panel_loads + 1
     # the prefetch really is ahead: every taken-ahead composite's first panel DMA left before the
     # composite in front of it completed
