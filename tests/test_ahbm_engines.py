@@ -147,7 +147,10 @@ def test_tile_plan():
 
 
 def composite_closed(M, K, N, a, b, c, epilogue_ops):
-    """Double-buffered stream on one FIFO DMA queue (scheduler.py docstring), recomputed here."""
+    """Double-buffered stream on one FIFO DMA queue (scheduler.py docstring), recomputed here: the first
+    step's B block one DMA, the other B blocks in panels (scheduler.panel_plan) queued behind it, at most
+    two not yet fully taken (a panel is queued when the last step of the panel two before takes its block)."""
+    from actors.ahbm.scheduler import panel_budget, panel_plan
     dma_free = 0
     serial = 0
 
@@ -166,11 +169,26 @@ def composite_closed(M, K, N, a, b, c, epilogue_ops):
             ks = list(range(0, K, 64))
             for i, k0 in enumerate(ks):
                 tiles.append((m0, k0, n0, min(32, M - m0), min(64, K - k0), min(32, N - n0), i == len(ks) - 1, i > 0))
+    steps = plan(M, K, N, (32, 64, 32))
+    assert [(s.m0, s.k0, s.n0) for s in steps] == [t[:3] for t in tiles]   # row-major walk: every step loads B
+    pls = panel_plan(steps[1:], 2, panel_budget(Params.of(load_profile()), 2))
+    assert pls and max(len(p.steps) for p in pls) > 1
+    owner = {i: r for r, p in enumerate(pls) for i in p.steps}
+    left = [len(p.steps) for p in pls]
+    landed = []
 
-    def loads(st, t):
-        m0, k0, n0, tm, tk, tn, _, _ = st
-        dma(t, block(a + (m0 * K + k0) * 2, tm, tk * 2, K * 2))
-        return dma(t, block(b + (k0 * N + n0) * 2, tk, tn * 2, N * 2))
+    def issue_panels(t):
+        while len(landed) < len(pls) and (len(landed) < 2 or left[len(landed) - 2] == 0):
+            p = pls[len(landed)]
+            landed.append(dma(t, block(b + (p.k_lo * N + p.n_lo) * 2, p.k_hi - p.k_lo, (p.n_hi - p.n_lo) * 2,
+                                       N * 2)))
+
+    def loads(i, t):
+        m0, k0, n0, tm, tk, tn, _, _ = tiles[i]
+        done = dma(t, block(a + (m0 * K + k0) * 2, tm, tk * 2, K * 2))
+        if i not in owner:
+            done = dma(t, block(b + (k0 * N + n0) * 2, tk, tn * 2, N * 2))
+        return done
 
     def finish(st, t):   # after GEMM st: epilogue + store of the tile it ended
         nonlocal end, serial
@@ -182,19 +200,26 @@ def composite_closed(M, K, N, a, b, c, epilogue_ops):
         return t
 
     # the GEMM engine is a pipeline: busy for core cycles, result 48 cycles later; GEMM i is sent when its
-    # loads are done, then the scheduler waits for GEMM i-1, queues loads i+1 and finishes i-1's tile
-    ready, t, end, free = loads(tiles[0], 0), 0, 0, 0
+    # operands are in (A load, B block or its panel), then the scheduler waits for GEMM i-1, queues the
+    # loads of i+1 and finishes i-1's tile
+    ready, t, end, free = loads(0, 0), 0, 0, 0
+    issue_panels(0)
     prev = None
     for i, st in enumerate(tiles):
         m0, k0, n0, tm, tk, tn, last, acc = st
         t = max(t, ready)
+        if i in owner:
+            t = max(t, landed[owner[i]])
+            left[owner[i]] -= 1
+            if not left[owner[i]]:
+                issue_panels(t)
         start = max(t, free)
         free = start + gemm_core(tm, tk, tn)
         serial += gemm_closed(tm, tk, tn)
         if prev is not None:
             t = max(t, prev[1])
         if i + 1 < len(tiles):
-            ready = loads(tiles[i + 1], t)
+            ready = loads(i + 1, t)
         if prev is not None:
             t = finish(prev[0], t)
         prev = (st, start + gemm_closed(tm, tk, tn) if last else free)   # K steps before the last: no drain

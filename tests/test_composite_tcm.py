@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from actors.ahbm.costs import dispatch_ps, pc_occupancy_ps, pc_ps
+from actors.ahbm.scheduler import panel_budget, panel_plan
 from actors.ahbm.tiles import plan
 from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.params import Params
@@ -67,7 +68,10 @@ async def test_tcm_resident_operands_issue_no_dma(vclock):
         assert r.status == "finished", r.error
         counts[(where, out)] = _dma_commands(system)
     own = {"ab": 2, "a": 1, "": 0}        # the kernel's tl.loads
-    b_loads = sum(s.load_b for s in steps)
+    # HBM B: the first step's block alone, the other blocks in panels (one DMA each, scheduler.py)
+    n_panels = len(panel_plan(steps[1:], 2, panel_budget(prm, 2)))
+    assert 0 < n_panels < sum(s.load_b for s in steps[1:])
+    b_loads = 1 + n_panels
     a_loads = sum(s.load_a for s in steps)
     stores = len({s.tile for s in steps})
     # kernel: loads + one final store (+ the load of an HBM result before its MATH use)
@@ -162,10 +166,59 @@ def test_gqa_decode_composite_reads_only_kv_blocks_and_costs_the_dot_gemm_time()
     tiles, M, d, T = 256 // 64, 8, 128, 64
     kv_blocks = sum(s.load_b for s in plan(M, d, T, prm.tile)) + sum(s.load_b for s in plan(M, T, d, prm.tile))
     assert sum(s.load_a for s in plan(M, d, T, prm.tile)) > 0          # an HBM q would have cost A loads
-    assert _dma(sys_c, pe) == 1 + tiles * kv_blocks + 1
+    sched = sys_c.actors[f"{pe}/sched"]
+    # cold composites stream their K/V blocks one DMA each; the ones taken ahead load B panels (tiles.panels)
+    assert sched.taken_ahead > 0 and sched.panel_loads > 0
+    qk, pv = plan(M, d, T, prm.tile), plan(M, T, d, prm.tile)
+    budget = panel_budget(prm, 2)
+    blocks = sum(s.load_b for s in qk)
+    n_rest = len(panel_plan(qk[1:], 2, budget))   # the first block alone, the rest in panels
+    assert blocks == sum(s.load_b for s in pv) and n_rest == len(panel_plan(pv[1:], 2, budget))
+    assert 1 + n_rest < blocks and tiles * kv_blocks == 2 * tiles * blocks
+    cold = 2 * tiles - sched.taken_ahead
+    assert sched.block_loads == cold    # taken ahead: the first block is a (prefetched) panel of its own
+    assert sched.panel_loads == sched.taken_ahead * (1 + n_rest) + cold * n_rest
+    assert _dma(sys_c, pe) == 1 + sched.block_loads + sched.panel_loads + 1
+    # the prefetch really is ahead: every taken-ahead composite's first panel DMA left before the
+    # composite in front of it completed
+    assert sched.min_panel_lead_ps is not None and sched.min_panel_lead_ps > 0
     assert sys_c.actors[f"{pe}/gemm"].array_ps == sys_d.actors[f"{pe}/gemm"].array_ps > 0
     assert chk_c["kv_bytes_read"] == chk_d["kv_bytes_read"]
 
 
 def _dma(system, pe) -> int:
     return system.actors[f"{pe}/dma"].busy_spans
+
+
+def k_back_to_back(*, tl):
+    """Three composites issued without waiting (the scheduler takes each next one ahead and starts it
+    behind the previous one's last GEMM), different plans so buffer parities collide; all results stored."""
+    a, b = tl.ref(A_ADDR, (M, K)), tl.ref(B_ADDR, (K, N))
+    cs = [tl.composite("gemm", a=a, b=b),
+          tl.composite("gemm", a=tl.ref(A_ADDR, (8, 64)), b=tl.ref(B_ADDR, (64, 64)), epilogue=[("scale", 2.0)]),
+          tl.composite("gemm", a=a, b=b, epilogue=[("scale", 0.5)])]
+    off = 0
+    for c in cs:
+        r = tl.wait(c) * 1.0
+        tl.store(OUT + off, r)
+        off += r.shape[0] * r.shape[1] * 4
+
+
+async def test_back_to_back_composites_taken_ahead_match_numpy(vclock):
+    A, B = _inputs()
+
+    def setup(pes, prm):
+        hbm_place(pes[0], prm, A_ADDR, A)
+        hbm_place(pes[0], prm, B_ADDR, B)
+
+    system, prm, cube, host = machine(register_kernel(k_back_to_back), lambda pe: {}, setup=setup)
+    r = await run(system)
+    assert r.status == "finished", r.error
+    assert system.actors[f"{PE}/sched"].taken_ahead >= 2
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+    a2, b2 = A64.reshape(-1)[:8 * 64].reshape(8, 64), B64.reshape(-1)[:64 * 64].reshape(64, 64)
+    off = 0
+    for want in (A64 @ B64, 2.0 * (a2 @ b2), 0.5 * (A64 @ B64)):
+        got = hbm_fetch(cube[0], prm, OUT + off, want.shape, "<f4")
+        np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
+        off += want.size * 4

@@ -56,15 +56,20 @@ def _block_ps(addr, rows, row_bytes, pitch, prm) -> int:
 
 
 def composite_model(M, K, N, esize, epilogue, prm, a_addr=0, b_addr=0, c_addr=0) -> int:
-    """The scheduler's double-buffered stream (scheduler.py docstring) as a recurrence, HBM operands.
+    """The scheduler's double-buffered stream (scheduler.py docstring) as a recurrence, HBM operands,
+    for a composite that reaches an idle scheduler (none taken ahead).
 
     One FIFO DMA queue; the GEMM engine a pipeline (gemm.py): GEMM s starts at
-    ``max(its loads done, engine free = start_{s-1} + core_{s-1})`` and completes
+    ``max(its operands ready, engine free = start_{s-1} + core_{s-1})`` and completes
     ``fill_drain + core_s`` after its start if it ends its output block, else when its
     core cycles end (the partial block stays in the array, gemm.py).  After sending GEMM s the scheduler waits
-    for GEMM s-1, queues the loads of step s+1, then runs the epilogue MATH steps and issues the store of
-    the tile s-1 ended (if any); the command ends with the last tile's store.
+    for GEMM s-1, queues the A load of step s+1, then runs the epilogue MATH steps and issues the store of
+    the tile s-1 ended (if any); the command ends with the last tile's store.  B: the first step's block
+    is one DMA, queued at 0 with A's; the other B blocks are panels (scheduler.panel_plan), queued at 0
+    behind it, two at a time (PANEL_RING): panel r is queued when the last step of panel r-2 takes its
+    block, and step s's operands are ready when its A load and its panel have landed.
     """
+    from actors.ahbm.scheduler import PANEL_RING, panel_budget, panel_plan   # scheduler imports tl (late)
     dma_free = 0
 
     def dma(t, cost):
@@ -72,13 +77,36 @@ def composite_model(M, K, N, esize, epilogue, prm, a_addr=0, b_addr=0, c_addr=0)
         dma_free = max(t, dma_free) + cost
         return dma_free
 
+    steps = plan(M, K, N, prm.tile)
+    budget = panel_budget(prm, esize)
+    pls = panel_plan(steps[1:], esize, budget) if budget else []
+    panel_of = {i: r for r, p in enumerate(pls) for i in p.steps}
+    left = [len(p.steps) for p in pls]
+    landed: list[int] = []
+
+    def pump(t):   # issue panels while a ring slot is free (panel r-RING fully taken)
+        while len(landed) < len(pls) and (len(landed) < PANEL_RING or not left[len(landed) - PANEL_RING]):
+            p = pls[len(landed)]
+            landed.append(dma(t, _block_ps(b_addr + (p.k_lo * N + p.n_lo) * esize, p.k_hi - p.k_lo,
+                                           (p.n_hi - p.n_lo) * esize, N * esize, prm)))
+
     def loads(s, t):   # resident blocks (tiles.py Step.load_a / load_b) are not re-loaded
         end = t
         if s.load_a:
             end = dma(t, _block_ps(a_addr + (s.m0 * K + s.k0) * esize, s.tm, s.tk * esize, K * esize, prm))
-        if s.load_b:
+        if s.load_b and s.index not in panel_of:
             end = dma(t, _block_ps(b_addr + (s.k0 * N + s.n0) * esize, s.tk, s.tn * esize, N * esize, prm))
         return end
+
+    def ready(s, t, a_ready):   # operands in the step's buffers: its DMAs, then its panel block copied
+        t = max(t, a_ready)
+        r = panel_of.get(s.index)
+        if r is not None:
+            t = max(t, landed[r])
+            left[r] -= 1
+            if not left[r]:
+                pump(t)
+        return t
 
     def finish(s, t):   # after GEMM s: its tile's epilogue and store
         nonlocal end
@@ -88,19 +116,19 @@ def composite_model(M, K, N, esize, epilogue, prm, a_addr=0, b_addr=0, c_addr=0)
             end = dma(t, _block_ps(c_addr + (s.m0 * N + s.n0) * esize, s.tm, s.tn * esize, N * esize, prm))
         return t
 
-    steps = plan(M, K, N, prm.tile)
-    ready = loads(steps[0], 0)
+    a_ready = loads(steps[0], 0)
+    pump(0)
     t = engine_free = end = 0
     prev = None
     for s in steps:
-        t = max(t, ready)
+        t = ready(s, t, a_ready)
         start = max(t, engine_free)
         engine_free = start + prm.pe_clk.ps(gemm_core(s.tm, s.tk, s.tn, prm))
         done = start + gemm_model(s.tm, s.tk, s.tn, prm) if s.last else engine_free   # K steps 1..n-1: no drain
         if prev is not None:
             t = max(t, prev[1])            # GEMM s-1 done: its buffers are free
         if s.index + 1 < len(steps):
-            ready = loads(steps[s.index + 1], t)
+            a_ready = loads(steps[s.index + 1], t)
         if prev is not None:
             t = finish(prev[0], t)
         prev = (s, done)

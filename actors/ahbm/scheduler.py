@@ -25,7 +25,8 @@ the fp32 block there), not from the accumulator the next block already uses.
 The scheduler adds no service time of its own (assumption: plan generation is
 hidden behind the first loads); all time is engine time, so the composite's
 total follows from the engine formulas and this recurrence.  TCM use: two A,
-two B buffers, one fp32 accumulator and two output buffers per composite.
+two B buffers, one fp32 accumulator and two output buffers, plus two B panel
+buffers (below) within the reserve tl keeps for the scheduler.
 
 TCM-resident operands (``CompositeCmd.a_buf`` / ``b_buf`` / ``c_buf``, seed §B.3:
 composite operands and outputs live in the TCM scratch arena): an A or B block
@@ -37,6 +38,44 @@ TCM answers at once, memory.Tcm; the GEMM engine's drain writes the block, its
 time is in ``fill_drain``).  So a composite with A and C in the TCM and B in HBM
 (the seed's ``S = q·Kᵀ``, ``O = P·V``) issues DMAs for its B blocks only, and
 completes when its last GEMM (and epilogue) step is done.
+
+Cross-composite prefetch with B panels (seed §B.7: the next GEMM's operands stream
+while the current one computes).  Once the current composite has issued the loads
+of its last step, the scheduler takes the next composite waiting in its queue (if
+any) and queues that composite's HBM B operand as *panels* (tiles.panels): its
+first step's block alone, then runs of consecutive B blocks forming one rectangle,
+one 2-D DMA each, of at most
+:func:`panel_budget` bytes (8 KiB for bf16 at the default 32/64/32 tiles: the
+scheduler's TCM reserve is sized for 4-byte operands, so half of its B/A space is
+free with 2-byte ones; two panel buffers ``sched/p0``/``sched/p1``).  Panel loads
+are issued as soon as a ring slot is free; a slot frees when every step of its
+previous panel has copied its block out (tcm_block.copy_block into the step's B
+buffer, no time, like a TCM-resident B), so no load overwrites a panel in use.
+The taken-ahead composite then runs the recurrence above with its B blocks
+copied from the landed panels instead of DMA-loaded.  Why panels only for
+taken-ahead composites: their load is hidden behind the previous composite, so
+the bigger first DMA does not delay their first GEMM; a composite that arrives
+at an idle scheduler keeps the per-block stream (first GEMM after one block, the
+closed form closed_forms.composite_model unchanged).  DMA concurrency stays as
+the profile says (``dma.outstanding`` 1, an assumption, dma.py): raising it
+would also change every dot-only kernel's DMA timing; fewer, larger DMAs save the
+per-command setup and access latency instead (a [128, 32] bf16 panel: 20 + 30 +
+40 ns vs 2 x (20 + 30 + 20) ns for its two blocks, costs.dma_ps).
+
+Within a composite that reaches an idle scheduler, the first step's B block is
+one DMA (its first GEMM waits for no more than before) and the rest of B follows
+as panels queued right behind it, so block s+1's operands are already on their
+way while GEMM s runs.
+
+Composite boundary: when a composite has been taken ahead, the scheduler does
+not wait for the current one's last GEMM before starting it: its first GEMM goes
+into the engine behind that GEMM (the engine is a FIFO pipeline, gemm.py), and
+the last GEMM's completion (epilogue, result block, the ``Done`` to the CPU) is
+handled in the new composite's first step, where the recurrence waits for
+GEMM s-1 anyway.  Buffer safety (_Job): the new composite's A/B buffer parity is
+flipped if its first step would use the buffers of that still-running GEMM, and
+the output buffers alternate over all tiles of all composites, so no write lands
+in a buffer still read.
 """
 from __future__ import annotations
 
@@ -44,18 +83,74 @@ import numpy as np
 
 from emulator.actor import Actor
 from emulator.declare import In, Out
+from emulator.link import select
 from protocols.ahbm import CompositeCmd, DmaCmd, Done, GemmCmd, MathCmd
 from protocols.codec import TensorDesc
 
 from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
 from actors.ahbm.params import declare
 from actors.ahbm.tcm_block import copy_block, write_block
-from actors.ahbm.tiles import plan
+from actors.ahbm.tiles import Panel, panels, plan
+from actors.ahbm.tl.scratch import scheduler_reserve
 
-__all__ = ["PeScheduler", "EPILOGUE_OPS"]
+__all__ = ["PeScheduler", "EPILOGUE_OPS", "PANEL_RING", "panel_budget", "panel_plan"]
 
 #: epilogue steps a composite accepts (single-operand MATH ops, seed §0 bias/relu/scale)
 EPILOGUE_OPS = ("scale", "relu", "exp")
+
+#: B panel buffers (``sched/p0``, ``sched/p1``): one being consumed, one being loaded
+PANEL_RING = 2
+
+
+def panel_budget(prm, esize: int) -> int:
+    """Bytes of one B panel buffer: the scheduler's TCM reserve (tl/scratch.scheduler_reserve, sized for
+    4-byte operands) minus the step buffers actually used at operand size ``esize`` (two A, two B blocks,
+    the fp32 accumulator and two fp32 output blocks), split over the :data:`PANEL_RING` panels.  0 for
+    4-byte operands: no panels, the per-block stream."""
+    tm, tk, tn = prm.tile
+    used = esize * (2 * tm * tk + 2 * tk * tn) + 4 * 3 * tm * tn
+    return max(0, scheduler_reserve(prm) - used) // PANEL_RING
+
+
+def panel_plan(steps: list, esize: int, budget: int) -> list[Panel]:
+    """The panels of ``steps`` (tiles.panels), or none if one of them would not fit a panel buffer."""
+    pls = panels(steps, esize, budget)
+    if any((p.k_hi - p.k_lo) * (p.n_hi - p.n_lo) * esize > budget for p in pls):
+        return []
+    return pls
+
+
+class _Job:
+    """One composite in the scheduler: its plan and the TCM buffer names its steps use.
+
+    ``ax``/``bx`` flip the plan's A/B buffer parity (0/1) so the first step of a composite that
+    starts while the previous one's last GEMM is still in the engine never writes that GEMM's
+    operand buffers; ``tile_base`` continues the output-buffer alternation across composites, so
+    its first output block never lands in the buffer the previous one's last epilogue reads."""
+    __slots__ = ("c", "steps", "start", "serial", "c_dtype", "stores", "tile_base", "ax", "bx")
+
+    def __init__(self, c, steps, start, serial, tile_base, ax=0, bx=0):
+        self.c, self.steps, self.start, self.serial = c, steps, start, serial
+        self.c_dtype = c.c_dtype or c.dtype
+        self.stores: list[int] = []
+        self.tile_base, self.ax, self.bx = tile_base, ax, bx
+
+    def a(self, s) -> str:
+        return f"sched/a{s.a_buf ^ self.ax}"
+
+    def b(self, s) -> str:
+        return f"sched/b{s.b_buf ^ self.bx}"
+
+    def out(self, s) -> str:
+        return f"sched/c{(self.tile_base + s.tile) % 2}"
+
+
+class _Live:
+    """A panel whose DMA has been issued into ring slot ``slot``."""
+    __slots__ = ("panel", "slot", "id", "landed", "left")
+
+    def __init__(self, panel: Panel, slot: int, dma_id: int):
+        self.panel, self.slot, self.id, self.landed, self.left = panel, slot, dma_id, False, len(panel.steps)
 
 
 class PeScheduler(Actor):
@@ -83,51 +178,155 @@ class PeScheduler(Actor):
         self.tcm = TcmClient(self, "sched")
         self.seq = 0
         self.finished: set[int] = set()
+        self.serial = 0                        # composites taken so far (panel keys)
+        self.next = None                       # the composite taken ahead (cross-composite prefetch)
+        self.look_open = False                 # the current composite has issued its last loads
+        self.slots: list[_Live | None] = [None] * PANEL_RING
+        self.queue: list[tuple] = []           # panels waiting for a free slot: (serial, composite, Panel)
+        self.panel_of: dict[tuple[int, int], _Live | tuple] = {}   # (serial, step) -> panel (queued or live)
+        # counters (read by tests): composites taken ahead, panel / per-block B loads, and the least time
+        # by which a taken-ahead composite's first panel load was issued before the previous one completed
+        self.taken_ahead = 0
+        self.panel_loads = 0
+        self.block_loads = 0
+        self.min_panel_lead_ps: int | None = None
+        self._first_panel_at: int | None = None
 
     def _id(self) -> int:
         self.seq += 1
         return self.seq
 
     async def _wait(self, ids) -> None:
+        """Wait for completions ``ids``; meanwhile, once the current composite has issued its last
+        loads, take the next queued composite and start its panel loads (cross-composite prefetch)."""
         for i in ids:
             while i not in self.finished:
-                d: Done = await self.done.recv()
+                if self.look_open and self.next is None:
+                    port, msg = await select(self.done, self.cmd)
+                    if port is self.cmd:
+                        await self._take_ahead(msg)
+                        continue
+                    d: Done = msg
+                else:
+                    d = await self.done.recv()
                 self.finished.add(d.id)
             self.finished.discard(i)
 
-    async def _load(self, c: CompositeCmd, s, esize: int) -> list[int]:
+    def _prepare(self, c: CompositeCmd) -> list:
+        for op, _ in c.epilogue:
+            if op not in EPILOGUE_OPS:
+                raise RuntimeError(f"composite {c.id}: unsupported epilogue step {op!r};"
+                                   f" supported: {', '.join(EPILOGUE_OPS)}")
+        self.serial += 1
+        return plan(c.m, c.k, c.n, self.prm.tile)
+
+    async def _take_ahead(self, c: CompositeCmd) -> None:
+        """The next composite, taken while the current one computes: plan it and queue its B panels
+        (HBM B only, panels within :func:`panel_budget`), loaded as ring slots free up."""
+        start = self.now
+        steps = self._prepare(c)
+        self.next = (c, steps, start, self.serial)
+        self.taken_ahead += 1
+        await self._queue_panels(c, steps, self.serial, True)
+
+    async def _queue_panels(self, c: CompositeCmd, steps: list, serial: int, first_alone: bool) -> None:
+        """Queue the HBM B blocks of ``steps`` as panels (tiles.panels, within :func:`panel_budget`) and
+        issue what the ring allows; nothing if B is in the TCM or a block does not fit a panel buffer.
+        ``first_alone`` (a composite taken ahead): its first step's block is a panel of its own, so a composite issues the same DMAs
+        whether it was taken ahead or reached an idle scheduler (its first block then a per-block
+        load): DMA counts follow from the plan, not from timing."""
+        esize = np.dtype(c.dtype).itemsize
+        budget = panel_budget(self.prm, esize)
+        if c.b_buf or not budget or not steps:
+            return
+        pls = (panel_plan(steps[:1], esize, budget) + panel_plan(steps[1:], esize, budget) if first_alone
+               else panel_plan(steps, esize, budget))
+        for p in pls:
+            entry = (serial, c, p)
+            self.queue.append(entry)
+            for i in p.steps:
+                self.panel_of[(serial, i)] = entry
+        await self._pump()
+
+    async def _pump(self) -> None:
+        """Issue queued panel loads into free ring slots (a slot is free once every step of its
+        previous panel has copied its block out, so no load overwrites a panel still in use)."""
+        while self.queue and None in self.slots:
+            serial, c, p = self.queue.pop(0)
+            slot = self.slots.index(None)
+            esize = np.dtype(c.dtype).itemsize
+            live = _Live(p, slot, self._id())
+            self.slots[slot] = live
+            self.panel_loads += 1
+            if self.next is not None and serial == self.next[3] and self._first_panel_at is None:
+                self._first_panel_at = self.now
+            for i in p.steps:
+                self.panel_of[(serial, i)] = live
+            rows, cols = p.k_hi - p.k_lo, p.n_hi - p.n_lo
+            await self.dma.send(DmaCmd(live.id, "load", c.b_addr + (p.k_lo * c.n + p.n_lo) * esize, rows,
+                                       cols * esize, c.n * esize, f"sched/p{slot}", [rows, cols], c.dtype,
+                                       "sched", []))
+
+    async def _from_panel(self, job: _Job, s) -> None:
+        """Step ``s``'s B block out of its panel into its B buffer (after the panel's DMA landed)."""
+        live = self.panel_of.pop((job.serial, s.index))
+        if not isinstance(live, _Live):    # panels are issued in step order as slots free: a bug if not
+            raise RuntimeError(f"{self.name}: step {s.index} needs a panel that was never issued")
+        if not live.landed:
+            await self._wait([live.id])
+            live.landed = True
+        p = live.panel
+        await copy_block(self.tcm, f"sched/p{live.slot}", s.k0 - p.k_lo, s.n0 - p.n_lo, s.tk, s.tn, job.b(s))
+        live.left -= 1
+        if not live.left:
+            self.slots[live.slot] = None
+            await self._pump()
+
+    async def _load(self, job: _Job, s, esize: int) -> tuple[list[int], bool]:
         """Bring step ``s``'s A and B blocks into the operand buffers: DMA ids to wait for
-        (a TCM-resident operand is copied at once and needs no wait)."""
+        (a TCM-resident operand is copied at once and needs no wait), and whether the B block
+        comes out of a panel once that has landed (:meth:`_ready`)."""
+        c = job.c
         K, N = c.k, c.n
         ids = []
         if s.load_a:       # else: A block resident from this row's first N tile (tiles.py)
             if c.a_buf:
-                await copy_block(self.tcm, c.a_buf, s.m0, s.k0, s.tm, s.tk, f"sched/a{s.a_buf}")
+                await copy_block(self.tcm, c.a_buf, s.m0, s.k0, s.tm, s.tk, job.a(s))
             else:
                 ids.append(self._id())
                 await self.dma.send(DmaCmd(ids[-1], "load", c.a_addr + (s.m0 * K + s.k0) * esize, s.tm, s.tk * esize,
-                                           K * esize, f"sched/a{s.a_buf}", [s.tm, s.tk], c.dtype, "sched", []))
+                                           K * esize, job.a(s), [s.tm, s.tk], c.dtype, "sched", []))
         if not s.load_b:   # B block resident from this column's first M tile (tiles.py)
-            return ids
+            return ids, False
+        if (job.serial, s.index) in self.panel_of:
+            return ids, True
         if c.b_buf:
-            await copy_block(self.tcm, c.b_buf, s.k0, s.n0, s.tk, s.tn, f"sched/b{s.b_buf}")
-            return ids
+            await copy_block(self.tcm, c.b_buf, s.k0, s.n0, s.tk, s.tn, job.b(s))
+            return ids, False
         ib = self._id()
+        self.block_loads += 1
         await self.dma.send(DmaCmd(ib, "load", c.b_addr + (s.k0 * N + s.n0) * esize, s.tk, s.tn * esize, N * esize,
-                                   f"sched/b{s.b_buf}", [s.tk, s.tn], c.dtype, "sched", []))
-        return ids + [ib]
+                                   job.b(s), [s.tk, s.tn], c.dtype, "sched", []))
+        return ids + [ib], False
+
+    async def _ready(self, job: _Job, s, pending: tuple[list[int], bool]) -> None:
+        """Step ``s``'s operands are in its buffers: its DMAs done, its panel block copied."""
+        await self._wait(pending[0])
+        if pending[1]:
+            await self._from_panel(job, s)
 
     async def _open_result(self, c: CompositeCmd, c_dtype: str, data_mode: bool) -> None:
         """Create the TCM result buffer ``c_buf`` (its space is the kernel's, allocated by tl)."""
         await self.tcm.write(c.c_buf, np.zeros((c.m, c.n), np.dtype(c_dtype)) if data_mode
                              else TensorDesc.of((c.m, c.n), c_dtype))
 
-    async def _finish(self, c: CompositeCmd, s, c_dtype: str, stores: list[int]) -> None:
+    async def _finish(self, job: _Job, s) -> None:
         """After GEMM step ``s`` is done: if it ended an output tile, the epilogue, then the tile's store
-        (HBM result, DMA id appended to ``stores``) or its write into the TCM result."""
+        (HBM result, DMA id appended to ``job.stores``) or its write into the TCM result."""
         if not s.last:
             return
-        cbuf = f"sched/c{s.tile % 2}"
+        c, c_dtype, stores = job.c, job.c_dtype, job.stores
+        cbuf = job.out(s)
         for i, (op, scalar) in enumerate(c.epilogue):
             mid = self._id()
             last = i == len(c.epilogue) - 1
@@ -142,39 +341,67 @@ class PeScheduler(Actor):
                                    c.n * csize, cbuf, [s.tm, s.tn], c_dtype, "sched", []))
         stores.append(sid)
 
+    async def _close(self, job: _Job, s) -> None:
+        """GEMM ``s`` of ``job`` is done: finish its tile; if it was the job's last step, wait for the
+        job's stores and report the composite done."""
+        await self._finish(job, s)
+        if s.index + 1 < len(job.steps):
+            return
+        await self._wait(job.stores)
+        if self._first_panel_at is not None:
+            lead = self.now - self._first_panel_at
+            self.min_panel_lead_ps = lead if self.min_panel_lead_ps is None else min(self.min_panel_lead_ps, lead)
+            self._first_panel_at = None
+        await self.done_cpu.send(Done(job.c.id, "sched", job.start, self.now, {"steps": len(job.steps)}))
+
     async def run(self) -> None:
         data_mode = self.system.mode == "data"
+        tiles = 0            # output tiles so far (output-buffer alternation across composites)
+        prev = None          # (job, step, GEMM id) whose completion is still to be handled
         while True:
-            c: CompositeCmd = await self.cmd.recv()
-            start = self.now
+            cold = self.next is None
+            if not cold:
+                c, steps, start, serial = self.next
+                self.next = None
+            else:
+                c = await self.cmd.recv()
+                start = self.now
+                steps = self._prepare(c)
+                serial = self.serial
+            ax = bx = 0
+            if prev is not None:   # the previous composite's last GEMM may still be in the engine
+                pj, ps, _ = prev
+                ax = int(steps[0].a_buf == ps.a_buf ^ pj.ax)
+                bx = int(steps[0].b_buf == ps.b_buf ^ pj.bx)
+            job = _Job(c, steps, start, serial, tiles, ax, bx)
+            tiles += steps[-1].tile + 1
+            self.look_open = False
             esize = np.dtype(c.dtype).itemsize
-            c_dtype = c.c_dtype or c.dtype
-            steps = plan(c.m, c.k, c.n, self.prm.tile)
-            for op, _ in c.epilogue:
-                if op not in EPILOGUE_OPS:
-                    raise RuntimeError(f"composite {c.id}: unsupported epilogue step {op!r};"
-                                       f" supported: {', '.join(EPILOGUE_OPS)}")
             if c.c_buf:
-                await self._open_result(c, c_dtype, data_mode)
-            stores: list[int] = []
-            pending = await self._load(c, steps[0], esize)
-            prev = None
+                await self._open_result(c, job.c_dtype, data_mode)
+            pending = await self._load(job, steps[0], esize)
+            if cold:   # the first block alone (first GEMM not delayed), the rest of B in panels behind it
+                await self._queue_panels(c, steps[1:], serial, False)
+            self.look_open = len(steps) == 1
             for s in steps:
-                await self._wait(pending)
+                await self._ready(job, s, pending)
                 g = self._id()
                 out, out_dtype = "", ""
                 if s.last:
-                    out, out_dtype = f"sched/c{s.tile % 2}", ("<f4" if c.epilogue else c_dtype)
-                await self.gemm.send(GemmCmd(g, f"sched/a{s.a_buf}", f"sched/b{s.b_buf}", "sched/acc",
-                                             not s.first, out, out_dtype or c_dtype, s.tm, s.tk, s.tn, "sched"))
+                    out, out_dtype = job.out(s), ("<f4" if c.epilogue else job.c_dtype)
+                await self.gemm.send(GemmCmd(g, job.a(s), job.b(s), "sched/acc", not s.first, out,
+                                             out_dtype or job.c_dtype, s.tm, s.tk, s.tn, "sched"))
                 if prev is not None:
-                    await self._wait([prev[1]])    # GEMM s-1 done: its operand buffers are free
+                    await self._wait([prev[2]])    # GEMM s-1 done: its operand buffers are free
                 if s.index + 1 < len(steps):
-                    pending = await self._load(c, steps[s.index + 1], esize)
+                    pending = await self._load(job, steps[s.index + 1], esize)
+                    self.look_open = s.index + 2 >= len(steps)
                 if prev is not None:
-                    await self._finish(c, prev[0], c_dtype, stores)
-                prev = (s, g)
-            await self._wait([prev[1]])
-            await self._finish(c, prev[0], c_dtype, stores)
-            await self._wait(stores)
-            await self.done_cpu.send(Done(c.id, "sched", start, self.now, {"steps": len(steps)}))
+                    await self._close(prev[0], prev[1])
+                prev = (job, s, g)
+            if self.next is None:   # nothing taken ahead: complete this composite now
+                await self._wait([prev[2]])
+                await self._close(prev[0], prev[1])
+                prev = None
+            # else: the next composite's first GEMM goes into the engine behind this one's last, whose
+            # completion (epilogue, result, Done) is handled in the next composite's first step

@@ -22,12 +22,18 @@ two A buffers (``ceil(K / TILE_K) <= 2``, e.g. the ``[G, d]`` query of a decode
 ``Q·Kᵀ`` or the ``[G, T]`` probabilities of ``P·V``) the A blocks are loaded with
 the first N tile only (``Step.load_a``) into buffer ``k_index`` (``Step.a_buf``) and
 stay there for the other N tiles, instead of re-reading the same bytes per N tile.
+
+B panels (cross-composite prefetch, scheduler.py): :func:`panels` groups the
+B-loading steps of a plan, in step order, into runs whose B blocks tile one
+rectangle ``B[k_lo:k_hi, n_lo:n_hi]`` exactly (no block twice, no gap) of at most
+``budget`` bytes, so one 2-D DMA brings several K steps / N tiles at once.  The
+greedy run stops at the first block that would break the rectangle or the budget.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Step", "plan"]
+__all__ = ["Step", "plan", "Panel", "panels"]
 
 
 @dataclass(frozen=True)
@@ -76,3 +82,42 @@ def plan(M: int, K: int, N: int, tile: tuple[int, int, int]) -> list[Step]:
                                   i if a_resident else idx % 2))
             t += 1
     return steps
+
+
+@dataclass
+class Panel:
+    """One B rectangle loaded by one DMA for the consecutive B-loading ``steps`` of a plan."""
+    k_lo: int
+    k_hi: int
+    n_lo: int
+    n_hi: int
+    steps: list[int]    # indices of the steps that copy their B block out of this panel
+
+
+def _box(blocks) -> tuple[int, int, int, int]:
+    return (min(b[0] for b in blocks), max(b[1] for b in blocks), min(b[2] for b in blocks),
+            max(b[3] for b in blocks))
+
+
+def panels(steps: list[Step], esize: int, budget: int) -> list[Panel]:
+    """Group the B-loading steps into panels (module docstring); a block larger than ``budget``
+    on its own still gets a panel of one block (the caller checks it fits its staging space)."""
+    out: list[Panel] = []
+    blocks: list[tuple[int, int, int, int]] = []
+    idx: list[int] = []
+    for s in steps:
+        if not s.load_b:
+            continue
+        blk = (s.k0, s.k0 + s.tk, s.n0, s.n0 + s.tn)
+        if blocks:
+            k_lo, k_hi, n_lo, n_hi = _box(blocks + [blk])
+            area = (k_hi - k_lo) * (n_hi - n_lo)
+            exact = area == sum((b[1] - b[0]) * (b[3] - b[2]) for b in blocks + [blk]) and blk not in blocks
+            if not exact or area * esize > budget:
+                out.append(Panel(*_box(blocks), idx))
+                blocks, idx = [], []
+        blocks.append(blk)
+        idx.append(s.index)
+    if blocks:
+        out.append(Panel(*_box(blocks), idx))
+    return out

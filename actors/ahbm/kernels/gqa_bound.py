@@ -22,14 +22,39 @@ by a sweep.  Every term is a time no schedule can beat on the modelled machine:
 the GEMMs may overlap perfectly, so only the larger one counts; the reduction
 needs the last partial.  An emulated latency below this bound is a model bug
 (tests/test_gqa_kernel.py asserts ratio >= 1).
+
+:func:`critical_path_bound` is a second, tighter bound for decode SP: the issue's
+bound plus the work the kernel's data dependencies force onto the critical path
+after the last GEMM, which the first bound ignores, each from the engines' closed
+forms (costs.py):
+
+* ``drain``: the last GEMM's result leaves the array ``fill_drain`` cycles after
+  its core cycles (costs.gemm_cycles - costs.gemm_core_cycles);
+* ``fold_tail``: the last ``O = O * corr + O_j`` add needs ``O_j`` (merge.fold_tile):
+  one MATH dispatch + ``add`` on ``[M, d]``;
+* ``merge``: per reduction level (Level-2 and Level-1) the child's three IPCQ (Level-2)
+  or NOC (Level-1) send dispatches (the ``(m, l, O)`` triplet, gqa_attention) and the parent's
+  log-sum-exp merge (merge.lse_merge, its MATH ops recorded by running it on a
+  shape recorder): every op depends on the received ``m``, and the CPU dispatches
+  and the MATH engine runs them one at a time, so a level costs at least
+  ``max(sum dispatch, sum math) + min(one dispatch, one op)``;
+* ``finalize``: the root's ``O / l`` (dispatch + ``div`` on ``[M, d]``) and the store
+  of ``O`` (dispatch + costs.dma_ps of its stripes).
+
+Not counted (so it stays a lower bound): the softmax chain between a tile's Q·Kᵀ
+and its P·V (another tile's GEMM could fill it), router/NOC queueing, polling.
 """
 from __future__ import annotations
 
 from emulator.units import transfer_ps
 
-from actors.ahbm.costs import gemm_core_cycles
+from actors.ahbm.costs import dispatch_ps, dma_ps, gemm_core_cycles, gemm_cycles, math_ps, stripe
+from actors.ahbm.kernels.merge import lse_merge
 
-__all__ = ["padded_gemm_cycles", "attention_bound"]
+__all__ = ["padded_gemm_cycles", "attention_bound", "critical_path_bound", "merge_ops"]
+
+#: messages per partial state sent up the reduction: m, l and O (gqa_attention module docstring)
+TRIPLET = 3
 
 
 def padded_gemm_cycles(m: int, k: int, n: int, prm) -> int:
@@ -54,3 +79,69 @@ def attention_bound(prm, *, M: int, d: int, tiles: list[int], kv_keys: int, l2_d
                          + terms["reduction_ps"])
     terms["kv_bytes_per_rank"] = kv_bytes
     return terms
+
+
+class _Shape:
+    """Stand-in for a tensor in :func:`merge_ops`: element count, records the MATH ops applied."""
+
+    def __init__(self, rec: list, n: int):
+        self.rec, self.n = rec, n
+
+    def _op(self, op: str, o) -> "_Shape":
+        n = max(self.n, o.n if isinstance(o, _Shape) else 1)
+        self.rec.append((op, n))
+        return _Shape(self.rec, n)
+
+    def __add__(self, o):
+        return self._op("add", o)
+
+    def __sub__(self, o):
+        return self._op("sub", o)
+
+    def __mul__(self, o):
+        return self._op("mul", o)
+
+
+class _Recorder:
+    """The two ``tl`` calls lse_merge makes, recorded instead of dispatched."""
+
+    def maximum(self, a, b):
+        return a._op("maximum", b)
+
+    def exp(self, x):
+        return x._op("exp", None)
+
+
+def merge_ops(M: int, d: int) -> list[tuple[str, int]]:
+    """(MATH op, elements) of one log-sum-exp merge of ``[M]`` m/l and ``[M, d]`` O states (merge.lse_merge)."""
+    rec: list = []
+    a = (_Shape(rec, M), _Shape(rec, M), _Shape(rec, M * d))
+    b = (_Shape(rec, M), _Shape(rec, M), _Shape(rec, M * d))
+    lse_merge(_Recorder(), a, b)
+    return rec
+
+
+def _chain_ps(ops: list[tuple[str, int]], prm) -> int:
+    """Lower bound of a dependent chain of MATH ops, each dispatched by the CPU then run on the engine."""
+    disp = dispatch_ps("math", prm)
+    maths = [math_ps(op, n, prm) for op, n in ops]
+    return max(len(ops) * disp + maths[-1], disp + sum(maths))
+
+
+def critical_path_bound(prm, *, M: int, d: int, tiles: list[int], kv_keys: int, l2_depth: int,
+                        l1_depth: int) -> dict:
+    """The issue's bound (:func:`attention_bound`) plus the dependent tail terms of the module docstring."""
+    terms = attention_bound(prm, M=M, d=d, tiles=tiles, kv_keys=kv_keys, l2_depth=l2_depth, l1_depth=l1_depth)
+    last = tiles[-1] if tiles else 0
+    o_bytes = M * d * 4
+    per_pc = [sum(n for _, n in pc) for pc in stripe(0, 1, o_bytes, o_bytes, prm.burst, prm.pcs)]
+    extra = {
+        "drain_ps": prm.pe_clk.ps(gemm_cycles(M, last, d, prm) - gemm_core_cycles(M, last, d, prm)) if last else 0,
+        "fold_tail_ps": _chain_ps([("add", M * d)], prm) if last else 0,
+        "merge_ps": (l2_depth * (TRIPLET * dispatch_ps("ipcq", prm) + _chain_ps(merge_ops(M, d), prm))
+                     + l1_depth * (TRIPLET * dispatch_ps("noc", prm) + _chain_ps(merge_ops(M, d), prm))),
+        "finalize_ps": _chain_ps([("div", M * d)], prm) + dispatch_ps("dma", prm) + dma_ps(per_pc, prm),
+    }
+    out = {**terms, **extra}
+    out["critical_bound_ps"] = terms["bound_ps"] + sum(extra.values())
+    return out

@@ -1,0 +1,44 @@
+"""The critical-path bound of GQA decode SP (actors/ahbm/kernels/gqa_bound.py): tighter than the issue's
+bound by exactly its dependent-tail terms, and still below what the emulator measures."""
+from actors.ahbm.costs import dispatch_ps, math_ps
+from actors.ahbm.kernels.gqa_bound import attention_bound, critical_path_bound, merge_ops
+from actors.ahbm.params import Params
+from actors.ahbm.testkit import profile
+
+
+def test_merge_ops_are_the_lse_merge_ops():
+    ops = merge_ops(8, 128)
+    # maximum of m; two exps of [M]; l update on [M]; O update on [M, d] (merge.lse_merge)
+    assert [op for op, _ in ops].count("exp") == 2 and ops[0] == ("maximum", 8)
+    assert sum(1 for _, n in ops if n == 8 * 128) == 3 and len(ops) == 11
+
+
+def test_critical_bound_adds_the_tail_terms_to_the_issue_bound():
+    prm = Params.of(profile())
+    kw = dict(M=8, d=128, tiles=[64, 64], kv_keys=128, l2_depth=3, l1_depth=3)
+    b, c = attention_bound(prm, **kw), critical_path_bound(prm, **kw)
+    extra = c["drain_ps"] + c["fold_tail_ps"] + c["merge_ps"] + c["finalize_ps"]
+    assert c["critical_bound_ps"] == b["bound_ps"] + extra > b["bound_ps"]
+    level = max(11 * dispatch_ps("math", prm) + math_ps("add", 1024, prm),
+                dispatch_ps("math", prm) + sum(math_ps(op, n, prm) for op, n in merge_ops(8, 128)))
+    assert c["merge_ps"] == 3 * (3 * dispatch_ps("ipcq", prm) + level) + 3 * (3 * dispatch_ps("noc", prm) + level)
+    assert critical_path_bound(prm, **{**kw, "l2_depth": 0, "l1_depth": 0})["merge_ps"] == 0
+
+
+def test_emulated_decode_sp_is_not_below_the_critical_bound():
+    from actors.ahbm.tl.gqa_workload import WORKLOAD
+    from emulator.schema import Doc, validate
+    from emulator.system import System
+    params = {"case": "decode", "C": 2, "P": 8, "G": 8, "d": 128, "context": 2048, "tile": 64, "gemm": "composite"}
+    p = validate(WORKLOAD.params, Doc(params, {}, "<test>"))
+    prof = profile()
+    system = System("gqa", seed=1, mode="timing")
+    ctx = WORKLOAD.build(system, prof, p)
+    result = system.run()
+    assert result.status == "finished", result.error
+    info = ctx.layout.info
+    keys = 2048 // 16
+    c = critical_path_bound(Params.of(prof), M=8, d=128, tiles=[64] * (keys // 64), kv_keys=keys,
+                            l2_depth=info["l2_depth"], l1_depth=info["l1_depth"])
+    assert info["l2_depth"] == 3 and info["l1_depth"] >= 1
+    assert result.end_time_ps >= c["critical_bound_ps"], (result.end_time_ps, c)
