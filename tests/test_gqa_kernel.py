@@ -170,6 +170,8 @@ def test_emulated_latency_never_below_the_analytic_bound(params):
     for gemm in ("composite", "dot"):
         _, _, check, _ = run({**params, "gemm": gemm}, "timing")
         assert check["ratio_to_bound"] >= 1.0, check["bound_terms"]
+        if params["case"] == "decode":   # the tighter critical-path bound (gqa_bound) is still a bound
+            assert 1.0 <= check["ratio_to_critical_bound"] <= check["ratio_to_bound"], check["bound_terms"]
 
 
 def test_bad_params_are_clear_errors():
