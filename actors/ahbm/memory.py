@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
-from trio.lowlevel import ParkingLot
 
 from emulator.actor import Actor
 from emulator.declare import In, Out, Param
+from emulator.waitqueue import WaitQueue
 from protocols.ahbm import PcReq, PcResp, TcmReq, TcmResp
 from protocols.codec import TensorDesc
 
@@ -52,7 +52,7 @@ class HbmChannel(Actor):
         self.prm = prm
         self.store: dict[int, bytearray] = {}
         self._queue: deque = deque()      # (earliest burst start, request), arrival order
-        self._arrived = ParkingLot()
+        self._arrived = WaitQueue()
 
     def preload(self, addr: int, data: bytes) -> None:
         """Build-time initial contents of one piece (the host's placement, before the run)."""
@@ -185,7 +185,7 @@ class TcmClient:
         self.resp = actor.in_port("tcm_resp")
         self.seq = 0
         self._busy = False
-        self._turn = ParkingLot()
+        self._turn = WaitQueue()
 
     async def _call(self, op, buf, data=None):
         while self._busy:

@@ -86,13 +86,13 @@ from __future__ import annotations
 
 from collections import deque
 
-from trio.lowlevel import ParkingLot
 import trio
 
 from emulator.actor import Actor
 from emulator.declare import In, Out
 from emulator.trace import BUSY
 from emulator.units import transfer_ps
+from emulator.waitqueue import WaitQueue
 from protocols.ahbm import MemReq, MemResp, NocPacket
 from protocols.codec import encode
 
@@ -110,8 +110,8 @@ class _Queue:
     def __init__(self, cap: int):
         self.cap = cap
         self.items: deque = deque()
-        self.not_empty = ParkingLot()
-        self.not_full = ParkingLot()
+        self.not_empty = WaitQueue()
+        self.not_full = WaitQueue()
 
     async def put(self, item) -> None:
         while len(self.items) >= self.cap:
