@@ -64,7 +64,7 @@ class GemmEngine(Actor):
 
     async def run(self) -> None:
         async with self.subtasks() as n:
-            n.start_soon(self._complete)
+            self._drained.start_at_first_unpark(n, self._complete)
             await self._array()
 
     async def _array(self) -> None:

@@ -75,7 +75,7 @@ class HbmChannel(Actor):
     async def run(self) -> None:
         """Take requests as they arrive (the command path); the bus task serves their bursts in order."""
         async with self.subtasks() as n:
-            n.start_soon(self._bus)
+            self._arrived.start_at_first_unpark(n, self._bus)   # most channels of a machine serve nothing
             while True:
                 req: PcReq = await self.req.recv()
                 self._queue.append((self.now + self.prm.hbm_latency, req))

@@ -276,10 +276,12 @@ class Router(Actor):
         ct = self.prm.cut_through
         async with self.subtasks() as n:
             for k, p in wired_out.items():
+                # an output's task starts with its first packet (the inputs that fill its queue start after it)
                 if ct:
-                    n.start_soon(self._output_ct, k, p, queues[k], p.link.serialise_at_sender(), self.loads.get(k))
+                    queues[k].not_empty.start_at_first_unpark(n, self._output_ct, k, p, queues[k],
+                                                              p.link.serialise_at_sender(), self.loads.get(k))
                 else:
-                    n.start_soon(self._output, p, queues[k], self.loads.get(k))
+                    queues[k].not_empty.start_at_first_unpark(n, self._output, p, queues[k], self.loads.get(k))
             for k, p in self.ins.items():
                 if not p.links:
                     continue
