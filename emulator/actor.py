@@ -141,7 +141,10 @@ class Actor:
         group = Subtasks()
         try:
             async with trio.open_nursery() as group.nursery:
-                yield group
+                try:
+                    yield group
+                except _clock.RunOver:   # the body was ended (not raised through the nursery: no exception group)
+                    group.over = True
         except BaseExceptionGroup as eg:
             raise first_error(eg) from None
         if group.over:

@@ -73,13 +73,20 @@ class HbmChannel(Actor):
         return bytes(length) if blk is None else bytes(blk[off:off + length])
 
     async def run(self) -> None:
-        """Take requests as they arrive (the command path); the bus task serves their bursts in order."""
+        """Take requests as they arrive (the command path); the bus task serves their bursts in order.
+
+        The bus task and its nursery start with the first request: most channels of a machine serve
+        nothing in a run.  The events are the same as starting the bus at once: its first step would
+        only park on ``_arrived``, and the first request's unpark would have made it runnable exactly
+        where it is spawned now (``WaitQueue.start_at_first_unpark`` gives the argument).
+        """
+        req: PcReq = await self.req.recv()
         async with self.subtasks() as n:
-            self._arrived.start_at_first_unpark(n, self._bus)   # most channels of a machine serve nothing
+            self._arrived.start_at_first_unpark(n, self._bus)
             while True:
-                req: PcReq = await self.req.recv()
                 self._queue.append((self.now + self.prm.hbm_latency, req))
                 self._arrived.unpark()
+                req = await self.req.recv()
 
     async def _bus(self) -> None:
         """The channel's data bus: one burst at a time, ``pc_occupancy_ps`` each, not before its access latency."""
