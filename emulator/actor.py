@@ -150,7 +150,6 @@ class Actor:
         if group.over:
             raise _clock.RunOver
 
-
     def rng(self, name: str = "") -> np.random.Generator:
         """This actor's seeded random stream (``name`` picks a sub-stream)."""
         return stream(self.system.seed, f"{self.name}/{name}" if name else self.name)
