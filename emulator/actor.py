@@ -214,6 +214,9 @@ class Subtasks:
         # name=fn: the task name Trio would give fn itself
         self.nursery.start_soon(_quiet_subtask, self, fn, *args, name=fn if name is None else name)
 
+    def __getattr__(self, attr):
+        return getattr(self.nursery, attr)   # the rest of the nursery (cancel_scope, start, ...) as it is
+
 
 async def _quiet_subtask(group: Subtasks, fn, *args) -> None:
     """Run one sub-task; :class:`~emulator.clock.RunOver` (the run is decided) ends it quietly."""
