@@ -30,7 +30,8 @@ def test_critical_bound_adds_the_tail_terms_to_the_issue_bound():
     prm = Params.of(profile())
     kw = dict(M=8, d=128, tiles=[64, 64], kv_keys=128, l2_depth=3, l1_depth=3)
     b, c = attention_bound(prm, **kw), critical_path_bound(prm, **kw)
-    extra = c["drain_ps"] + c["fold_tail_ps"] + c["merge_ps"] + c["hop_ps"] + c["finalize_ps"]
+    extra = c["drain_ps"] + c["fold_tail_ps"] + c["merge_ps"] + c["hop_ps"] + c["finalize_ps"] + c["completion_ps"]
+    assert c["completion_ps"] == prm.launch_latency
     assert c["critical_bound_ps"] == b["bound_ps"] + extra > b["bound_ps"]
     level = max(2 * dispatch_ps("math", prm) + math_ps("add", 1024, prm),
                 dispatch_ps("math", prm) + math_ps("mul", 1024, prm) + math_ps("add", 1024, prm))

@@ -157,6 +157,7 @@ def critical_path_bound(prm, *, M: int, d: int, tiles: list[int], kv_keys: int, 
         "hop_ps": (l2_depth * (ipcq_model(o_bytes, prm) - hop2_ps(o_bytes, prm))
                    + l1_depth * (noc_model(o_bytes, 1, prm) - hop1_ps(o_bytes, prm))),
         "finalize_ps": _chain_ps([("div", M * d)], prm) + dispatch_ps("dma", prm) + dma_ps(per_pc, prm),
+        "completion_ps": prm.launch_latency,
     }
     out = {**terms, **extra}
     out["critical_bound_ps"] = terms["bound_ps"] + sum(extra.values())
