@@ -7,7 +7,7 @@ from protocols.codec import TensorDesc, encode
 from actors.ahbm.closed_forms import BF16, ipcq_model, noc_model
 from actors.ahbm.costs import dispatch_ps, math_ps
 from actors.ahbm.cpu import PKT_ID0
-from actors.ahbm.kernels.gqa_bound import attention_bound, critical_path_bound, hop1_ps, hop2_ps, merge_ops
+from actors.ahbm.kernels.gqa_bound import _chain_ps, attention_bound, critical_path_bound, hop1_ps, hop2_ps, merge_ops
 from actors.ahbm.params import Params
 from actors.ahbm.testkit import profile
 
@@ -45,7 +45,7 @@ def test_critical_bound_adds_the_tail_terms_to_the_issue_bound():
     assert critical_path_bound(prm, **{**kw, "l2_depth": 0, "l1_depth": 0})["merge_ps"] == 0
 
 
-def test_emulated_decode_sp_is_not_below_the_critical_bound():
+def _run_decode_sp():
     from actors.ahbm.tl.gqa_workload import WORKLOAD
     from emulator.schema import Doc, validate
     from emulator.system import System
@@ -56,9 +56,27 @@ def test_emulated_decode_sp_is_not_below_the_critical_bound():
     ctx = WORKLOAD.build(system, prof, p)
     result = system.run()
     assert result.status == "finished", result.error
-    info = ctx.layout.info
+    return system, result, ctx.layout.info, Params.of(prof)
+
+
+def test_emulated_decode_sp_is_not_below_the_critical_bound():
+    _, result, info, prm = _run_decode_sp()
     keys = 2048 // 16
-    c = critical_path_bound(Params.of(prof), M=8, d=128, tiles=[64] * (keys // 64), kv_keys=keys,
+    c = critical_path_bound(prm, M=8, d=128, tiles=[64] * (keys // 64), kv_keys=keys,
                             l2_depth=info["l2_depth"], l1_depth=info["l1_depth"])
     assert info["l2_depth"] == 3 and info["l1_depth"] >= 1
     assert result.end_time_ps >= c["critical_bound_ps"], (result.end_time_ps, c)
+
+
+def test_reduction_merges_while_o_is_in_flight():
+    """gqa_attention._reduce starts a merge on the child's m, l: the reduction beats a merge that waits for O
+    (per level: three send dispatches, the whole lse chain, then O's hop)."""
+    system, _, info, prm = _run_decode_sp()
+    cpus = {k: v for k, v in system.reports.items() if k.endswith("/cpu") and "partial_done_ps" in v}
+    root = next(v for v in cpus.values() if v.get("group_root"))
+    reduction = root["root_done_ps"] - max(v["partial_done_ps"] for v in cpus.values())
+    o = 8 * 128 * 4
+    chain = _chain_ps(merge_ops(8, 128), prm)
+    waits_for_o = (info["l2_depth"] * (3 * dispatch_ps("ipcq", prm) + chain + ipcq_model(o, prm))
+                   + info["l1_depth"] * (3 * dispatch_ps("noc", prm) + chain + noc_model(o, 1, prm)))
+    assert reduction < waits_for_o, (reduction, waits_for_o)
