@@ -36,6 +36,7 @@ burst aligned) DMA-loaded into the TCM at its first MATH use.
 """
 from __future__ import annotations
 
+import functools
 import types
 
 import numpy as np
@@ -86,6 +87,12 @@ def _resume(coro, trap):
                 trap = coro.send(sent)
             except StopIteration as done:
                 return done.value
+
+
+@functools.lru_cache(maxsize=1024)
+def _broadcast(shapes: tuple) -> tuple:
+    """``np.broadcast_shapes`` remembered per operand shapes (a kernel repeats a few); raises ValueError."""
+    return tuple(np.broadcast_shapes(*shapes))
 
 
 async def _in_turn(first, then):
@@ -465,7 +472,7 @@ class Tl:
                 raise self.error(f"{op} of a scalar")
             return tuple(shapes[0][:-1]) + (1,)
         try:
-            return tuple(np.broadcast_shapes(*shapes))
+            return _broadcast(tuple(tuple(s) for s in shapes))
         except ValueError:
             raise self.error(f"{op}: shape mismatch {' vs '.join(str(s) for s in shapes)}"
                              " (shapes must be equal or broadcastable)") from None
