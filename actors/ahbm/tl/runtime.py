@@ -144,9 +144,10 @@ class Tl:
     def _dispatch_then(self, kind: str, issue):
         """Charge the dispatch of ``kind``, then run backend coroutine ``issue``: one trip through
         the portal instead of two (the same backend calls in the same order as ``_dispatch`` then
-        ``_await(issue)``)."""
+        ``_await(issue)``).  A dispatch with a cost always suspends (busy time), so the pair goes to
+        greenback directly rather than through :func:`_await`'s first-step trial."""
         self._count(kind)
-        return _await(_in_turn(self.be.dispatch(kind), issue))
+        return greenback.await_(_in_turn(self.be.dispatch(kind), issue))
 
     def _fits(self, shape, dtype) -> bool:
         """Whether :meth:`_new_buf` of ``shape``/``dtype`` succeeds; if not, callers take the step-by-step
