@@ -39,7 +39,7 @@ from emulator.link import InPort, OutPort, select
 from emulator.rng import stream
 from emulator.trace import BUSY, MARK
 
-__all__ = ["Actor"]
+__all__ = ["Actor", "Subtasks", "SUBTASK_CODE"]
 
 
 class Actor:
@@ -134,12 +134,21 @@ class Actor:
         """A Trio nursery for this actor's concurrent sub-tasks (see the module docstring).
 
         Leaves when the body and every sub-task have returned; an error in any of
-        them cancels the others and is raised plain (first non-cancellation leaf)."""
+        them cancels the others and is raised plain (first non-cancellation leaf).
+        Each sub-task runs under :func:`_quiet_subtask`, so the end of a decided
+        run ends it with a wake, like the actor itself (:meth:`VirtualClock.end_parked`);
+        the body then does not go on past the ``async with``."""
+        group = Subtasks()
         try:
-            async with trio.open_nursery() as nursery:
-                yield nursery
+            async with trio.open_nursery() as group.nursery:
+                try:
+                    yield group
+                except _clock.RunOver:   # the body was ended (not raised through the nursery: no exception group)
+                    group.over = True
         except BaseExceptionGroup as eg:
             raise first_error(eg) from None
+        if group.over:
+            raise _clock.RunOver
 
     def rng(self, name: str = "") -> np.random.Generator:
         """This actor's seeded random stream (``name`` picks a sub-stream)."""
@@ -190,3 +199,32 @@ class Actor:
 
     async def run(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError(f"{type(self).__name__}.run")
+
+
+class Subtasks:
+    """What :meth:`Actor.subtasks` yields: a nursery's ``start_soon`` with each sub-task guarded."""
+
+    __slots__ = ("nursery", "over")
+
+    def __init__(self):
+        self.nursery = None
+        self.over = False   # a sub-task was ended by the end of the run (RunOver)
+
+    def start_soon(self, fn, *args, name=None) -> None:
+        # name=fn: the task name Trio would give fn itself
+        self.nursery.start_soon(_quiet_subtask, self, fn, *args, name=fn if name is None else name)
+
+    def __getattr__(self, attr):
+        return getattr(self.nursery, attr)   # the rest of the nursery (cancel_scope, start, ...) as it is
+
+
+async def _quiet_subtask(group: Subtasks, fn, *args) -> None:
+    """Run one sub-task; :class:`~emulator.clock.RunOver` (the run is decided) ends it quietly."""
+    try:
+        await fn(*args)
+    except _clock.RunOver:
+        group.over = True
+
+
+#: the coroutine code of a guarded sub-task (one :meth:`VirtualClock.end_parked` may end)
+SUBTASK_CODE = _quiet_subtask.__code__

@@ -43,7 +43,7 @@ from outcome import Value
 from trio._core import _run as _trio_run
 from trio.lowlevel import Abort, current_task, current_trio_token, reschedule, wait_task_rescheduled
 
-from emulator.actor import Actor
+from emulator.actor import SUBTASK_CODE, Actor
 from emulator.clock import RunOver, VirtualClock, current_clock, deterministic_scheduling
 from emulator.errors import ActorError, BuildError, EmulatorError
 from emulator.faults import fault_summary, killer
@@ -351,7 +351,7 @@ class System:
                     report = self.deadlock_report()
                 # the run is decided: end the guarded tasks parked in the engine with a wake each,
                 # then cancel whatever is left (tasks in Trio primitives, actors' own nurseries)
-                clock.end_parked(nursery.child_tasks, _GUARD_CODES)
+                clock.end_parked(_task_tree(nursery.child_tasks), _GUARD_CODES)
                 nursery.cancel_scope.cancel()
         finally:
             self._token = None
@@ -594,7 +594,16 @@ class System:
 
 
 #: the coroutines :meth:`VirtualClock.end_parked` may end: the guards, which catch :class:`RunOver`
-_GUARD_CODES = frozenset((System._guard_actor.__code__, System._guard_link.__code__))
+#: (an actor's, a link's and a sub-task's in an actor's nursery, emulator/actor.py)
+_GUARD_CODES = frozenset((System._guard_actor.__code__, System._guard_link.__code__, SUBTASK_CODE))
+
+
+def _task_tree(tasks):
+    """``tasks`` and, depth first, the tasks of their nurseries (actors' sub-tasks)."""
+    for task in tasks:
+        yield task
+        for nursery in task.child_nurseries:
+            yield from _task_tree(nursery.child_tasks)
 
 
 def _safe_soon(token, fn, *args) -> None:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from trio.lowlevel import ParkingLot
-
 from emulator.actor import Actor
+from emulator.waitqueue import WaitQueue
 
 __all__ = ["Answers", "Mailbox", "Direct"]
 
@@ -52,7 +51,7 @@ class Mailbox:
     def __init__(self, answers: Answers | None = None):
         self.answers = answers
         self.items: deque = deque()
-        self.lot = ParkingLot()
+        self.lot = WaitQueue()
 
     def expect(self, rid: int) -> None:
         self.answers.expect(rid, self)

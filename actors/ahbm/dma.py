@@ -49,10 +49,10 @@ Timing mode moves TensorDescs only.
 from __future__ import annotations
 
 import numpy as np
-from trio.lowlevel import ParkingLot
 
 from emulator.actor import Actor
 from emulator.declare import In, Out
+from emulator.waitqueue import WaitQueue
 from protocols.ahbm import DmaCmd, Done, MemReq, MemResp, PcReq, PcResp, payload
 from protocols.codec import TensorDesc
 
@@ -100,7 +100,7 @@ class DmaEngine(Actor):
         self.in_flight = 0
         self.peak_in_flight = 0
         self.loading: dict[str, int] = {}       # TCM buffer -> in-flight loads into it
-        self._freed = ParkingLot()
+        self._freed = WaitQueue()
         self._pc_answers = Answers(self, self.pc_resp)
         self._noc_answers = Answers(self, self.noc_in)
 

@@ -28,10 +28,10 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
-from trio.lowlevel import ParkingLot
 
 from emulator.actor import Actor
 from emulator.declare import In, Out
+from emulator.waitqueue import WaitQueue
 from protocols.ahbm import Done, GemmCmd
 from protocols.codec import TensorDesc
 
@@ -60,11 +60,11 @@ class GemmEngine(Actor):
         self.macs = 0
         self.array_ps = 0                # time the array was occupied by operands (core cycles)
         self._done: deque = deque()      # (completion time, client, Done), in command order
-        self._drained = ParkingLot()
+        self._drained = WaitQueue()
 
     async def run(self) -> None:
         async with self.subtasks() as n:
-            n.start_soon(self._complete)
+            self._drained.start_at_first_unpark(n, self._complete)
             await self._array()
 
     async def _array(self) -> None:

@@ -33,10 +33,10 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
-from trio.lowlevel import ParkingLot
 
 from emulator.actor import Actor
 from emulator.declare import In, Out, Param
+from emulator.waitqueue import WaitQueue
 from protocols.ahbm import PcReq, PcResp, TcmReq, TcmResp
 from protocols.codec import TensorDesc
 
@@ -62,7 +62,7 @@ class HbmChannel(Actor):
         self.prm = prm
         self.store: dict[int, bytearray] = {}
         self._queue: deque = deque()      # (earliest burst start, request), arrival order
-        self._arrived = ParkingLot()
+        self._arrived = WaitQueue()
 
     def preload(self, addr: int, data: bytes) -> None:
         """Build-time initial contents of one piece (the host's placement, before the run)."""
@@ -83,13 +83,20 @@ class HbmChannel(Actor):
         return bytes(length) if blk is None else bytes(blk[off:off + length])
 
     async def run(self) -> None:
-        """Take requests as they arrive (the command path); the bus task serves their bursts in order."""
+        """Take requests as they arrive (the command path); the bus task serves their bursts in order.
+
+        The bus task and its nursery start with the first request: most channels of a machine serve
+        nothing in a run.  The events are the same as starting the bus at once: its first step would
+        only park on ``_arrived``, and the first request's unpark would have made it runnable exactly
+        where it is spawned now (``WaitQueue.start_at_first_unpark`` gives the argument).
+        """
+        req: PcReq = await self.req.recv()
         async with self.subtasks() as n:
-            n.start_soon(self._bus)
+            self._arrived.start_at_first_unpark(n, self._bus)
             while True:
-                req: PcReq = await self.req.recv()
                 self._queue.append((self.now + self.prm.hbm_latency, req))
                 self._arrived.unpark()
+                req = await self.req.recv()
 
     async def _bus(self) -> None:
         """The channel's data bus: one burst at a time, ``pc_occupancy_ps`` each, not before its access latency."""
@@ -202,7 +209,7 @@ class TcmClient:
         self.resp = actor.in_port("tcm_resp")
         self.seq = 0
         self._busy = False
-        self._turn = ParkingLot()
+        self._turn = WaitQueue()
 
     async def access(self, writes=(), reads=(), frees=()) -> list | None:
         """One access: ``writes`` (``[(buf, data), ...]``), then ``frees``, then ``reads``; the data read

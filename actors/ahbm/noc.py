@@ -86,13 +86,13 @@ from __future__ import annotations
 
 from collections import deque
 
-from trio.lowlevel import ParkingLot
 import trio
 
 from emulator.actor import Actor
 from emulator.declare import In, Out
 from emulator.trace import BUSY
 from emulator.units import transfer_ps
+from emulator.waitqueue import WaitQueue
 from protocols.ahbm import MemReq, MemResp, NocPacket
 from protocols.codec import encode
 
@@ -110,8 +110,8 @@ class _Queue:
     def __init__(self, cap: int):
         self.cap = cap
         self.items: deque = deque()
-        self.not_empty = ParkingLot()
-        self.not_full = ParkingLot()
+        self.not_empty = WaitQueue()
+        self.not_full = WaitQueue()
 
     async def put(self, item) -> None:
         while len(self.items) >= self.cap:
@@ -276,10 +276,12 @@ class Router(Actor):
         ct = self.prm.cut_through
         async with self.subtasks() as n:
             for k, p in wired_out.items():
+                # an output's task starts with its first packet (the inputs that fill its queue start after it)
                 if ct:
-                    n.start_soon(self._output_ct, k, p, queues[k], p.link.serialise_at_sender(), self.loads.get(k))
+                    queues[k].not_empty.start_at_first_unpark(n, self._output_ct, k, p, queues[k],
+                                                              p.link.serialise_at_sender(), self.loads.get(k))
                 else:
-                    n.start_soon(self._output, p, queues[k], self.loads.get(k))
+                    queues[k].not_empty.start_at_first_unpark(n, self._output, p, queues[k], self.loads.get(k))
             for k, p in self.ins.items():
                 if not p.links:
                     continue

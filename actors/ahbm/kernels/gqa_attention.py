@@ -49,7 +49,8 @@ Cases (``case``, and ``C*P``):
 
 2-level reduce-to-root (seed §4), data-driven: a rank posts receives for all its
 children as soon as its own sweep is done and merges them in **arrival order**
-(``tl.wait_any``, log-sum-exp merge), then sends its triplet (m, l, O as three
+(``tl.wait_any`` on a child's ``l``; the ``[M]`` half of the log-sum-exp merge runs
+while its ``O`` is in flight, :func:`_reduce`), then sends its triplet (m, l, O as three
 messages, seed §4.4 payload) to its parent.  Level-2 is the PE tree of the CUBE
 on IPCQ (``l2``: ``tree`` = centre-root over the PE grid, depth ceil(log2 P) for
 the 4x2 grid; ``ring`` = the snake chain towards its middle); Level-1 the
@@ -62,7 +63,7 @@ from __future__ import annotations
 
 from actors.ahbm.kernels.gqa_index import (GroupLayout, children_of, local_coords, rank_of, reduce_tree, root_of,
                                            snake, valid_len)
-from actors.ahbm.kernels.merge import fold_tile, init_running, lse_merge
+from actors.ahbm.kernels.merge import fold_tile, init_running, lse_merge, lse_scales
 
 __all__ = ["gqa_attention", "decode_tiles", "prefill_tiles", "ring_query_tiling", "ring_chunks", "ring_folds"]
 
@@ -128,19 +129,46 @@ def _sweep(tl, q, tiles, *, M, d, scale, composite, k_ptr, v_ptr):
 
 
 def _reduce(tl, state, kids, parent, M, d):
-    """Merge the children's triplets in arrival order, then send the result to ``parent``."""
+    """Merge the children's triplets in arrival order, then send the result to ``parent``.
+
+    Each log-sum-exp merge is split (merge.py): its ``[M]`` half (merge.lse_scales) needs a
+    child's ``m, l`` only; of its ``[M, d]`` half ``O s_a + O_b s_b``, ``O s_a`` needs the running
+    ``O`` only and ``O_b s_b`` and the add the child's ``O``.  Data-driven over all three: whichever
+    arrives first is used first, a child's ``l`` (``m`` is ahead of it on the same link, FIFO)
+    starts its ``[M]`` half, ``O s_a`` is issued once the running ``O`` is final, the ``O`` of the
+    oldest child whose ``[M]`` half is done finishes its merge (in merge order: the scales chain
+    through the running ``m``, the ``O`` updates through the running ``O``).  So the scalar chain
+    runs while ``O`` is in flight, and after the last child's ``[M]`` half the final ``m, l`` go to
+    ``parent`` before ``O`` is ready (the parent starts its own merge on them).  ``order`` lists the children in the order their ``l`` arrived."""
     m, l, O = state
     shapes = ((M, 1), (M, 1), (M, d))
     posted = [(name, [tl.recv_async(peer, sh) for sh in shapes]) for name, peer in kids]
-    order = []
-    while posted:
-        i = tl.wait_any(*[trip[2] for _, trip in posted])   # O is the last message of its triplet
-        name, trip = posted.pop(i)
-        order.append([name, tl.now()])
-        m, l, O = lse_merge(tl, (m, l, O), trip)
+    order, scaled = [], []   # merges whose [M] half is done, oldest first: [O_b, s_b, O s_a or None, s_a]
+
+    def running_times_scale():   # O s_a of the oldest pending merge as soon as the running O is final
+        if scaled and scaled[0][2] is None:
+            scaled[0][2] = O * scaled[0][3]
+
+    if parent is not None and not posted:
+        tl.send(parent, m)
+        tl.send(parent, l)
+    while posted or scaled:
+        i = tl.wait_any(*[trip[1] for _, trip in posted], *[x[0] for x in scaled[:1]])
+        if i < len(posted):
+            name, (mb, lb, Ob) = posted.pop(i)
+            order.append([name, tl.now()])
+            m, sa, sb, l = lse_scales(tl, (m, l), (mb, lb))
+            scaled.append([Ob, sb, None, sa])
+            running_times_scale()
+            if parent is not None and not posted:
+                tl.send(parent, m)
+                tl.send(parent, l)
+        else:
+            Ob, sb, Osa, _ = scaled.pop(0)
+            O = Ob * sb + Osa   # the [M, d] half of merge.lse_merge: O s_a + O_b s_b
+            running_times_scale()
     if parent is not None:
-        for x in (m, l, O):
-            tl.send(parent, x)
+        tl.send(parent, O)
     return (m, l, O), order
 
 

@@ -32,30 +32,31 @@ forms (costs.py):
   its core cycles (costs.gemm_cycles - costs.gemm_core_cycles);
 * ``fold_tail``: the last ``O = O * corr + O_j`` add needs ``O_j`` (merge.fold_tile):
   one MATH dispatch + ``add`` on ``[M, d]``;
-* ``merge``: per reduction level (Level-2 and Level-1) the child's three IPCQ (Level-2)
-  or NOC (Level-1) send dispatches (the ``(m, l, O)`` triplet, gqa_attention) and the parent's
-  log-sum-exp merge (merge.lse_merge, its MATH ops recorded by running it on a
-  shape recorder): every op depends on the received ``m``, and the CPU dispatches
-  and the MATH engine runs them one at a time, so a level costs at least
-  ``max(sum dispatch, sum math) + min(one dispatch, one op)``;
-* ``finalize``: the root's ``O / l`` (dispatch + ``div`` on ``[M, d]``) and the store
-  of ``O`` (dispatch + costs.dma_ps of its stripes).
-
+* ``merge``: per reduction level (Level-2 and Level-1) the part of the parent's log-sum-exp
+  merge that needs the child's ``O`` (merge.lse_merge, its MATH ops recorded by running it on
+  a shape recorder that marks what depends on ``O_b``: ``O_b s_b`` and the add; the ``[M]``
+  half and ``O s_a`` need only ``m, l`` and the running ``O``, which arrive or are final
+  earlier, gqa_attention._reduce), then the one ``O`` send dispatch to the next level (``m, l``
+  go ahead of it).  The CPU dispatches and the MATH engine runs the chain one op at a time,
+  so it costs at least ``max(sum dispatch, sum math) + min(one dispatch, one op)``;
+* ``hop``: what a level's ``O`` message costs beyond the issue's ``reduction`` term, from the
+  interconnect closed forms (closed_forms.ipcq_model, closed_forms.noc_model over one CUBE link,
+  noc.py docstring): the message header on IPCQ and, on the NOC, the two PE attach links and
+  the two router pipelines (``noc.switching: store_and_forward``: each link serialises the
+  whole packet, ``2 (S / B_att + L_att) + 2 alpha``; cut-through: ``2 L_att + 2 alpha``);
 Not counted (so it stays a lower bound): the softmax chain between a tile's Q·Kᵀ
-and its P·V (another tile's GEMM could fill it), router/NOC queueing, polling.
+and its P·V (another tile's GEMM could fill it), the ``m, l`` path of the reduction
+(it runs ahead of ``O``), NOC queueing behind other packets.
 """
 from __future__ import annotations
 
 from emulator.units import transfer_ps
 
+from actors.ahbm.closed_forms import ipcq_model, noc_model
 from actors.ahbm.costs import dispatch_ps, dma_ps, gemm_core_cycles, gemm_cycles, math_ps, stripe
 from actors.ahbm.kernels.merge import lse_merge
 
-__all__ = ["padded_gemm_cycles", "attention_bound", "critical_path_bound", "merge_ops"]
-
-#: messages per partial state sent up the reduction: m, l and O (gqa_attention module docstring)
-TRIPLET = 3
-
+__all__ = ["padded_gemm_cycles", "attention_bound", "critical_path_bound", "merge_ops", "hop1_ps", "hop2_ps"]
 
 def padded_gemm_cycles(m: int, k: int, n: int, prm) -> int:
     """MAC-array cycles of one GEMM without fill/drain: the engine's own core formula (costs.gemm_core_cycles)."""
@@ -70,8 +71,7 @@ def attention_bound(prm, *, M: int, d: int, tiles: list[int], kv_keys: int, l2_d
     hbm_bw = prm.pcs * prm.pc_bw_eff
     cycles = sum(padded_gemm_cycles(M, d, n, prm) + padded_gemm_cycles(M, n, d, prm) for n in tiles)
     o_bytes = M * d * 4
-    hop2 = prm.ipcq_overhead + transfer_ps(o_bytes // l2_chunks, prm.ipcq_bw)
-    hop1 = prm.cube_link_latency + transfer_ps(o_bytes // l1_chunks, prm.cube_link_bw)
+    hop2, hop1 = hop2_ps(o_bytes // l2_chunks, prm), hop1_ps(o_bytes // l1_chunks, prm)
     terms = {"launch_ps": prm.launch_latency, "first_access_ps": prm.dma_setup + prm.hbm_latency,
              "kv_ps": transfer_ps(kv_bytes, hbm_bw), "gemm_ps": prm.pe_clk.ps(cycles),
              "reduction_ps": l2_depth * hop2 + l1_depth * hop1}
@@ -81,16 +81,29 @@ def attention_bound(prm, *, M: int, d: int, tiles: list[int], kv_keys: int, l2_d
     return terms
 
 
-class _Shape:
-    """Stand-in for a tensor in :func:`merge_ops`: element count, records the MATH ops applied."""
+def hop2_ps(nbytes: int, prm) -> int:
+    """The issue's Level-2 hop: ``ipcq.fixed_overhead + bytes / ipcq.bandwidth``."""
+    return prm.ipcq_overhead + transfer_ps(nbytes, prm.ipcq_bw)
 
-    def __init__(self, rec: list, n: int):
-        self.rec, self.n = rec, n
+
+def hop1_ps(nbytes: int, prm) -> int:
+    """The issue's Level-1 hop: one CUBE-to-CUBE UCIe crossing, ``2 x port_latency + link + bytes / bandwidth``."""
+    return prm.cube_link_latency + transfer_ps(nbytes, prm.cube_link_bw)
+
+
+class _Shape:
+    """Stand-in for a tensor in :func:`merge_ops`: element count, whether it depends on the
+    child's ``O``; records the MATH ops applied."""
+
+    def __init__(self, rec: list, n: int, on_o: bool = False):
+        self.rec, self.n, self.on_o = rec, n, on_o
 
     def _op(self, op: str, o) -> "_Shape":
-        n = max(self.n, o.n if isinstance(o, _Shape) else 1)
-        self.rec.append((op, n))
-        return _Shape(self.rec, n)
+        other = o if isinstance(o, _Shape) else None
+        n = max(self.n, other.n if other else 1)
+        on_o = self.on_o or bool(other and other.on_o)
+        self.rec.append((op, n, on_o))
+        return _Shape(self.rec, n, on_o)
 
     def __add__(self, o):
         return self._op("add", o)
@@ -112,13 +125,14 @@ class _Recorder:
         return x._op("exp", None)
 
 
-def merge_ops(M: int, d: int) -> list[tuple[str, int]]:
-    """(MATH op, elements) of one log-sum-exp merge of ``[M]`` m/l and ``[M, d]`` O states (merge.lse_merge)."""
+def merge_ops(M: int, d: int, needs_o: bool = False) -> list[tuple[str, int]]:
+    """(MATH op, elements) of one log-sum-exp merge of ``[M]`` m/l and ``[M, d]`` O states (merge.lse_merge);
+    ``needs_o``: only the ops that depend on the child's ``O``."""
     rec: list = []
     a = (_Shape(rec, M), _Shape(rec, M), _Shape(rec, M * d))
-    b = (_Shape(rec, M), _Shape(rec, M), _Shape(rec, M * d))
+    b = (_Shape(rec, M), _Shape(rec, M), _Shape(rec, M * d, on_o=True))
     lse_merge(_Recorder(), a, b)
-    return rec
+    return [(op, n) for op, n, on_o in rec if on_o or not needs_o]
 
 
 def _chain_ps(ops: list[tuple[str, int]], prm) -> int:
@@ -138,9 +152,12 @@ def critical_path_bound(prm, *, M: int, d: int, tiles: list[int], kv_keys: int, 
     extra = {
         "drain_ps": prm.pe_clk.ps(gemm_cycles(M, last, d, prm) - gemm_core_cycles(M, last, d, prm)) if last else 0,
         "fold_tail_ps": _chain_ps([("add", M * d)], prm) if last else 0,
-        "merge_ps": (l2_depth * (TRIPLET * dispatch_ps("ipcq", prm) + _chain_ps(merge_ops(M, d), prm))
-                     + l1_depth * (TRIPLET * dispatch_ps("noc", prm) + _chain_ps(merge_ops(M, d), prm))),
+        "merge_ps": (l2_depth * (_chain_ps(merge_ops(M, d, needs_o=True), prm) + dispatch_ps("ipcq", prm))
+                     + l1_depth * (_chain_ps(merge_ops(M, d, needs_o=True), prm) + dispatch_ps("noc", prm))),
+        "hop_ps": (l2_depth * (ipcq_model(o_bytes, prm) - hop2_ps(o_bytes, prm))
+                   + l1_depth * (noc_model(o_bytes, 1, prm) - hop1_ps(o_bytes, prm))),
         "finalize_ps": _chain_ps([("div", M * d)], prm) + dispatch_ps("dma", prm) + dma_ps(per_pc, prm),
+        "completion_ps": prm.launch_latency,
     }
     out = {**terms, **extra}
     out["critical_bound_ps"] = terms["bound_ps"] + sum(extra.values())

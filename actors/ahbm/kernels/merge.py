@@ -3,11 +3,14 @@
 * :func:`init_running` - the running state ``m = -inf, l = 0, O = 0`` (fp32);
 * :func:`fold_tile` - one online-softmax step over a score tile ``S`` and its ``V``;
 * :func:`lse_merge` - the log-sum-exp merge of two partial states
-  ``m = max(ma, mb); l = la e^(ma-m) + lb e^(mb-m); O = Oa e^(ma-m) + Ob e^(mb-m)``.
+  ``m = max(ma, mb); l = la e^(ma-m) + lb e^(mb-m); O = Oa e^(ma-m) + Ob e^(mb-m)``,
+  = :func:`lse_scales` (everything on ``[M]``: needs only ``m`` and ``l``) then the
+  ``[M, d]`` update, so a reduction can start a merge when a child's ``m, l`` arrived
+  and wait for its ``O`` only for the last two ops (gqa_attention._reduce).
 """
 from __future__ import annotations
 
-__all__ = ["init_running", "fold_tile", "lse_merge", "NEG_INF"]
+__all__ = ["init_running", "fold_tile", "lse_merge", "lse_scales", "NEG_INF"]
 
 NEG_INF = float("-inf")
 
@@ -33,11 +36,17 @@ def fold_tile(tl, m, l, O, S, v, composite: bool = False):
     return m_new, l, O
 
 
-def lse_merge(tl, a, b):
-    """Log-sum-exp merge of partial states ``a = (m, l, O)`` and ``b`` (seed §4)."""
-    ma, la, Oa = a
-    mb, lb, Ob = b
+def lse_scales(tl, a, b):
+    """The ``[M]`` half of a log-sum-exp merge of ``a = (ma, la)`` and ``b``: ``(m, sa, sb, l)``."""
+    ma, la = a
+    mb, lb = b
     m = tl.maximum(ma, mb)
     sa = tl.exp(ma - m)
     sb = tl.exp(mb - m)
-    return m, la * sa + lb * sb, Oa * sa + Ob * sb
+    return m, sa, sb, la * sa + lb * sb
+
+
+def lse_merge(tl, a, b):
+    """Log-sum-exp merge of partial states ``a = (m, l, O)`` and ``b`` (seed §4)."""
+    m, sa, sb, l = lse_scales(tl, a[:2], b[:2])
+    return m, l, a[2] * sa + b[2] * sb
