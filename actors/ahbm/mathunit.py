@@ -22,6 +22,9 @@ rowmax, rowsum (last axis, keepdims); sub_row, mul_row, div_row (broadcast a
 """
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 
 from emulator.actor import Actor
@@ -73,6 +76,12 @@ def result_shape(op: str, shapes: list[tuple]) -> tuple:
     return tuple(np.broadcast_shapes(*shapes)) if len(shapes) > 1 else tuple(shapes[0])
 
 
+@functools.lru_cache(maxsize=1024)
+def _result_shape_of(op: str, shapes: tuple) -> tuple:
+    """:func:`result_shape` remembered per (op, operand shapes): a kernel repeats a few shapes."""
+    return result_shape(op, list(shapes))
+
+
 class MathEngine(Actor):
     """Element-wise ops and row reductions (module docstring)."""
 
@@ -102,12 +111,12 @@ class MathEngine(Actor):
         xs = await self.tcm.read_all(c.srcs)
         while True:
             start = self.now
-            elements = max(int(np.prod(x.shape)) for x in xs)
+            elements = max(int(math.prod(x.shape)) for x in xs)
             await self.busy(math_ps(c.op, elements, self.prm), f"{c.op} {elements}")
             if data_mode:
                 out = compute(c.op, xs, c.scalar).astype(np.dtype(c.out_dtype))
             else:
-                out = TensorDesc.of(result_shape(c.op, [tuple(x.shape) for x in xs]), c.out_dtype)
+                out = TensorDesc.of(_result_shape_of(c.op, tuple(tuple(x.shape) for x in xs)), c.out_dtype)
             done = Done(c.id, "math", start, self.now, {"elements": elements})
             nxt = self.cmd.poll()
             if nxt is not None:     # streaming: result write + next operands in one TCM access

@@ -30,13 +30,31 @@ def _skipped(filename: str) -> bool:
     return fn.startswith(_SKIP) or os.path.dirname(fn) == _MACHINE or any(p in fn for p in _SKIP_PARTS)
 
 
+#: file name -> its name relative to the repository (``fn.startswith(_ROOT)`` means absolute)
+_REL: dict[str, str] = {}
+#: absolute file name -> skipped?  (every scratch scope's end names its site: a few files, many calls)
+_SKIPPED: dict[str, bool] = {}
+
+
+def _skipped_cached(filename: str) -> bool:
+    """:func:`_skipped`, remembered for absolute names (their answer does not depend on the cwd)."""
+    hit = _SKIPPED.get(filename)
+    if hit is None:
+        hit = _skipped(filename)
+        if os.path.isabs(filename):
+            _SKIPPED[filename] = hit
+    return hit
+
+
 def user_site(depth: int = 1) -> str:
     """``file:line`` of the innermost frame that is kernel code (not runtime, engine or library)."""
     f = sys._getframe(depth)
     while f is not None:
         fn = f.f_code.co_filename
-        if not _skipped(fn):
-            rel = os.path.relpath(fn, _ROOT) if fn.startswith(_ROOT) else fn
+        if not _skipped_cached(fn):
+            rel = _REL.get(fn)
+            if rel is None:
+                rel = _REL[fn] = os.path.relpath(fn, _ROOT) if fn.startswith(_ROOT) else fn
             return f"{rel}:{f.f_lineno}"
         f = f.f_back
     return "<unknown kernel line>"

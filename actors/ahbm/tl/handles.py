@@ -17,11 +17,27 @@ import numpy as np
 __all__ = ["TensorHandle", "nbytes"]
 
 
+#: dtype (as given) -> (numpy ``dtype.str``, item size): a kernel uses a few dtypes on every op
+_DTYPES: dict = {}
+
+
+def _dtype(dtype) -> tuple[str, int]:
+    try:
+        return _DTYPES[dtype]
+    except KeyError:
+        dt = np.dtype(dtype)
+        _DTYPES[dtype] = info = (dt.str, dt.itemsize)
+        return info
+    except TypeError:               # unhashable: numpy's own error, or its answer
+        dt = np.dtype(dtype)
+        return dt.str, dt.itemsize
+
+
 def nbytes(shape, dtype) -> int:
     n = 1
     for s in shape:
         n *= int(s)
-    return n * np.dtype(dtype).itemsize
+    return n * _dtype(dtype)[1]
 
 
 class TensorHandle:
@@ -31,7 +47,7 @@ class TensorHandle:
     def __init__(self, rt, shape, dtype, *, buf=None, addr=None, pending=None, engine=None, arena=None):
         self.rt = rt
         self.shape = tuple(int(s) for s in shape)
-        self.dtype = np.dtype(dtype).str
+        self.dtype = _dtype(dtype)[0]
         self.buf = buf              # TCM buffer name, or None
         self.addr = addr            # HBM byte address, or None
         self.pending = pending      # command id still producing the data

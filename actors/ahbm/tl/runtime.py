@@ -36,6 +36,8 @@ burst aligned) DMA-loaded into the TCM at its first MATH use.
 """
 from __future__ import annotations
 
+import functools
+import types
 
 import numpy as np
 import greenback
@@ -54,7 +56,53 @@ _DIRS = ("N", "S", "E", "W")
 
 
 def _await(coro):
-    return greenback.await_(coro)
+    """Run backend coroutine ``coro`` to its end from the kernel's synchronous code.
+
+    Most backend calls (a command pushed into a queue with room, a wait for a command already
+    completed, a posted TCM free) finish without suspending: the first step is taken here and, if
+    it returns, greenback's portal round trip is skipped.  A coroutine that does suspend hands its
+    first trap and the rest of its steps to greenback (:func:`_resume`), exactly as
+    ``greenback.await_(coro)`` would have stepped it in this same greenlet, so the order of
+    events, and the trace, are the same either way."""
+    try:
+        trap = coro.send(None)
+    except StopIteration as done:
+        return done.value
+    return greenback.await_(_resume(coro, trap))
+
+
+@types.coroutine
+def _resume(coro, trap):
+    """Pass ``trap`` (``coro``'s first yield) to the event loop, then step ``coro`` on to its end."""
+    while True:
+        try:
+            sent = yield trap
+        except BaseException as exc:  # a Trio cancellation or error thrown into the task: into coro
+            try:
+                trap = coro.throw(exc)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                trap = coro.send(sent)
+            except StopIteration as done:
+                return done.value
+
+
+@functools.lru_cache(maxsize=1024)
+def _broadcast(shapes: tuple) -> tuple:
+    """``np.broadcast_shapes`` remembered per operand shapes (a kernel repeats a few); raises ValueError."""
+    return tuple(np.broadcast_shapes(*shapes))
+
+
+async def _in_turn(first, then):
+    """Await coroutine ``first``, then coroutine ``then``; the result of ``then``."""
+    try:
+        await first
+    except BaseException:
+        then.close()                            # never started: no "never awaited" warning
+        raise
+    return await then
 
 
 class Tl:
@@ -92,6 +140,22 @@ class Tl:
     def _dispatch(self, kind: str) -> None:
         self._count(kind)
         _await(self.be.dispatch(kind))
+
+    def _dispatch_then(self, kind: str, issue):
+        """Charge the dispatch of ``kind``, then run backend coroutine ``issue``: one trip through
+        the portal instead of two (the same backend calls in the same order as ``_dispatch`` then
+        ``_await(issue)``).  A dispatch with a cost always suspends (busy time), so the pair goes to
+        greenback directly rather than through :func:`_await`'s first-step trial."""
+        self._count(kind)
+        return greenback.await_(_in_turn(self.be.dispatch(kind), issue))
+
+    def _fits(self, shape, dtype) -> bool:
+        """Whether :meth:`_new_buf` of ``shape``/``dtype`` succeeds; if not, callers take the step-by-step
+        path so that its error comes after the dispatch, as it always did."""
+        try:
+            return self.used + nbytes(shape, dtype) <= self.capacity
+        except Exception:
+            return False
 
     def _new_buf(self, shape, dtype, **kw) -> TensorHandle:
         size = nbytes(shape, dtype)
@@ -409,16 +473,18 @@ class Tl:
                 raise self.error(f"{op} of a scalar")
             return tuple(shapes[0][:-1]) + (1,)
         try:
-            return tuple(np.broadcast_shapes(*shapes))
+            return _broadcast(tuple(tuple(s) for s in shapes))
         except ValueError:
             raise self.error(f"{op}: shape mismatch {' vs '.join(str(s) for s in shapes)}"
                              " (shapes must be equal or broadcastable)") from None
 
     def _math(self, op: str, srcs, shape, *, scalar: float = 0.0, out_dtype: str = F32, kind: str = "math"):
         bufs = [self._tcm(x, "math", op) for x in srcs]
-        self._dispatch(kind)
+        if not self._fits(shape, out_dtype):
+            self._dispatch(kind)
+            self._new_buf(shape, out_dtype)     # raises the overflow error
         out = self._new_buf(shape, out_dtype)
-        cid = _await(self.be.math(op, bufs, out.buf, float(scalar), np.dtype(out_dtype).str))
+        cid = self._dispatch_then(kind, self.be.math(op, bufs, out.buf, float(scalar), np.dtype(out_dtype).str))
         self._read_by(cid, "math", *srcs)
         out.pending, out.engine = cid, "math"
         self.outstanding.append(cid)
@@ -539,10 +605,13 @@ class Tl:
             _await(self.be.noc_send(peer, buf))
             return
         buf = self._tcm(x, "ipcq", "send")
-        self._dispatch("ipcq")
-        cid = _await(self.be.ipcq("send", peer, buf))
+        cid = self._dispatch_then("ipcq", self._send_wait(peer, buf))
         self._read_by(cid, "ipcq", x)
-        _await(self.be.wait(cid))
+
+    async def _send_wait(self, peer: str, buf: str) -> int:
+        cid = await self.be.ipcq("send", peer, buf)
+        await self.be.wait(cid)
+        return cid
 
     def recv_async(self, d, shape, dtype: str = F32) -> TensorHandle:
         """Post a receive from direction ``d`` (or NOC peer ``[sip, cube, pe]``); returns a handle at
@@ -550,9 +619,12 @@ class Tl:
         peer = self._peer(d, "recv")
         shape = tuple(int(s) for s in shape)
         noc = isinstance(peer, tuple)
-        self._dispatch("noc" if noc else "ipcq")
+        kind = "noc" if noc else "ipcq"
+        if not self._fits(shape, dtype):
+            self._dispatch(kind)
+            self._new_buf(shape, dtype)         # raises the overflow error
         h = self._new_buf(shape, dtype)
-        cid = _await(self.be.noc_recv(peer, h.buf) if noc else self.be.ipcq("recv", peer, h.buf))
+        cid = self._dispatch_then(kind, self.be.noc_recv(peer, h.buf) if noc else self.be.ipcq("recv", peer, h.buf))
         h.pending, h.engine = cid, "noc" if noc else "ipcq"
         h.check = (shape, np.dtype(dtype).str)
         self.outstanding.append(cid)

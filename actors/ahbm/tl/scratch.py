@@ -63,6 +63,18 @@ def handles_in(value) -> list[TensorHandle]:
     return []
 
 
+def _add_ids(ids: set, values) -> None:
+    """Add to ``ids`` the ``id`` of every handle in ``values`` (as :func:`handles_in` of each value;
+    inlined: it runs over every local of every frame on the stack at each scope's end)."""
+    for value in values:
+        if isinstance(value, TensorHandle):
+            ids.add(id(value))
+        elif isinstance(value, (list, tuple)):
+            ids.update(id(v) for v in value if isinstance(v, TensorHandle))
+        elif isinstance(value, dict):
+            ids.update(id(v) for v in value.values() if isinstance(v, TensorHandle))
+
+
 class ScratchScope:
     """``with tl.scratch_scope():`` (see the module docstring)."""
 
@@ -88,12 +100,12 @@ class ScratchScope:
             for h in arena.handles:
                 h.dead = f"its scratch_scope ended (with an error) at {site}"
             return False
-        now = {k: handles_in(v) for k, v in self.frame.f_locals.items()}
+        local = self.frame.f_locals
+        now = {k: handles_in(local[k]) for k in self.before if k in local}
         referenced = set()
         f = self.frame
         while f is not None:  # handles still held by this frame or any caller's frame stay alive
-            for v in f.f_locals.values():
-                referenced.update(id(h) for h in handles_in(v))
+            _add_ids(referenced, f.f_locals.values())
             f = f.f_back
         self.frame = None
         keep = {id(h) for k, hs in now.items() if k in self.before for h in hs if h.arena is arena}
