@@ -141,14 +141,10 @@ async def test_gemm_engine_pipelines_back_to_back_commands(vclock):
 
 def _gqa_decode(gemm):
     from actors.ahbm.params import pe_name
+    from actors.ahbm.testkit import build_workload
     from actors.ahbm.tl.gqa_workload import WORKLOAD
-    from emulator.schema import Doc, validate
-    from emulator.system import System
     params = {"case": "decode", "C": 1, "P": 1, "G": 8, "d": 128, "context": 256, "tile": 64, "gemm": gemm}
-    p = validate(WORKLOAD.params, Doc(params, {}, "<test>"))
-    prof = profile()
-    system = System("gqa", seed=1, mode="timing")
-    ctx = WORKLOAD.build(system, prof, p)
+    system, prof, p, ctx = build_workload(WORKLOAD, params, name="gqa", mode="timing")
     result = system.run()
     assert result.status == "finished", result.error
     pe = pe_name(*ctx.layout.coords[0])

@@ -46,14 +46,10 @@ def test_critical_bound_adds_the_tail_terms_to_the_issue_bound():
 
 
 def _run_decode_sp():
+    from actors.ahbm.testkit import build_workload
     from actors.ahbm.tl.gqa_workload import WORKLOAD
-    from emulator.schema import Doc, validate
-    from emulator.system import System
     params = {"case": "decode", "C": 2, "P": 8, "G": 8, "d": 128, "context": 2048, "tile": 64, "gemm": "composite"}
-    p = validate(WORKLOAD.params, Doc(params, {}, "<test>"))
-    prof = profile()
-    system = System("gqa", seed=1, mode="timing")
-    ctx = WORKLOAD.build(system, prof, p)
+    system, prof, _, ctx = build_workload(WORKLOAD, params, name="gqa", mode="timing")
     result = system.run()
     assert result.status == "finished", result.error
     return system, result, ctx.layout.info, Params.of(prof)
