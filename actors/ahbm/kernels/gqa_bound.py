@@ -56,11 +56,7 @@ from actors.ahbm.closed_forms import ipcq_model, noc_model
 from actors.ahbm.costs import dispatch_ps, dma_ps, gemm_core_cycles, gemm_cycles, math_ps, stripe
 from actors.ahbm.kernels.merge import lse_merge
 
-__all__ = ["padded_gemm_cycles", "attention_bound", "critical_path_bound", "merge_ops", "hop1_ps", "hop2_ps"]
-
-def padded_gemm_cycles(m: int, k: int, n: int, prm) -> int:
-    """MAC-array cycles of one GEMM without fill/drain: the engine's own core formula (costs.gemm_core_cycles)."""
-    return gemm_core_cycles(m, k, n, prm)
+__all__ = ["attention_bound", "critical_path_bound", "merge_ops", "hop1_ps", "hop2_ps"]
 
 
 def attention_bound(prm, *, M: int, d: int, tiles: list[int], kv_keys: int, l2_depth: int, l1_depth: int,
@@ -69,7 +65,7 @@ def attention_bound(prm, *, M: int, d: int, tiles: list[int], kv_keys: int, l2_d
     keys of K and V, followed by ``l2_depth`` IPCQ and ``l1_depth`` CUBE-NOC reduction levels."""
     kv_bytes = 2 * kv_keys * d * 2
     hbm_bw = prm.pcs * prm.pc_bw_eff
-    cycles = sum(padded_gemm_cycles(M, d, n, prm) + padded_gemm_cycles(M, n, d, prm) for n in tiles)
+    cycles = sum(gemm_core_cycles(M, d, n, prm) + gemm_core_cycles(M, n, d, prm) for n in tiles)   # the engine's own
     o_bytes = M * d * 4
     hop2, hop1 = hop2_ps(o_bytes // l2_chunks, prm), hop1_ps(o_bytes // l1_chunks, prm)
     terms = {"launch_ps": prm.launch_latency, "first_access_ps": prm.dma_setup + prm.hbm_latency,
