@@ -131,6 +131,9 @@ class VirtualClock(trio.abc.Clock):
         #: the limit and ``on_limit`` is called (return True if it scheduled something)
         self.limit: float = _INF
         self.on_limit: Callable[[], bool] | None = None
+        #: an OverflowError raised by the clock's own work (a trace flush, a delivery): the run
+        #: stops as at the limit and the supervisor raises it (:meth:`deadline_to_sleep_time`)
+        self.overflow: OverflowError | None = None
 
     # -- trio.abc.Clock -------------------------------------------------------
     def start_clock(self) -> None:
@@ -204,53 +207,70 @@ class VirtualClock(trio.abc.Clock):
         return self.now
 
     def deadline_to_sleep_time(self, deadline: float) -> float:
-        runner = self._runner
-        if runner.waiting_for_idle:
-            # Let wait_all_tasks_blocked() waiters run before time moves (they
-            # are woken by Trio's loop when this timeout's cushion expires).
-            return _INF
-        heap = self._heap
-        while heap and heap[0][2] is None:
-            heapq.heappop(heap)
-        t = heap[0][0] if heap else _INF
-        if heap and len(heap[0]) == 4 and deadline == _INF and not any(
-                e[2] is not None and len(e) == 3 for e in heap):
-            # only weak wake-ups (fault timers) remain: the system itself is idle
-            if self.on_idle is not None and self.on_idle():
-                return 0
-        from_heap = t <= deadline
-        if not from_heap:
-            t = math.ceil(deadline) if deadline != _INF else _INF
-        if t == _INF:
-            if self.on_idle is not None and self.on_idle():
-                return 0
-            return _INF
-        if t > self.limit:
-            if self.now < self.limit:
-                self.now = self.limit
+        """Advance virtual time to the next event and wake what is due (see the module docstring).
+
+        This runs inside Trio's loop, outside every task: an exception here would
+        abandon the run (``TrioInternalError``, tasks never finished).  The one a
+        model can cause here is an ``OverflowError`` -- a product of in-range
+        parameters past int64 reaching the trace recorder's msgpack packing in a
+        flush or an in-clock delivery.  It is kept in :attr:`overflow` and the run
+        stops as at the time limit, so the supervisor task raises it and Trio
+        unwinds every task normally.
+        """
+        try:
+            runner = self._runner
+            if runner.waiting_for_idle:
+                # Let wait_all_tasks_blocked() waiters run before time moves (they
+                # are woken by Trio's loop when this timeout's cushion expires).
+                return _INF
+            heap = self._heap
+            while heap and heap[0][2] is None:
+                heapq.heappop(heap)
+            t = heap[0][0] if heap else _INF
+            if heap and len(heap[0]) == 4 and deadline == _INF and not any(
+                    e[2] is not None and len(e) == 3 for e in heap):
+                # only weak wake-ups (fault timers) remain: the system itself is idle
+                if self.on_idle is not None and self.on_idle():
+                    return 0
+            from_heap = t <= deadline
+            if not from_heap:
+                t = math.ceil(deadline) if deadline != _INF else _INF
+            if t == _INF:
+                if self.on_idle is not None and self.on_idle():
+                    return 0
+                return _INF
+            if t > self.limit:
+                if self.now < self.limit:
+                    self.now = self.limit
+                if self.on_limit is not None and self.on_limit():
+                    return 0
+                return _INF
+            if t > self.now:
+                self.now = t
+                self.steps += 1
+                events = self.events
+                if events is not None and len(events) >= CHUNK:
+                    self.flush()
+                if self.on_step is not None:
+                    self.on_step(t)
+            if from_heap:
+                if self.direct and t < deadline:
+                    self._run_instant(t)
+                    return 0
+                reschedule = self._reschedule
+                while heap and heap[0][0] == t:
+                    entry = heapq.heappop(heap)
+                    task = entry[2]
+                    if task is not None:
+                        entry[2] = None
+                        reschedule(task)
+            return 0
+        except OverflowError as e:
+            self.overflow = e
+            self.limit = self.now
             if self.on_limit is not None and self.on_limit():
                 return 0
             return _INF
-        if t > self.now:
-            self.now = t
-            self.steps += 1
-            events = self.events
-            if events is not None and len(events) >= CHUNK:
-                self.flush()
-            if self.on_step is not None:
-                self.on_step(t)
-        if from_heap:
-            if self.direct and t < deadline:
-                self._run_instant(t)
-                return 0
-            reschedule = self._reschedule
-            while heap and heap[0][0] == t:
-                entry = heapq.heappop(heap)
-                task = entry[2]
-                if task is not None:
-                    entry[2] = None
-                    reschedule(task)
-        return 0
 
     def _run_instant(self, t: int) -> None:
         """Wake everything due at ``t``; links deliver here, without a task step of their own.

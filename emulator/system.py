@@ -271,13 +271,8 @@ class System:
                 if reason is not None:
                     self._stop_reason = reason
                     return self._result(reason, None, None, footer)
-                cause = e if isinstance(e, OverflowError) else e.__cause__
-                if isinstance(e, (trio.TrioInternalError, OverflowError)) and isinstance(cause, OverflowError):
-                    # the recorder packs every event as int64 (msgpack): a product of in-range parameters
-                    # (cycles x period, bytes / bandwidth) passed it; say so instead of a traceback
-                    raise EmulatorError(
-                        f"a time or size computed by the model passed the engine's 64-bit integer range near "
-                        f"t={clock.now} ps ({cause}): a parameter is too large for this machine") from None
+                if isinstance(e, OverflowError):
+                    raise _overflow_error(e, clock.now) from None
                 raise
 
     def request_stop(self, reason: str = "interrupted") -> None:
@@ -364,6 +359,8 @@ class System:
             clock.limit = float("inf")
             if guard is not None:
                 guard.cancel()
+        if clock.overflow is not None:   # raised in the clock's own work (VirtualClock.deadline_to_sleep_time)
+            raise _overflow_error(clock.overflow, clock.now)
         status = reason
         if status == "finished" and any(a.killed and not a.daemon for a in self.actors.values()):
             status = "killed"   # it ended only because unfinished workload actors were killed
@@ -611,3 +608,10 @@ def _safe_soon(token, fn, *args) -> None:
         token.run_sync_soon(fn, *args)
     except trio.RunFinishedError:
         pass
+
+
+def _overflow_error(cause: OverflowError, now: int) -> EmulatorError:
+    """The error for an int64 overflow: the recorder packs every event as int64 (msgpack), and a
+    product of in-range parameters (cycles x period, bytes / bandwidth) passed it."""
+    return EmulatorError(f"a time or size computed by the model passed the engine's 64-bit integer range near "
+                         f"t={now} ps ({cause}): a parameter is too large for this machine")

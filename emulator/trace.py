@@ -170,7 +170,11 @@ class Recorder:
         n = len(events)
         packer = self._packer
         try:
-            packer.pack(events)
+            try:
+                packer.pack(events)
+            except OverflowError:
+                events.clear()   # they cannot be recorded: the run fails (System.run says why)
+                raise
             with packer.getbuffer() as packed:
                 body = packed[_array_header_len(n):]
                 self._hash.update(body)
