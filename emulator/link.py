@@ -130,7 +130,7 @@ class _Waiter:
 class InPort:
     """A named input of an actor; fed by one or more links (fan-in)."""
 
-    __slots__ = ("owner", "name", "buf", "waiter", "links", "taken", "max_depth", "idle")
+    __slots__ = ("owner", "name", "buf", "waiter", "links", "taken", "max_depth", "idle", "own")
 
     def __init__(self, owner: "Actor", name: str, idle: bool = False):
         self.owner = owner
@@ -140,6 +140,7 @@ class InPort:
         self.idle = idle
         self.buf: deque = deque()
         self.waiter: _Waiter | None = None
+        self.own: _Waiter | None = None    # the waiter recv re-arms (select makes its own)
         self.links: list[Link] = []
         self.taken = 0
         self.max_depth = 0
@@ -223,8 +224,13 @@ class InPort:
             return self._take()
         if not self.links:
             raise RuntimeError(f"in-port {self.path} is not connected to any link")
-        # _park inlined (one coroutine frame fewer on every wake-up of a receiver)
-        waiter = _arm((self,), self.owner)
+        # _park inlined (one coroutine frame fewer on every wake-up of a receiver), with this
+        # port's own waiter re-armed: only the owner's one receiving task parks here, and it
+        # has read ``got`` before it can park again
+        waiter = self.own
+        if waiter is None:
+            waiter = self.own = _Waiter(None, (self,))
+        waiter = _arm(waiter.ports, self.owner, waiter)
         got = await park(waiter) or waiter.got or await _rewait(waiter)
         return got[1]
 
@@ -237,14 +243,19 @@ def _earliest(ports):
     return best
 
 
-def _arm(ports, owner) -> _Waiter:
-    """Register the current task as the waiter of ``ports`` (see :func:`_park`)."""
+def _arm(ports, owner, waiter: _Waiter | None = None) -> _Waiter:
+    """Register the current task as the waiter of ``ports`` (see :func:`_park`); ``waiter``: one to re-arm."""
     task = GLOBAL_RUN_CONTEXT.task
     for p in ports:
         if p.waiter is not None:
             raise RuntimeError(f"in-port {p.path}: two tasks of {owner.name} receive on it at once; "
                                "give each task its own port")
-    waiter = _Waiter(task, ports)
+    if waiter is None:
+        waiter = _Waiter(task, ports)
+    else:
+        waiter.task = task
+        waiter.entry = waiter.got = None
+        waiter.order = next(_WAIT_ORDER)
     for p in ports:
         p.waiter = waiter
         for l in p.links:
@@ -351,7 +362,8 @@ class Link:
     # slotted: a 4-SIP machine builds ~37 k of them (issue #13, idle fixed cost)
     __slots__ = ("system", "id", "name", "src", "dst", "capacity", "latency", "bandwidth", "credits", "blocked",
                  "inflight", "free_at", "last_arrival", "seq", "faults", "sender_bandwidth", "task", "wake",
-                 "clock", "emit", "messages", "bytes", "busy_ps", "delivered", "dropped", "blocked_count")
+                 "clock", "emit", "messages", "bytes", "busy_ps", "delivered", "dropped", "blocked_count",
+                 "ser_nbytes", "ser_bandwidth", "ser_ps")
 
     def __init__(self, system, id: int, name: str, src: OutPort, dst: InPort, *,
                  capacity: int, latency: int, bandwidth: int):
@@ -380,6 +392,7 @@ class Link:
         self.wake = None
         self.clock = None
         self.emit = None
+        self.ser_nbytes = self.ser_bandwidth = self.ser_ps = -1   # the last serialisation time (_accept)
         # statistics
         self.messages = 0
         self.bytes = 0
@@ -481,8 +494,14 @@ class Link:
                 if eff.bandwidth_factor != 1.0 and bandwidth:
                     bandwidth = max(1, int(bandwidth * eff.bandwidth_factor))
         start = self.free_at if self.free_at > now else now
-        # transfer_ps(nbytes, bandwidth) inlined (a call fewer per message)
-        ser = -((-nbytes * PS_PER_S) // bandwidth) if bandwidth > 0 and nbytes > 0 else 0
+        # transfer_ps(nbytes, bandwidth) inlined (a call fewer per message); the last size's
+        # result is kept: a link mostly carries one message size, and nbytes * 1e12 is a
+        # multi-digit Python integer whose floor division is the dearest line here
+        if nbytes == self.ser_nbytes and bandwidth == self.ser_bandwidth:
+            ser = self.ser_ps
+        else:
+            ser = -((-nbytes * PS_PER_S) // bandwidth) if bandwidth > 0 and nbytes > 0 else 0
+            self.ser_nbytes, self.ser_bandwidth, self.ser_ps = nbytes, bandwidth, ser
         end = start + ser
         self.free_at = end
         self.busy_ps += ser

@@ -9,6 +9,7 @@ independent of each other, of creation order and of ``PYTHONHASHSEED``.
 from __future__ import annotations
 
 import hashlib
+import struct
 
 import numpy as np
 
@@ -16,8 +17,11 @@ __all__ = ["stream", "name_key"]
 
 
 def name_key(name: str) -> tuple[int, ...]:
-    digest = hashlib.sha256(name.encode()).digest()
-    return tuple(int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4))
+    """The spawn key of stream ``name``: the first 16 bytes of its sha256 as four little-endian u32."""
+    return _FOUR_U32(hashlib.sha256(name.encode()).digest())
+
+
+_FOUR_U32 = struct.Struct("<4I16x").unpack
 
 
 def stream(seed: int, name: str) -> np.random.Generator:

@@ -192,7 +192,7 @@ class _Encoder:
 
     def _default(self, obj):
         if isinstance(obj, np.ndarray):
-            return msgpack.ExtType(EXT_NDARRAY, _pack_array(obj))
+            return _ext_type(msgpack.ExtType, (EXT_NDARRAY, _pack_array(obj)))   # checked: int code, bytes
         if isinstance(obj, TensorDesc):
             self.extra += obj.nbytes
             return msgpack.ExtType(
@@ -240,19 +240,32 @@ _ENCODER = _Encoder()
 encode = _ENCODER.encode
 
 
+#: ``tuple.__new__``: builds a ``msgpack.ExtType`` without its Python-level argument checks
+_ext_type = tuple.__new__
+
+#: (dtype, shape) -> the array ext header (:func:`_pack_array`); a run sends few distinct ones
+_ARRAY_HEADS: dict = {}
+
+
 def _pack_array(obj: np.ndarray) -> bytes:
     """ndarray ext payload: ``u8 len(dtype.str) | dtype.str | u8 ndim | ndim x u64 shape | raw bytes``.
 
     A fixed binary header instead of a nested msgpack document: one copy of the
     data, and decoding is a ``struct`` unpack plus a zero-copy ``np.frombuffer``
-    (engine-perf.md §7: generic ext hooks cost 7-10 µs on a 4 KB partial).
+    (engine-perf.md §7: generic ext hooks cost 7-10 µs on a 4 KB partial).  The
+    header depends only on the dtype and shape, so it is built once per pair.
     """
     arr = obj if obj.flags.c_contiguous else obj.copy(order="C")  # (ascontiguousarray turns 0-d into 1-d)
-    dt = arr.dtype
-    if dt.hasobject:
-        raise ProtocolError(f"object arrays cannot travel ({dt})")
-    code = dt.str.encode()
-    head = struct.pack(f"<B{len(code)}sB{arr.ndim}Q", len(code), code, arr.ndim, *arr.shape)
+    key = (arr.dtype, arr.shape)
+    head = _ARRAY_HEADS.get(key)
+    if head is None:
+        dt = arr.dtype
+        if dt.hasobject:
+            raise ProtocolError(f"object arrays cannot travel ({dt})")
+        code = dt.str.encode()
+        head = struct.pack(f"<B{len(code)}sB{arr.ndim}Q", len(code), code, arr.ndim, *arr.shape)
+        if len(_ARRAY_HEADS) < 4096:
+            _ARRAY_HEADS[key] = head
     return b"".join((head, arr.tobytes() if arr.ndim == 0 else memoryview(arr).cast("B") if arr.size else b""))
 
 

@@ -171,7 +171,7 @@ class ReducePE(Actor):
         self.early: dict[int, list[Partial]] = {}
 
     def _produce(self, rnd: int) -> Partial:
-        G, d = self.p["G"], self.p["d"]
+        G, d = self.p.G, self.p.d
         if self.mode == "data":
             m, l, O = partial_inputs(self.system.seed, self.name, rnd, G, d)
         else:
@@ -192,13 +192,13 @@ class ReducePE(Actor):
 
     async def run(self) -> None:
         p = self.p
-        for rnd in range(p["rounds"]):
-            start = rnd * p["period"]
+        for rnd in range(p.rounds):
+            start = rnd * p.period
             acc = self._produce(rnd)
-            await self.busy(p["produce"], "produce", start=start)
+            await self.busy(p.produce, "produce", start=start)
             for _ in range(self.children):
                 child = await self._next_child(rnd)
-                await self.busy(p["merge"], "merge")
+                await self.busy(p.merge, "merge")
                 if self.mode == "data":
                     m, l, O = merge((acc.m, acc.l, acc.O), (child.m, child.l, child.O))
                     acc = Partial(rnd, acc.count + child.count, m, l, O)
