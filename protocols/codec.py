@@ -27,6 +27,7 @@ when the caller (a link) supplies them.  Decoded arrays are read-only views
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import struct
 from typing import Any, Callable
@@ -124,6 +125,19 @@ def desc_ext_len(d: TensorDesc) -> int:
     return ext_header_len(body) + body
 
 
+@functools.lru_cache(maxsize=4096)
+def _desc_ext(shape: tuple, dtype: str, nbytes: int):
+    """The ext of a TensorDesc with these fields; it depends on nothing else, so it is packed once."""
+    return msgpack.ExtType(EXT_TENSOR_DESC, msgpack.packb([list(shape), dtype, nbytes], use_bin_type=True))
+
+
+@functools.lru_cache(maxsize=4096)
+def _desc_as_array_extra(shape: tuple, dtype: str, nbytes: int) -> int:
+    """Charge added to a ``descs_as_arrays`` record's descriptor (besides its ``nbytes``): the data-mode ext's length minus its own."""
+    d = TensorDesc(shape, dtype, nbytes)
+    return array_ext_len(d) - desc_ext_len(d) - nbytes
+
+
 class _RecordInfo:
     __slots__ = ("cls", "tag", "version", "fields", "getter", "name", "descs_as_arrays")
 
@@ -188,22 +202,36 @@ class _Encoder:
     def __init__(self):
         self.extra = 0
         self._packer = msgpack.Packer(default=self._default, use_bin_type=True, autoreset=True)
-        self._inner = msgpack.Packer(default=self._default, use_bin_type=True, autoreset=True)
+        self._nested: list = []   # one packer per depth of records nested in records
+        self._depth = 0
 
     def _default(self, obj):
-        if isinstance(obj, np.ndarray):
+        t = type(obj)
+        if t is TensorDesc:
+            self.extra += obj.nbytes
+            return _desc_ext(tuple(obj.shape), obj.dtype, obj.nbytes)   # (a tuple already: the same object)
+        if t is np.ndarray or isinstance(obj, np.ndarray):
             return _ext_type(msgpack.ExtType, (EXT_NDARRAY, _pack_array(obj)))   # checked: int code, bytes
         if isinstance(obj, TensorDesc):
             self.extra += obj.nbytes
-            return msgpack.ExtType(
-                EXT_TENSOR_DESC, msgpack.packb([list(obj.shape), obj.dtype, obj.nbytes], use_bin_type=True)
-            )
+            return _desc_ext(tuple(obj.shape), obj.dtype, obj.nbytes)
         if isinstance(obj, np.generic):
             return obj.item()
-        info = _BY_CLASS.get(type(obj))
+        info = _BY_CLASS.get(t)
         if info is not None:
-            packer = msgpack.Packer(default=self._default, use_bin_type=True)
-            return msgpack.ExtType(EXT_RECORD, packer.pack([info.tag, info.version, list(info.getter(obj))]))
+            depth = self._depth
+            if depth == len(self._nested):
+                self._nested.append(msgpack.Packer(default=self._default, use_bin_type=True, autoreset=True))
+            packer = self._nested[depth]
+            self._depth = depth + 1
+            try:
+                body = packer.pack([info.tag, info.version, list(info.getter(obj))])
+            except BaseException:
+                packer.reset()
+                raise
+            finally:
+                self._depth = depth
+            return _ext_type(msgpack.ExtType, (EXT_RECORD, body))
         raise ProtocolError(f"cannot encode a value of type {type(obj).__name__}")
 
     def encode(self, record) -> tuple[bytes, int]:
@@ -222,7 +250,7 @@ class _Encoder:
             if info.descs_as_arrays:
                 for v in values:
                     if type(v) is TensorDesc:
-                        self.extra += array_ext_len(v) - desc_ext_len(v) - v.nbytes
+                        self.extra += _desc_as_array_extra(tuple(v.shape), v.dtype, v.nbytes)
         except ProtocolError as e:
             self._packer.reset()
             raise e.at(msg=info.name) from None
@@ -389,9 +417,11 @@ def _rebuild(v):
             out[k] = _rebuild(x)
         return out
     if t is TensorDesc:
-        if type(v.shape) is not tuple or type(v.nbytes) is not int or type(v.dtype) is not str \
-                or any(type(s) is not int for s in v.shape):
+        if type(v.shape) is not tuple or type(v.nbytes) is not int or type(v.dtype) is not str:
             raise _Undecided
+        for s in v.shape:
+            if type(s) is not int:
+                raise _Undecided
         return v                           # frozen, all fields immutable
     info = _BY_CLASS.get(t)
     if info is not None:
