@@ -408,7 +408,10 @@ def _rebuild(v):
     if t is np.ndarray:
         return _freeze_array(v)
     if t is list or t is tuple:
-        return [_rebuild(x) for x in v]
+        for x in v:
+            if type(x) not in _SCALARS:
+                return [_rebuild(x) for x in v]
+        return list(v)                     # scalars only (the common case): one C-level copy
     if t is dict:
         out = {}
         for k, x in v.items():
