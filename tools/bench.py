@@ -8,8 +8,9 @@ Workloads (the demo machine, scenarios/machines/demo.yaml):
 * ``reduce``: the 128-PE 2-level reduce-to-root in data mode, numpy merges included.
 
 Repetitions are interleaved: each one runs every workload on both engines
-(emulator first, then the SimPy peer of tools/simpy_peer.py), so drift of a
-shared machine hits both sides alike.  Each pair is checked to reach the same
+(the emulator and the SimPy peer of tools/simpy_peer.py, back to back, the
+emulator first in even repetitions and the peer first in odd ones), so drift of
+a shared machine hits both sides alike and neither always runs second.  Each pair is checked to reach the same
 virtual end time and deliver the same number of messages (and, for the reduce,
 the same root output).  Recorded per run: messages per wall second and per
 second of process CPU time (``time.process_time``: less sensitive to other
@@ -71,10 +72,14 @@ def _simpy(kind: str, params: dict, mode: str, seed: int = 1) -> dict:
 def run_bench(repeats: int = 5, scale: float = 1.0) -> dict:
     workloads = _workloads(scale)
     runs = {name: [] for name, *_ in workloads}
-    for _ in range(repeats):
+    for rep in range(repeats):
         for name, kind, params, mode in workloads:
-            a = _emu(kind, params, mode)
-            b = _simpy(kind, params, mode)
+            if rep % 2 == 0:
+                a = _emu(kind, params, mode)
+                b = _simpy(kind, params, mode)
+            else:   # every other repetition the peer goes first: no side always runs on a warmer machine
+                b = _simpy(kind, params, mode)
+                a = _emu(kind, params, mode)
             if a["end_time_ps"] != b["end_time_ps"] or a["messages"] != b["messages"]:
                 raise RuntimeError(f"{name}: emulator and SimPy models disagree: end {a['end_time_ps']} vs "
                                    f"{b['end_time_ps']} ps, messages {a['messages']} vs {b['messages']}")
