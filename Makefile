@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench bench-machine clean fuzz-campaign gqa-llama gqa-ring-sweep sweep-demo llama70b llama70b-1sip gemma3n-e4b
+.PHONY: run test bench bench-machine bench-instructions clean fuzz-campaign gqa-llama gqa-ring-sweep sweep-demo llama70b llama70b-1sip gemma3n-e4b
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,6 +24,10 @@ bench: $(STAMP)
 
 bench-machine: $(STAMP)
 	$(BIN)/emu bench machine --full
+
+# The engine benchmark in instructions per message (valgrind's cachegrind): unmoved by a noisy machine.
+bench-instructions: $(STAMP)
+	$(BIN)/python -m tools.bench_instructions
 
 # Robustness campaign (issue 15): >= 1,000 mutated scenario files over every shipped
 # scenario, then >= 1,000 random fault plans over the demo, AHBM and pccx families.
