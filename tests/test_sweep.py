@@ -181,7 +181,11 @@ def test_a_point_whose_worker_dies_fails_alone(tmp_path, monkeypatch):
     tasks = [{"index": p.index, "key": p.key, "dir": str(tmp_path / p.key), "resolved": p.resolved, "sets": p.sets,
               "timeout_ps": None, "plots": False, "kill_after_s": None} for p in spec.points]
     tasks[1]["resolved"] = {**tasks[1]["resolved"], "workload": {"kind": "no-such-workload", "params": {}}}
-    tasks[2]["kill_after_s"] = 0.0       # killed as soon as the backend looks
+    # a point that runs for minutes, killed half a second after it started (a point that
+    # finishes before the backend looks is finished, not killed: this one cannot)
+    long = tasks[2]["resolved"]["workload"]
+    tasks[2]["resolved"] = {**tasks[2]["resolved"], "workload": {**long, "params": {**long["params"], "rounds": 10**6}}}
+    tasks[2]["kill_after_s"] = 0.5
     tasks[3]["dir"] = "/proc/emu-sweep-test/point"   # the worker cannot make its directory: it dies
     sweep_backends.PoolBackend(2).run(tasks, Events)
     assert Events.records[0]["status"] == "finished"
