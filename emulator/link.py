@@ -16,10 +16,11 @@ So a message entering an idle link at ``t`` is delivered at
 ``t + k*bytes/bandwidth + latency`` for the k-th message.  Messages are
 msgpack-encoded when they enter the link: the bytes are charged, recorded in
 the trace and hashed into the digest, and a fault may corrupt them.  Unless a
-fault changed the bytes, the receiver is handed :func:`protocols.codec.handover`
-of the sender's record (equal to decoding the bytes, without the cost; the
-sender's arrays become read-only), else the bytes are decoded when they leave
-the link.  ``STRICT_DECODE`` (environment ``EMU_STRICT_DECODE=1``) decodes every
+fault changed the bytes, the receiver is handed :func:`protocols.codec.receiver_copy`
+of the sender's record (equal to decoding the bytes, made the cheapest way: a
+record with arrays is rebuilt around them, shared read-only, a scalar-only one is a
+fresh shell, the rest is decoded right away), else the bytes are decoded when
+they leave the link.  ``STRICT_DECODE`` (environment ``EMU_STRICT_DECODE=1``) decodes every
 message instead; the digests are the same either way (tests/test_links.py).
 
 Fast paths, as measured in reference/engine-perf.md §1 and §8: entering a link
@@ -53,7 +54,7 @@ from trio.lowlevel import enable_ki_protection
 from emulator.clock import park
 from emulator.trace import BLOCK, CHUNK, DELIVER, FAULT, SEND, TAKE
 from emulator.units import PS_PER_S
-from protocols.codec import ProtocolError, decode, encode, handover, peek_name, type_name
+from protocols.codec import ProtocolError, decode, encode, peek_name, receiver_copy, type_name
 
 if TYPE_CHECKING:
     from emulator.actor import Actor
@@ -516,7 +517,7 @@ class Link:
         if arrival < self.last_arrival:
             arrival = self.last_arrival  # a link is FIFO: nothing overtakes
         self.last_arrival = arrival
-        handed = None if data is not sent or STRICT_DECODE else handover(msg)
+        handed = None if data is not sent or STRICT_DECODE else receiver_copy(msg, data)
         self.inflight.append((arrival, seq, data, handed))
         if self.wake is None:
             task = self.task
