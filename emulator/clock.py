@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import contextlib
 import heapq
-import itertools
 import math
 import os
 import time
@@ -99,7 +98,6 @@ FAST_PARK = _fast_park_available()
 DIRECT_DELIVERY = FAST_PARK and not os.environ.get("EMU_LINK_TASK_STEPS")
 
 _INF = math.inf
-_REACT = 1 << 62  # heap-key offset: ordinary wake-ups sort after deliveries at the same time
 
 
 class VirtualClock(trio.abc.Clock):
@@ -116,8 +114,11 @@ class VirtualClock(trio.abc.Clock):
         self._defer = _deferred(self._woken)
         self._traps: dict = {}   # task -> its cached WaitTaskRescheduled (fast path)
         self.steps: int = 0  # number of distinct time steps taken
-        self._heap: list[list] = []
-        self._seq = itertools.count()
+        #: the timed wake-ups, one bucket per instant (see :meth:`schedule`): ``_buckets[t]`` is
+        #: ``(deliveries, reactions)``, two lists of entries in scheduling order, and ``_times`` a
+        #: heap of the instants that have a bucket
+        self._buckets: dict[int, tuple[list, list]] = {}
+        self._times: list[int] = []
         self._reschedule: Callable | None = None
         self._runner = None
         #: called when the whole system is idle; return True if it scheduled something
@@ -223,12 +224,11 @@ class VirtualClock(trio.abc.Clock):
                 # Let wait_all_tasks_blocked() waiters run before time moves (they
                 # are woken by Trio's loop when this timeout's cushion expires).
                 return _INF
-            heap = self._heap
-            while heap and heap[0][2] is None:
-                heapq.heappop(heap)
-            t = heap[0][0] if heap else _INF
-            if heap and len(heap[0]) == 4 and deadline == _INF and not any(
-                    e[2] is not None and len(e) == 3 for e in heap):
+            first = self._first_live()      # the earliest live entry (earlier dead buckets dropped)
+            t = first[0] if first is not None else _INF
+            if first is not None and first[3] is True and deadline == _INF and not any(
+                    e[2] is not None and e[3] is not True
+                    for bucket in self._buckets.values() for entries in bucket for e in entries):
                 # only weak wake-ups (fault timers) remain: the system itself is idle
                 if self.on_idle is not None and self.on_idle():
                     return 0
@@ -258,12 +258,12 @@ class VirtualClock(trio.abc.Clock):
                     self._run_instant(t)
                     return 0
                 reschedule = self._reschedule
-                while heap and heap[0][0] == t:
-                    entry = heapq.heappop(heap)
-                    task = entry[2]
-                    if task is not None:
-                        entry[2] = None
-                        reschedule(task)
+                for entries in self._take(t):
+                    for entry in entries:
+                        task = entry[2]
+                        if task is not None:
+                            entry[2] = None
+                            reschedule(task)
             return 0
         except OverflowError as e:
             self.overflow = e
@@ -287,56 +287,99 @@ class VirtualClock(trio.abc.Clock):
         when no Trio deadline falls on ``t`` (its cancellations would come
         between the two batches).
         """
-        heap = self._heap
-        heappop = heapq.heappop
-        due = []     # every task due at t, in heap order: the link tasks first (their keys are smaller)
-        links = 0    # how many of them are link tasks
+        deliveries, reactions = self._take(t)
+        wake = self.wake
+        links = []   # the links whose deliveries are due (a delivery entry carries its link)
+        tasks = []   # every task due at t, in order: the link tasks first
         direct = True
-        while heap and heap[0][0] == t:
-            entry = heappop(heap)
+        for entry in deliveries:
             task = entry[2]
             if task is not None:
                 entry[2] = None
-                due.append(task)
-                if entry[1] < _REACT:
-                    links += 1
-                    if direct:
-                        link = task.custom_sleep_data
-                        if getattr(link, "task", None) is not task or not link.can_deliver_here(t):
-                            direct = False
-        wake = self.wake
-        if not direct or not links:
-            for task in due:
+                link = entry[3]
+                links.append(link)
+                tasks.append(task)
+                if link.task is not task or (link.undecoded and not link.can_deliver_here(t)):
+                    direct = False
+        if not links:
+            for entry in reactions:
+                task = entry[2]
+                if task is not None:
+                    entry[2] = None
+                    wake(task)
+            return
+        # every entry due at t has fired before a delivery runs: a receiver whose co-scheduled
+        # wake-up is among them takes its message from ``waiter.got`` in its turn (link.py)
+        for entry in reactions:
+            task = entry[2]
+            if task is not None:
+                entry[2] = None
+                tasks.append(task)
+        if not direct:
+            for task in tasks:
                 wake(task)
             return
-        self.deliveries_here += links
-        woken = self._woken
+        n = len(links)
+        self.deliveries_here += n
         self.wake = self._defer
         try:
-            for i in range(links):
-                due[i].custom_sleep_data.deliver_due(t)
+            for link in links:
+                link.deliver_due(t)
         finally:
             self.wake = wake
-        for i in range(links, len(due)):
-            wake(due[i])
+        for i in range(n, len(tasks)):
+            wake(tasks[i])
+        woken = self._woken
         if woken:
             for task, value in woken:
                 wake(task, value)
             woken.clear()
+        events = self.events   # bounded memory even when virtual time stands still
+        if events is not None and len(events) >= CHUNK:
+            self.flush()
+
+    def _first_live(self):
+        """The earliest live entry, dropping the earlier buckets that hold only cancelled ones; or None."""
+        times, buckets = self._times, self._buckets
+        while times:
+            deliveries, reactions = buckets[times[0]]
+            for entry in deliveries:
+                if entry[2] is not None:
+                    return entry
+            for entry in reactions:
+                if entry[2] is not None:
+                    return entry
+            del buckets[heapq.heappop(times)]
+        return None
+
+    def _take(self, t: int) -> tuple[list, list]:
+        """Remove and return the bucket of instant ``t`` (the earliest one)."""
+        heapq.heappop(self._times)
+        return self._buckets.pop(t)
 
     # -- the engine's own timed waits ----------------------------------------
     def schedule(self, t: int, task) -> list:
-        """Reschedule ``task`` (parked in ``wait_task_rescheduled``) at virtual time ``t``.
+        """Reschedule ``task`` (parked in :func:`park`) at virtual time ``t``.
 
-        Returns the heap entry; set ``entry[2] = None`` to cancel it.  Entries
-        at the same time run in the order they were scheduled.
+        Returns the entry ``[t, kind, task, tag]``; set ``entry[2] = None`` to
+        cancel it.  Entries at the same time run in the order they were scheduled,
+        after the deliveries of that time (:meth:`schedule_delivery`): each instant
+        has a bucket of two lists, and only the instants are kept in a heap (a
+        heap of entries compared ``(t, sequence)`` lists on every push and pop;
+        most entries of a machine run are due at the current instant).  ``kind``
+        is 0 for a delivery, 1 otherwise; ``tag`` is None, True for a weak
+        wake-up (:func:`sleep_until`) or the link of a delivery.
         """
-        entry = [t, next(self._seq) + _REACT, task]
-        heapq.heappush(self._heap, entry)
+        entry = [t, 1, task, None]
+        bucket = self._buckets.get(t)
+        if bucket is None:
+            bucket = self._buckets[t] = ([], [])
+            heapq.heappush(self._times, t)
+        bucket[1].append(entry)
         return entry
 
-    def schedule_delivery(self, t: int, task) -> list:
-        """Like :meth:`schedule`, for a link delivering messages at ``t``.
+    def schedule_delivery(self, t: int, task, link) -> list:
+        """Like :meth:`schedule`, for ``link`` (whose task is ``task``) delivering messages at ``t``.
 
         Deliveries due at an instant run before every other wake-up of that
         instant (the heap key puts them first), so actors reacting at ``t`` see
@@ -345,13 +388,18 @@ class VirtualClock(trio.abc.Clock):
         credits before their neighbours send, so a dense pipeline does not block
         senders for zero time.  (``Link._accept`` inlines this; keep the two alike.)
         """
-        entry = [t, next(self._seq), task]
-        heapq.heappush(self._heap, entry)
+        entry = [t, 0, task, link]
+        bucket = self._buckets.get(t)
+        if bucket is None:
+            bucket = self._buckets[t] = ([], [])
+            heapq.heappush(self._times, t)
+        bucket[0].append(entry)
         return entry
 
     def pending(self) -> int:
         """Number of live timed wake-ups."""
-        return sum(1 for e in self._heap if e[2] is not None)
+        return sum(1 for bucket in self._buckets.values() for entries in bucket for e in entries
+                   if e[2] is not None)
 
 
 def _deferred(woken: list):
@@ -520,7 +568,7 @@ async def sleep_until(t: int, *, weak: bool = False) -> None:
         raise ValueError(f"sleep_until({t}) is in the past (now={clock.now})")
     entry = clock.schedule(t, _trio_run.GLOBAL_RUN_CONTEXT.task)
     if weak:
-        entry.append(True)
+        entry[3] = True
     await park(entry)
 
 

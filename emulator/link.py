@@ -364,7 +364,7 @@ class Link:
     __slots__ = ("system", "id", "name", "src", "dst", "capacity", "latency", "bandwidth", "credits", "blocked",
                  "inflight", "free_at", "last_arrival", "seq", "faults", "sender_bandwidth", "task", "wake",
                  "clock", "emit", "messages", "bytes", "busy_ps", "delivered", "dropped", "blocked_count",
-                 "ser_nbytes", "ser_bandwidth", "ser_ps")
+                 "ser_nbytes", "ser_bandwidth", "ser_ps", "undecoded")
 
     def __init__(self, system, id: int, name: str, src: OutPort, dst: InPort, *,
                  capacity: int, latency: int, bandwidth: int):
@@ -394,6 +394,7 @@ class Link:
         self.clock = None
         self.emit = None
         self.ser_nbytes = self.ser_bandwidth = self.ser_ps = -1   # the last serialisation time (_accept)
+        self.undecoded = 0          # messages in flight that the link's task must decode (can_deliver_here)
         # statistics
         self.messages = 0
         self.bytes = 0
@@ -518,15 +519,21 @@ class Link:
             arrival = self.last_arrival  # a link is FIFO: nothing overtakes
         self.last_arrival = arrival
         handed = None if data is not sent or STRICT_DECODE else receiver_copy(msg, data)
+        if handed is None:
+            self.undecoded += 1
         self.inflight.append((arrival, seq, data, handed))
         if self.wake is None:
             task = self.task
             if task is None and self.system.lazy_links:
                 task = self.task = self.system._spawn_link(self)   # first message: start the link's task
             if task is not None:
-                # clock.schedule_delivery(arrival, task), inlined (the hot path of every message)
-                self.wake = wake = [arrival, next(clock._seq), task]
-                heappush(clock._heap, wake)
+                # clock.schedule_delivery(arrival, task, self), inlined (the hot path of every message)
+                self.wake = [arrival, 0, task, self]
+                bucket = clock._buckets.get(arrival)
+                if bucket is None:
+                    bucket = clock._buckets[arrival] = ([], [])
+                    heappush(clock._times, arrival)
+                bucket[0].append(self.wake)
                 waiter = self.dst.waiter
                 if waiter is not None:
                     entry = waiter.entry
@@ -541,7 +548,8 @@ class Link:
 
         Yes unless a message due now has to be decoded (a fault changed its bytes,
         or ``STRICT_DECODE``): a decode error belongs to the link's task, which
-        reports it as the link's error.
+        reports it as the link's error.  (The clock asks only while ``undecoded``
+        messages are in flight.)
         """
         for arrival, _, _, msg in self.inflight:
             if arrival > now:
@@ -565,10 +573,7 @@ class Link:
             self.delivered += 1
             dst._deliver(msg, self, seq, now)
         if inflight:
-            self.wake = self.clock.schedule_delivery(inflight[0][0], self.task)
-        recorder = self.system.recorder
-        if len(recorder.events) >= CHUNK:
-            recorder.flush()
+            self.wake = self.clock.schedule_delivery(inflight[0][0], self.task, self)
 
     # -- the link task --------------------------------------------------------
     @enable_ki_protection
@@ -583,7 +588,7 @@ class Link:
         flush = self.system.recorder.flush
         while True:
             if inflight and self.wake is None:
-                self.wake = clock.schedule_delivery(inflight[0][0], self.task)
+                self.wake = clock.schedule_delivery(inflight[0][0], self.task, self)
             if len(events) >= CHUNK:   # bounded memory even when virtual time stands still
                 flush()
             await park(self)
@@ -592,6 +597,7 @@ class Link:
             while inflight and inflight[0][0] <= now:
                 _, seq, data, msg = inflight.popleft()
                 if msg is None:
+                    self.undecoded -= 1
                     try:
                         msg = decode(data)
                     except ProtocolError as e:
