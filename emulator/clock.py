@@ -52,11 +52,14 @@ the run loop calls ``deadline_to_sleep_time`` only with an empty run queue,
 ``WaitTaskRescheduled`` instance as a park message, a task is made runnable by
 setting ``_next_send_fn``/``_next_send``/``_abort_func``/``custom_sleep_data``
 and appending it to ``runner.runq`` (what ``Runner.reschedule`` does), and the
-driver calls ``runner.io_manager.get_events`` / ``process_events`` once per pass.
+driver calls ``runner.io_manager.get_events`` / ``process_events`` once per pass, and the loop
+reaches cancel-scope deadlines through ``runner.deadlines`` (``add``, ``remove``, ``next_deadline``,
+``expire``; :class:`_IdleDeadlines` stands in while there are none).
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import math
 import os
@@ -148,6 +151,10 @@ class VirtualClock(trio.abc.Clock):
             self.direct = DIRECT_DELIVERY
             if not isinstance(runner.io_manager, _PacedIO):
                 runner.io_manager = _PacedIO(runner.io_manager)
+            if type(runner.deadlines) is _trio_run.Deadlines and not runner.deadlines._heap:
+                runner.deadlines = _IdleDeadlines(runner)
+            # Trio asks the time once per loop pass: a C-level call instead of a Python frame
+            self.current_time = functools.partial(getattr, self, "now")
         else:
             self.wake = _safe_wake
         self._reschedule = self.wake
@@ -217,8 +224,29 @@ class VirtualClock(trio.abc.Clock):
         flush or an in-clock delivery.  It is kept in :attr:`overflow` and the run
         stops as at the time limit, so the supervisor task raises it and Trio
         unwinds every task normally.
+
+        The common case comes first: the earliest instant's first entry is live
+        and not weak, it lies before any Trio deadline and within the time limit
+        (what the general path below would conclude for it, in fewer steps).
         """
         try:
+            times = self._times
+            if times and self.direct and not self._runner.waiting_for_idle:
+                t = times[0]
+                if t < deadline and t <= self.limit:
+                    deliveries, reactions = self._buckets[t]
+                    first = deliveries[0] if deliveries else reactions[0]
+                    if first[2] is not None and first[3] is not True:
+                        if t > self.now:
+                            self.now = t
+                            self.steps += 1
+                            events = self.events
+                            if events is not None and len(events) >= CHUNK:
+                                self.flush()
+                            if self.on_step is not None:
+                                self.on_step(t)
+                        self._run_instant(t)
+                        return 0
             runner = self._runner
             if runner.waiting_for_idle:
                 # Let wait_all_tasks_blocked() waiters run before time moves (they
@@ -287,7 +315,8 @@ class VirtualClock(trio.abc.Clock):
         when no Trio deadline falls on ``t`` (its cancellations would come
         between the two batches).
         """
-        deliveries, reactions = self._take(t)
+        heapq.heappop(self._times)      # self._take(t), inlined
+        deliveries, reactions = self._buckets.pop(t)
         wake = self.wake
         links = []   # the links whose deliveries are due (a delivery entry carries its link)
         tasks = []   # every task due at t, in order: the link tasks first
@@ -441,6 +470,32 @@ class _PacedIO:
 
     def __getattr__(self, name):
         return getattr(self._real, name)
+
+
+class _IdleDeadlines:
+    """Stands in for the run's ``Deadlines`` while no cancel scope has a deadline (the normal case).
+
+    Trio asks it for the next deadline and to expire the due ones on every pass
+    of its loop: two Python calls that find an empty heap.  Here both are C
+    calls with the same answers (infinity; nothing expired).  The first deadline
+    a cancel scope sets (``move_on_after``, ``fail_after``, ``trio.sleep``) puts
+    the real ``Deadlines`` back, for the rest of the run, and is added to it.
+    """
+
+    __slots__ = ("_runner", "_real")
+    next_deadline = math.inf.__float__              # () -> inf
+    expire = frozenset().__contains__               # (now) -> False
+
+    def __init__(self, runner):
+        self._runner = runner
+        self._real = runner.deadlines
+
+    def add(self, deadline: float, cancel_scope) -> None:
+        self._runner.deadlines = self._real
+        self._real.add(deadline, cancel_scope)
+
+    def remove(self, deadline: float, cancel_scope) -> None:   # only after an add, which restored the real one
+        self._real.remove(deadline, cancel_scope)
 
 
 class _FastInstruments(dict):

@@ -174,11 +174,15 @@ class InPort:
         if waiter is not None:
             # The receiver is parked: it consumes the message now.
             entry = waiter.entry
-            waiter.release()
+            for p in waiter.ports:     # waiter.release(), inlined
+                p.waiter = None
             emit((DELIVER, now, link.id, seq, 1))
             emit((TAKE, now, link.id, seq, 0))
             self.taken += 1
-            link._credit_return()
+            if link.blocked:           # link._credit_return(), inlined
+                link.clock.wake(link.blocked.popleft())
+            else:
+                link.credits += 1
             if entry is None or entry[2] is not None:
                 # hand it over (cancelling a co-scheduled wake-up that would come later)
                 if entry is not None:
@@ -231,7 +235,22 @@ class InPort:
         waiter = self.own
         if waiter is None:
             waiter = self.own = _Waiter(None, (self,))
-        waiter = _arm(waiter.ports, self.owner, waiter)
+        # _arm((self,), self.owner, waiter), inlined for one port
+        if self.waiter is not None:
+            raise RuntimeError(f"in-port {self.path}: two tasks of {self.owner.name} receive on it at once; "
+                               "give each task its own port")
+        task = waiter.task = GLOBAL_RUN_CONTEXT.task
+        waiter.entry = waiter.got = None
+        waiter.order = next(_WAIT_ORDER)
+        self.waiter = waiter
+        for l in self.links:
+            wake = l.wake
+            if wake is not None and wake[2] is not None and l.inflight and l.inflight[0][0] == wake[0]:
+                entry = waiter.entry
+                if entry is None or wake[0] < entry[0]:
+                    if entry is not None:
+                        entry[2] = None
+                    waiter.entry = l.clock.schedule(wake[0], task)
         got = await park(waiter) or waiter.got or await _rewait(waiter)
         return got[1]
 
@@ -476,25 +495,16 @@ class Link:
             data, nbytes = encode(msg)
         except ProtocolError as e:
             raise e.at(link=self.name, msg=type_name(msg)) from None
-        self.seq += 1
-        seq = self.seq
-        bandwidth = self.bandwidth
-        extra = 0
-        drop = False
-        sent = data
+        seq = self.seq = self.seq + 1
         if self.faults:
-            for fault in self.faults:
-                eff = fault.on_send(self, now, seq, type_name(msg), data, nbytes)
-                if eff is None:
-                    continue
-                self.emit((FAULT, now, self.name, eff.label, seq))
-                if eff.drop:
-                    drop = True
-                if eff.data is not None:
-                    data = eff.data
-                extra += eff.extra_delay
-                if eff.bandwidth_factor != 1.0 and bandwidth:
-                    bandwidth = max(1, int(bandwidth * eff.bandwidth_factor))
+            sent = data
+            data, bandwidth, extra, drop = self._apply_faults(msg, now, seq, data, nbytes)
+            handed = None if data is not sent or STRICT_DECODE else False
+        else:
+            bandwidth = self.bandwidth
+            extra = 0
+            drop = False
+            handed = None if STRICT_DECODE else False   # False: the receiver's copy is made below
         start = self.free_at if self.free_at > now else now
         # transfer_ps(nbytes, bandwidth) inlined (a call fewer per message); the last size's
         # result is kept: a link mostly carries one message size, and nbytes * 1e12 is a
@@ -518,7 +528,8 @@ class Link:
         if arrival < self.last_arrival:
             arrival = self.last_arrival  # a link is FIFO: nothing overtakes
         self.last_arrival = arrival
-        handed = None if data is not sent or STRICT_DECODE else receiver_copy(msg, data)
+        if handed is False:
+            handed = receiver_copy(msg, data)
         if handed is None:
             self.undecoded += 1
         self.inflight.append((arrival, seq, data, handed))
@@ -541,6 +552,25 @@ class Link:
                         if entry is not None:
                             entry[2] = None
                         waiter.entry = clock.schedule(arrival, waiter.task)
+
+    def _apply_faults(self, msg, now: int, seq: int, data: bytes, nbytes: int):
+        """What this link's faults do to one message: ``(bytes on the wire, bandwidth, extra delay, drop)``."""
+        bandwidth = self.bandwidth
+        extra = 0
+        drop = False
+        for fault in self.faults:
+            eff = fault.on_send(self, now, seq, type_name(msg), data, nbytes)
+            if eff is None:
+                continue
+            self.emit((FAULT, now, self.name, eff.label, seq))
+            if eff.drop:
+                drop = True
+            if eff.data is not None:
+                data = eff.data
+            extra += eff.extra_delay
+            if eff.bandwidth_factor != 1.0 and bandwidth:
+                bandwidth = max(1, int(bandwidth * eff.bandwidth_factor))
+        return data, bandwidth, extra, drop
 
     # -- delivery inside the clock ----------------------------------------------
     def can_deliver_here(self, now: int) -> bool:

@@ -91,16 +91,31 @@ class TensorDesc:
 
     @classmethod
     def of(cls, shape, dtype) -> "TensorDesc":
-        dt = np.dtype(dtype)
-        shape = tuple(int(s) for s in shape)
-        n = 1
-        for s in shape:
-            n *= s
-        return cls(shape, dt.str, n * dt.itemsize)
+        """The descriptor of a ``shape`` tensor of ``dtype``; one shared (frozen) object per pair asked for."""
+        shape = tuple(shape)
+        try:
+            key = (shape, dtype)
+            desc = _DESCS_OF.get(key)
+        except TypeError:          # an unhashable dtype spec: not remembered
+            key = desc = None
+        if desc is None:
+            dt = np.dtype(dtype)
+            dims = tuple(int(s) for s in shape)
+            n = 1
+            for s in dims:
+                n *= s
+            desc = cls(dims, dt.str, n * dt.itemsize)
+            if key is not None and len(_DESCS_OF) < 4096:
+                _DESCS_OF[key] = desc
+        return desc
 
     @classmethod
     def like(cls, array: np.ndarray) -> "TensorDesc":
         return cls(tuple(array.shape), array.dtype.str, int(array.nbytes))
+
+
+#: (shape, dtype) -> TensorDesc.of(shape, dtype): a run asks for few distinct ones, each many times
+_DESCS_OF: dict = {}
 
 
 def ext_header_len(n: int) -> int:
