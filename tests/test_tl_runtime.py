@@ -232,3 +232,47 @@ async def test_scripts_and_kernels_share_one_machine_and_cpu_class(vclock):
     assert system.reports["sip1/cube01/pe7/cpu"]["sip"] == 1
     np.testing.assert_array_equal(hbm_fetch(m.pe(1, 1, 7), prm, 0, (4, 4), "<f4"), np.full((4, 4), 3.0))
     np.testing.assert_array_equal(m.pe(0, 0, 3).tcm.bufs["y"], np.ones((2, 64), np.float32))
+
+
+# ------------------------------------------------------------------ the portal (issue #13)
+async def test_through_portal_steps_like_greenback_await(vclock):
+    """tl/runtime._await steps a suspending coroutine through the task's greenback portal (its
+    greenlet's parent) as greenback.await_ does: same values, same virtual times, errors and a
+    cancellation thrown in reach the coroutine and come out of the synchronous caller."""
+    import greenback
+    import greenlet
+    import trio
+    from greenback import _impl as greenback_impl
+
+    from actors.ahbm.tl.runtime import _await
+    from emulator.clock import sleep
+
+    async def step(n):
+        for _ in range(n):
+            await sleep(10)
+        return n * 10
+
+    async def fails():
+        await sleep(5)
+        raise ValueError("inside")
+
+    seen = {}
+
+    async def main():
+        await greenback.ensure_portal()
+        task = trio.lowlevel.current_task()
+        seen["portal"] = greenlet.getcurrent().parent is greenback_impl.task_portals[task]
+        t0 = trio.current_time()
+        seen["ours"] = (_await(step(3)), trio.current_time() - t0)
+        t0 = trio.current_time()
+        seen["greenback"] = (greenback.await_(step(3)), trio.current_time() - t0)
+        try:
+            _await(fails())
+        except ValueError as e:
+            seen["error"] = str(e)
+        with trio.move_on_after(25) as scope:
+            _await(step(10))
+        seen["cancelled"] = scope.cancelled_caught
+
+    await main()
+    assert seen == {"portal": True, "ours": (30, 30), "greenback": (30, 30), "error": "inside", "cancelled": True}

@@ -39,8 +39,8 @@ from __future__ import annotations
 import functools
 import types
 
+import greenlet
 import numpy as np
-import greenback
 
 from protocols.codec import TensorDesc
 from actors.ahbm.costs import MATH_OPS, math_ps
@@ -60,33 +60,34 @@ def _await(coro):
 
     Most backend calls (a command pushed into a queue with room, a wait for a command already
     completed, a posted TCM free) finish without suspending: the first step is taken here and, if
-    it returns, greenback's portal round trip is skipped.  A coroutine that does suspend hands its
-    first trap and the rest of its steps to greenback (:func:`_resume`), exactly as
-    ``greenback.await_(coro)`` would have stepped it in this same greenlet, so the order of
-    events, and the trace, are the same either way."""
+    it returns, nothing else happens.  A coroutine that suspends is stepped on through the CPU
+    task's greenback portal (:func:`_through_portal`), exactly as ``greenback.await_(coro)`` steps
+    it, in this same greenlet, so the order of events, and the trace, are the same either way."""
     try:
         trap = coro.send(None)
     except StopIteration as done:
         return done.value
-    return greenback.await_(_resume(coro, trap))
+    return _through_portal(coro, trap)
 
 
-@types.coroutine
-def _resume(coro, trap):
-    """Pass ``trap`` (``coro``'s first yield) to the event loop, then step ``coro`` on to its end."""
+def _through_portal(coro, trap):
+    """Step ``coro`` on from its first yield ``trap`` through the task's greenback portal.
+
+    This is the loop of ``greenback.await_`` without its per-call lookups (which task runs, its
+    portal in a weak dictionary, whether ``coro`` is a coroutine: 4-5 % of an AHBM decode's CPU,
+    issue #13): run_kernel enters the portal before the kernel starts, so the kernel runs in the
+    greenlet greenback made for the task and the portal is that greenlet's parent.  greenback's
+    portal protocol (greenback 1.x, tests/test_tl_runtime.py pins it): the kernel's greenlet
+    switches to the portal with ``(trap, this greenlet)``; the portal yields the trap to Trio and
+    switches back with Trio's answer as an ``outcome``, which is sent (or thrown) into ``coro``."""
+    this = greenlet.getcurrent()
+    portal = this.parent
     while True:
+        answer = portal.switch((trap, this))
         try:
-            sent = yield trap
-        except BaseException as exc:  # a Trio cancellation or error thrown into the task: into coro
-            try:
-                trap = coro.throw(exc)
-            except StopIteration as done:
-                return done.value
-        else:
-            try:
-                trap = coro.send(sent)
-            except StopIteration as done:
-                return done.value
+            trap = answer.send(coro)
+        except StopIteration as done:
+            return done.value
 
 
 @functools.lru_cache(maxsize=1024)
@@ -144,10 +145,9 @@ class Tl:
     def _dispatch_then(self, kind: str, issue):
         """Charge the dispatch of ``kind``, then run backend coroutine ``issue``: one trip through
         the portal instead of two (the same backend calls in the same order as ``_dispatch`` then
-        ``_await(issue)``).  A dispatch with a cost always suspends (busy time), so the pair goes to
-        greenback directly rather than through :func:`_await`'s first-step trial."""
+        ``_await(issue)``)."""
         self._count(kind)
-        return greenback.await_(_in_turn(self.be.dispatch(kind), issue))
+        return _await(_in_turn(self.be.dispatch(kind), issue))
 
     def _fits(self, shape, dtype) -> bool:
         """Whether :meth:`_new_buf` of ``shape``/``dtype`` succeeds; if not, callers take the step-by-step
