@@ -412,6 +412,7 @@ def decode(data: bytes):
 
 # --------------------------------------------------------------------------- hand-over
 _SCALARS = frozenset((int, float, str, bool, type(None), bytes))
+_IS_SCALAR = _SCALARS.__contains__
 _NUMERIC_KINDS = frozenset("biufc")
 
 
@@ -498,10 +499,7 @@ def receiver_copy(record, data: bytes):
             return handed
     elif info.scalar_fields:
         values = info.getter(record)
-        for v in values:
-            if type(v) not in _SCALARS:
-                break
-        else:
+        if all(map(_IS_SCALAR, map(type, values))):   # (checked in C: no bytecode per field)
             return info.cls(*values)
     try:
         return decode(data)
