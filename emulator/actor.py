@@ -108,7 +108,8 @@ class Actor:
         wake-up.  Fault hooks (slow, stall) may lengthen it; the trace shows the
         span as actually taken.
         """
-        t = self.system.clock.now
+        clock = self.system.clock
+        t = clock.now
         if start is not None and start > t:
             t = start
         if self.faults:
@@ -121,12 +122,14 @@ class Actor:
         self.busy_spans += 1
         self._emit((BUSY, t, self.id, end, label))
         # sleep_until inlined: one coroutine frame fewer per service time
-        await _clock.park(self.system.clock.schedule(end, GLOBAL_RUN_CONTEXT.task))
+        await _clock.park(clock.schedule(end, GLOBAL_RUN_CONTEXT.task))
 
     # -- messages -------------------------------------------------------------
-    async def select(self, *ports: InPort):
-        """Receive from whichever of ``ports`` delivers first: ``(port, message)``."""
-        return await select(*ports)
+    def select(self, *ports: InPort):
+        """Receive from whichever of ``ports`` delivers first: ``await self.select(...)`` -> ``(port, message)``.
+
+        (It returns the engine's ``select`` coroutine itself: no coroutine of its own around it.)"""
+        return select(*ports)
 
     # -- randomness and results ------------------------------------------------
     @asynccontextmanager

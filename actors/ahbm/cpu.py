@@ -169,7 +169,9 @@ class PeCpu(Actor):
 
     async def _issue(self, engine: str, msg) -> int:
         """Send command ``msg`` to ``engine`` once a completion credit is free (module docstring)."""
-        cap = self._capacity(engine)
+        cap = self.credits.get(engine)
+        if cap is None:
+            cap = self._capacity(engine)
         while self.inflight[engine] >= cap:
             await self._pump()
         self.inflight[engine] += 1
@@ -189,8 +191,8 @@ class PeCpu(Actor):
                                                  client="cpu"))
 
     async def math(self, op, srcs, out, scalar, out_dtype) -> int:
-        return await self._issue("math", MathCmd(id=self._id(), op=op, srcs=list(srcs), out=out, scalar=float(scalar),
-                                                 out_dtype=out_dtype, client="cpu"))
+        self.seq += 1     # self._id(), inlined (every MATH op)
+        return await self._issue("math", MathCmd(self.seq, op, list(srcs), out, float(scalar), out_dtype, "cpu"))
 
     async def composite(self, a_addr, b_addr, c_addr, m, k, n, dtype, epilogue, *, a_buf="", b_buf="", c_buf="",
                         c_dtype="") -> int:

@@ -105,18 +105,25 @@ class DmaEngine(Actor):
         self._noc_answers = Answers(self, self.noc_in)
 
     async def run(self) -> None:
+        # Idle until the first command: the nursery and the answer readers are made then (most DMA
+        # engines of a large machine get none).  The same events as making them at the start: opening
+        # a nursery emits nothing, the readers' first step only parks on their ports, and it comes
+        # before any answer can arrive (the first request leaves after the setup time).
+        c = await self.cmd.recv()
         async with self.subtasks() as n:
             n.start_soon(self._pc_answers.run)
             if self.noc_in.links:
                 n.start_soon(self._noc_answers.run)
-            await self._front(n)
+            await self._front(n, c)
 
-    async def _front(self, nursery) -> None:
-        """Take commands in order: admission (slot, TCM hazards), store's TCM read, setup; then the data phase."""
+    async def _front(self, nursery, c: DmaCmd) -> None:
+        """Take commands in order (``c`` the first): admission (slot, TCM hazards), store's TCM read, setup;
+        then the data phase."""
         data_mode = self.system.mode == "data"
         prm = self.prm
         while True:
-            c: DmaCmd = await self.cmd.recv()
+            if c is None:
+                c = await self.cmd.recv()
             if c.op not in ("load", "store"):
                 raise RuntimeError(f"DMA {c.id}: unknown op {c.op!r}")
             check_block(prm, f"DMA {c.id}", c.addr, c.rows, c.row_bytes, c.pitch)
@@ -137,6 +144,7 @@ class DmaEngine(Actor):
                 self.loading[c.buf] = self.loading.get(c.buf, 0) + 1
                 self._count_load(c, total)
             nursery.start_soon(self._data, c, start, blob, total, data_mode)
+            c = None
 
     def _count_load(self, c: DmaCmd, total: int) -> None:
         """Loads per client and 256 MiB address region (``addr >> 28``), reported as ``loads_by_region``

@@ -63,15 +63,19 @@ class GemmEngine(Actor):
         self._drained = WaitQueue()
 
     async def run(self) -> None:
+        # idle until the first command: the nursery is opened then (opening it emits nothing, and its
+        # one sub-task starts at its queue's first unpark anyway)
+        c = await self.cmd.recv()
         async with self.subtasks() as n:
             self._drained.start_at_first_unpark(n, self._complete)
-            await self._array()
+            await self._array(c)
 
-    async def _array(self) -> None:
-        """Take commands in order; each occupies the array for its core cycles."""
+    async def _array(self, c: GemmCmd) -> None:
+        """Take commands in order (``c`` the first); each occupies the array for its core cycles."""
         data_mode = self.system.mode == "data"
         while True:
-            c: GemmCmd = await self.cmd.recv()
+            if c is None:
+                c = await self.cmd.recv()
             start = self.now
             a = await self.tcm.read(c.a)
             b = await self.tcm.read(c.b)
@@ -100,6 +104,7 @@ class GemmEngine(Actor):
             end = self.now if (c.client == "sched" and not c.out) else start + gemm_ps(c.m, c.k, c.n, self.prm)
             self._done.append((end, c.client, Done(c.id, "gemm", start, end, {})))
             self._drained.unpark()
+            c = None
 
     async def _complete(self) -> None:
         """The drain: each completion leaves ``fill_drain`` after its command's core cycles, in order."""

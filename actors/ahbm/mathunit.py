@@ -106,18 +106,20 @@ class MathEngine(Actor):
 
     async def run(self) -> None:
         data_mode = self.system.mode == "data"
+        clock = self.system.clock
         c: MathCmd = await self.cmd.recv()
         self._check(c)
         xs = await self.tcm.read_all(c.srcs)
         while True:
-            start = self.now
-            elements = max(int(math.prod(x.shape)) for x in xs)
+            start = clock.now
+            shapes = tuple([tuple(x.shape) for x in xs])
+            elements = max(map(math.prod, shapes))
             await self.busy(math_ps(c.op, elements, self.prm), f"{c.op} {elements}")
             if data_mode:
                 out = compute(c.op, xs, c.scalar).astype(np.dtype(c.out_dtype))
             else:
-                out = TensorDesc.of(_result_shape_of(c.op, tuple(tuple(x.shape) for x in xs)), c.out_dtype)
-            done = Done(c.id, "math", start, self.now, {"elements": elements})
+                out = TensorDesc.of(_result_shape_of(c.op, shapes), c.out_dtype)
+            done = Done(c.id, "math", start, clock.now, {"elements": elements})
             nxt = self.cmd.poll()
             if nxt is not None:     # streaming: result write + next operands in one TCM access
                 self._check(nxt)

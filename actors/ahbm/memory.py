@@ -121,7 +121,8 @@ class HbmChannel(Actor):
 
 
 def nbytes_of(x) -> int:
-    return x.nbytes if isinstance(x, TensorDesc) else int(np.asarray(x).nbytes)
+    t = type(x)
+    return x.nbytes if t is TensorDesc or t is np.ndarray or isinstance(x, TensorDesc) else int(np.asarray(x).nbytes)
 
 
 class Tcm(Actor):
@@ -179,7 +180,11 @@ class Tcm(Actor):
                 if old is not None:
                     self.used -= nbytes_of(old)
             if r.reads:
-                await self.out[r.client].send(TcmResp(r.id, [self._read(b, r.client) for b in r.reads]))
+                try:
+                    data = [bufs[b] for b in r.reads]
+                except KeyError:    # an unknown buffer: the error that names it
+                    data = [self._read(b, r.client) for b in r.reads]
+                await self.out[r.client].send(TcmResp(r.id, data))
 
     def describe(self) -> dict:
         return {**super().describe(), "capacity_B": self.capacity}
@@ -215,7 +220,7 @@ class TcmClient:
         """One access: ``writes`` (``[(buf, data), ...]``), then ``frees``, then ``reads``; the data read
         (a list in ``reads`` order) or None for a posted access."""
         self.seq += 1
-        req = TcmReq(self.seq, self.client, [[b, d] for b, d in writes], list(frees), list(reads))
+        req = TcmReq(self.seq, self.client, [[b, d] for b, d in writes] if writes else [], list(frees), list(reads))
         if not reads:
             await self.req.send(req)
             return None

@@ -12,6 +12,8 @@ scratch.py) is *dead*: any use raises a KernelError saying where it died.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = ["TensorHandle", "nbytes"]
@@ -34,10 +36,7 @@ def _dtype(dtype) -> tuple[str, int]:
 
 
 def nbytes(shape, dtype) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n * _dtype(dtype)[1]
+    return math.prod(map(int, shape)) * _dtype(dtype)[1]
 
 
 class TensorHandle:
@@ -46,7 +45,7 @@ class TensorHandle:
 
     def __init__(self, rt, shape, dtype, *, buf=None, addr=None, pending=None, engine=None, arena=None):
         self.rt = rt
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = tuple(map(int, shape))
         self.dtype = _dtype(dtype)[0]
         self.buf = buf              # TCM buffer name, or None
         self.addr = addr            # HBM byte address, or None

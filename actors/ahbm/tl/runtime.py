@@ -46,7 +46,7 @@ from protocols.codec import TensorDesc
 from actors.ahbm.costs import MATH_OPS, math_ps
 from actors.ahbm.scheduler import EPILOGUE_OPS
 from actors.ahbm.tl.errors import KernelError, user_site
-from actors.ahbm.tl.handles import TensorHandle, nbytes
+from actors.ahbm.tl.handles import TensorHandle, _dtype, nbytes
 from actors.ahbm.tl.scratch import Arena, ScratchScope, scheduler_reserve
 
 __all__ = ["Tl"]
@@ -484,7 +484,7 @@ class Tl:
             self._dispatch(kind)
             self._new_buf(shape, out_dtype)     # raises the overflow error
         out = self._new_buf(shape, out_dtype)
-        cid = self._dispatch_then(kind, self.be.math(op, bufs, out.buf, float(scalar), np.dtype(out_dtype).str))
+        cid = self._dispatch_then(kind, self.be.math(op, bufs, out.buf, float(scalar), _dtype(out_dtype)[0]))
         self._read_by(cid, "math", *srcs)
         out.pending, out.engine = cid, "math"
         self.outstanding.append(cid)
@@ -494,8 +494,12 @@ class Tl:
         return self.full((1,), float(value))
 
     def _binary(self, op: str, x, y) -> TensorHandle:
-        xs = isinstance(x, TensorHandle)
-        ys = isinstance(y, TensorHandle)
+        xs = type(x) is TensorHandle or isinstance(x, TensorHandle)
+        ys = type(y) is TensorHandle or isinstance(y, TensorHandle)
+        if xs and ys:        # the common case: two handles (the checks below, in one step)
+            self._live(x, op)
+            self._live(y, op)
+            return self._math(op, [x, y], self._result_shape(op, [x.shape, y.shape]))
         if not xs and not ys:
             raise self.error(f"{op}: needs at least one TensorHandle")
         for v in (x, y):
