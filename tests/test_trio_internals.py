@@ -160,3 +160,28 @@ def test_the_fallback_switch_is_honoured(monkeypatch):
     with deterministic_scheduling():
         fast, io = trio.run(main, clock=VirtualClock())
     assert fast is False and io != "_PacedIO"
+
+
+def test_idle_deadlines_stand_in_until_the_first_cancel_scope_deadline():
+    """While no cancel scope has a deadline, runner.deadlines is the clock's C-call stand-in; the first
+    deadline puts Trio's own Deadlines back, and virtual-time timeouts still fire on time."""
+    from emulator.clock import _IdleDeadlines
+
+    assert {"add", "remove", "next_deadline", "expire"} <= set(dir(_run.Deadlines))
+    assert "_heap" in {a.name for a in _run.Deadlines.__attrs_attrs__}
+    seen = {}
+
+    async def main():
+        runner = _run.GLOBAL_RUN_CONTEXT.runner
+        seen["before"] = type(runner.deadlines)
+        await sleep(10)
+        with trio.move_on_after(25) as scope:
+            seen["during"] = type(runner.deadlines)
+            await sleep(100)
+        seen["cancelled_at"] = (scope.cancelled_caught, trio.current_time())
+        await sleep(5)
+        seen["end"] = trio.current_time()
+
+    with deterministic_scheduling():
+        trio.run(main, clock=VirtualClock())
+    assert seen == {"before": _IdleDeadlines, "during": _run.Deadlines, "cancelled_at": (True, 35), "end": 40}
