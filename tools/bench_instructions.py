@@ -13,6 +13,11 @@ divided by the difference of their message counts removes the start-up
 (imports, building the model) and leaves what one more message costs.  Two
 processes run at a time.
 
+Machines: the AHBM 16-rank attention decode (timing mode) is counted the same way against
+itself stopped at its first picosecond (same imports, build, start and end of every task), so
+its figure is what the run costs per message, the quantity ``emu bench machine`` times in CPU
+seconds.
+
 It is a proxy, not the benchmark: an instruction of a memory-bound loop costs
 more than one of a tight loop, and the emulator runs at a lower IPC than SimPy
 (in CPU time its lead is smaller than in instructions).  Use it to see whether a
@@ -42,6 +47,21 @@ print("messages", out["messages"])
 """
 
 
+#: machine runs counted per message: (name, scenario, --set options)
+MACHINE_RUNS = [("ahbm-decode-16", "scenarios/ahbm/attention_decode_16ranks.yaml", ["mode=timing"])]
+
+_MACHINE_CHILD = """
+import sys
+from pathlib import Path
+from actors import registry
+from emulator.scenario import load_scenario
+from tools.runner import build_system
+scenario = load_scenario(Path(sys.argv[1]), registry, sys.argv[3:])
+system, _ = build_system(scenario)
+print("messages", system.run(until=1 if sys.argv[2] == "stopped" else None).messages)
+"""
+
+
 def parse_refs(text: str) -> int:
     """The ``I refs`` total of cachegrind's summary (``==123== I   refs:      2,837,187,601``)."""
     m = re.search(r"I\s+refs:\s+([\d,]+)", text)
@@ -58,17 +78,27 @@ def per_message(big: tuple[int, int], small: tuple[int, int]) -> float:
     return (i1 - i0) / (m1 - m0)
 
 
-def _count(index: int, scale: float, side: str) -> tuple[int, int]:
-    """``(instructions, messages)`` of one workload run on one side, under cachegrind."""
+def _valgrind(args: list[str], what: str) -> tuple[int, int]:
+    """``(instructions, messages)`` of ``python args`` under cachegrind (the child prints ``messages N``)."""
     env = dict(os.environ, PYTHONHASHSEED="0")
     proc = subprocess.run(
-        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-         sys.executable, "-c", _CHILD, str(index), str(scale), side],
+        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", sys.executable, *args],
         capture_output=True, text=True, env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if proc.returncode != 0:
-        raise RuntimeError(f"workload {index} ({side}, scale {scale}) failed under valgrind:\n{proc.stderr[-2000:]}")
+        raise RuntimeError(f"{what} failed under valgrind:\n{proc.stderr[-2000:]}")
     messages = int(re.search(r"messages (\d+)", proc.stdout).group(1))
     return parse_refs(proc.stderr), messages
+
+
+def _count(index: int, scale: float, side: str) -> tuple[int, int]:
+    """``(instructions, messages)`` of one workload run on one side, under cachegrind."""
+    return _valgrind(["-c", _CHILD, str(index), str(scale), side], f"workload {index} ({side}, scale {scale})")
+
+
+def _count_machine(path: str, sets: list[str], stopped: bool) -> tuple[int, int]:
+    """``(instructions, messages)`` of a machine scenario, run whole or stopped at its first picosecond."""
+    how = "stopped" if stopped else "whole"
+    return _valgrind(["-c", _MACHINE_CHILD, path, how, *sets], f"{path} ({how})")
 
 
 def main() -> int:
@@ -77,8 +107,11 @@ def main() -> int:
         return 2
     names = [name for name, *_ in bench._workloads(1.0)]
     jobs = [(i, scale, side) for i in range(len(names)) for side in ("emu", "simpy") for scale in SCALES]
+    machine_jobs = [(path, sets, stopped) for _, path, sets in MACHINE_RUNS for stopped in (False, True)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         counts = dict(zip(jobs, pool.map(lambda job: _count(*job), jobs)))
+        machine = dict(zip([(p, s) for p, _, s in machine_jobs],
+                           pool.map(lambda job: _count_machine(*job), machine_jobs)))
     print("engine benchmark in instructions per message (cachegrind; full scale minus a tenth)")
     print(f"  {'workload':<12} {'emu instr/msg':>14} {'simpy instr/msg':>16} {'ratio':>6}")
     for i, name in enumerate(names):
@@ -86,6 +119,10 @@ def main() -> int:
         peer = per_message(counts[(i, SCALES[0], "simpy")], counts[(i, SCALES[1], "simpy")])
         print(f"  {name:<12} {emu:>14,.0f} {peer:>16,.0f} {peer / emu:>6.2f}")
     print("  ratio > 1: the emulator executes fewer instructions per message than SimPy")
+    for name, path, _ in MACHINE_RUNS:
+        (whole, messages), (stopped, _) = machine[(path, False)], machine[(path, True)]
+        print(f"  {name:<12} {(whole - stopped) / messages:>14,.0f}   (machine run: instructions per message,"
+              f" {messages} messages)")
     return 0
 
 
