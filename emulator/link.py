@@ -104,7 +104,7 @@ def waits_of(actor) -> list[tuple[str, object]]:
 class _Waiter:
     """A task parked in :meth:`InPort.recv` or :func:`select` on one or more ports.
 
-    ``entry`` is the co-scheduled clock-heap entry (see :func:`_park`), or None
+    ``entry`` is the co-scheduled clock entry (see :func:`select`), or None
     when the waiter relies on a direct hand-over by the delivering link.
     """
 
@@ -229,7 +229,7 @@ class InPort:
             return self._take()
         if not self.links:
             raise RuntimeError(f"in-port {self.path} is not connected to any link")
-        # _park inlined (one coroutine frame fewer on every wake-up of a receiver), with this
+        # select's park inlined (one coroutine frame fewer on every wake-up of a receiver), with this
         # port's own waiter re-armed: only the owner's one receiving task parks here, and it
         # has read ``got`` before it can park again
         waiter = self.own
@@ -264,7 +264,7 @@ def _earliest(ports):
 
 
 def _arm(ports, owner, waiter: _Waiter | None = None) -> _Waiter:
-    """Register the current task as the waiter of ``ports`` (see :func:`_park`); ``waiter``: one to re-arm."""
+    """Register the current task as the waiter of ``ports`` (see :func:`select`); ``waiter``: one to re-arm."""
     task = GLOBAL_RUN_CONTEXT.task
     for p in ports:
         if p.waiter is not None:
@@ -298,32 +298,26 @@ async def _rewait(waiter: _Waiter):
 
 
 @enable_ki_protection
-async def _park(ports, owner):
-    """Park until one of ``ports`` has a message; return ``(port, message)``.
-
-    Two ways to be woken, both exact in time:
-
-    * hand-over: the delivering link reschedules us with the message;
-    * co-scheduling: when a link already has a pending wake-up for the earliest
-      arrival, we put our own entry on the clock heap at the same time *after*
-      it.  Both then run in the same pass of Trio's loop, the link first, and we
-      take the message from ``waiter.got``.  This halves the run-loop passes per
-      hop (reference/engine-perf.md §1: a pass costs ~4 µs).
-    """
-    waiter = _arm(ports, owner)
-    return await park(waiter) or waiter.got or await _rewait(waiter)
-
-
 async def select(*ports: InPort):
     """Receive from whichever port has a message first; returns ``(port, message)``.
 
     If several already hold messages, the one delivered earliest (lowest
-    delivery order) wins, so the choice is deterministic.
+    delivery order) wins, so the choice is deterministic.  Otherwise the task
+    parks until one of ``ports`` has a message, woken one of two ways, both
+    exact in time:
+
+    * hand-over: the delivering link reschedules us with the message;
+    * co-scheduling: when a link already has a pending wake-up for the earliest
+      arrival, we put our own entry on the clock at the same time *after*
+      it.  Both then run in the same pass of Trio's loop, the link first, and we
+      take the message from ``waiter.got``.  This halves the run-loop passes per
+      hop (reference/engine-perf.md §1: a pass costs ~4 µs).
     """
     best = _earliest(ports)
     if best is not None:
         return best, best._take()
-    return await _park(ports, ports[0].owner)
+    waiter = _arm(ports, ports[0].owner)
+    return await park(waiter) or waiter.got or await _rewait(waiter)
 
 
 class OutPort:

@@ -128,6 +128,7 @@ class PeCpu(Actor):
         self.mailbox: deque = deque()             # NOC packets arrived before their receive was posted
         self.noc_waiting: deque = deque()         # posted NOC receives (src or None, cid, buf)
         self.pkt_seq = 0
+        self._pump_ports = None                   # the ports completions arrive on (_pump)
 
     # -- backend interface (actors/ahbm/tl/backend.py) ---------------------------------
     @property
@@ -241,7 +242,10 @@ class PeCpu(Actor):
 
     async def _pump(self) -> None:
         """Consume one completion or NOC packet from whichever port delivers first."""
-        ports = (self.done, self.ipcq_resp, self.noc_in) if self.noc_in.links else (self.done, self.ipcq_resp)
+        ports = self._pump_ports
+        if ports is None:   # (the wiring is fixed once the machine is built)
+            ports = self._pump_ports = ((self.done, self.ipcq_resp, self.noc_in) if self.noc_in.links
+                                        else (self.done, self.ipcq_resp))
         port, msg = await self.select(*ports)
         if port is self.noc_in:
             await self._arrived(msg)

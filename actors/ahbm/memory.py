@@ -160,7 +160,8 @@ class Tcm(Actor):
                                + ", ".join(f"{k}={nbytes_of(v)}" for k, v in self.bufs.items()))
         self.bufs[buf] = data
         self.used = need
-        self.peak = max(self.peak, need)
+        if need > self.peak:
+            self.peak = need
 
     def _read(self, buf: str, client: str):
         try:
