@@ -3,9 +3,11 @@
 Design (reference/engine-perf.md, "hook" clock): :class:`VirtualClock` is a
 ``trio.abc.Clock`` whose :meth:`~VirtualClock.deadline_to_sleep_time` is where
 virtual time moves.  Trio calls it only when no task is runnable.  The clock then
-pops the earliest time slot of its own heap of ``(time, seq, task)`` entries (or
-jumps to the earliest Trio deadline, whichever is first), reschedules every task
-due at that instant in ``seq`` order, and tells Trio not to sleep.  There is no
+takes the earliest instant of its own timed wake-ups (or jumps to the earliest
+Trio deadline, whichever is first), reschedules every task due at that instant in
+the order they were scheduled (link deliveries first), and tells Trio not to
+sleep.  The wake-ups wait in one bucket per instant, only the instants in a heap
+(:meth:`VirtualClock.schedule`).  There is no
 keeper task and no ``MockClock``: one virtual time step costs one pass of Trio's
 loop (~5 µs measured, against 24-33 µs for ``MockClock`` autojump).
 
@@ -13,10 +15,10 @@ Trio's own time unit inside an emulated run *is the picosecond*:
 ``trio.sleep(1000)`` sleeps 1 ns of virtual time, and ``trio.move_on_after`` /
 ``trio.fail_after`` work on virtual time too.  Those are for watchdogs only:
 Trio orders equal deadlines by memory address, so model events must wait
-through :func:`sleep_until` / :func:`sleep`, which are ordered by
-``(time, seq)`` and therefore reproducible.
+through :func:`sleep_until` / :func:`sleep`, which are ordered by time, then
+scheduling order, and therefore reproducible.
 
-When nothing is runnable, no heap entry and no Trio deadline is pending, the
+When nothing is runnable, no timed wake-up and no Trio deadline is pending, the
 clock calls ``on_idle``; when the next event lies beyond ``limit`` it stops
 time at the limit and calls ``on_limit`` (the :class:`~emulator.system.System` turns that into a
 deadlock report).  Trio's ``wait_all_tasks_blocked`` waiters are served before
@@ -189,7 +191,7 @@ class VirtualClock(trio.abc.Clock):
         """End each of ``tasks`` parked in :func:`park` whose coroutine runs one of ``entry_codes``.
 
         For the end of a decided run (emulator/system.py): the task's registration
-        is undone as a cancellation's abort would (heap entry disarmed, port
+        is undone as a cancellation's abort would (clock entry disarmed, port
         waiter or link wait dropped), and :func:`park` raises :class:`RunOver`
         in it, which its guard (the code object it runs) catches.  Trio's
         cancellation of ~10 k parked tasks costs a cancel-status walk, a
@@ -238,13 +240,7 @@ class VirtualClock(trio.abc.Clock):
                     first = deliveries[0] if deliveries else reactions[0]
                     if first[2] is not None and first[3] is not True:
                         if t > self.now:
-                            self.now = t
-                            self.steps += 1
-                            events = self.events
-                            if events is not None and len(events) >= CHUNK:
-                                self.flush()
-                            if self.on_step is not None:
-                                self.on_step(t)
+                            self._advance(t)
                         self._run_instant(t)
                         return 0
             runner = self._runner
@@ -274,13 +270,7 @@ class VirtualClock(trio.abc.Clock):
                     return 0
                 return _INF
             if t > self.now:
-                self.now = t
-                self.steps += 1
-                events = self.events
-                if events is not None and len(events) >= CHUNK:
-                    self.flush()
-                if self.on_step is not None:
-                    self.on_step(t)
+                self._advance(t)
             if from_heap:
                 if self.direct and t < deadline:
                     self._run_instant(t)
@@ -300,6 +290,17 @@ class VirtualClock(trio.abc.Clock):
                 return 0
             return _INF
 
+    def _advance(self, t: int) -> None:
+        """Move virtual time on to ``t`` (a new time step): a full trace buffer is flushed, the progress
+        display told."""
+        self.now = t
+        self.steps += 1
+        events = self.events
+        if events is not None and len(events) >= CHUNK:
+            self.flush()
+        if self.on_step is not None:
+            self.on_step(t)
+
     def _run_instant(self, t: int) -> None:
         """Wake everything due at ``t``; links deliver here, without a task step of their own.
 
@@ -307,7 +308,7 @@ class VirtualClock(trio.abc.Clock):
         is done right here, before any task of the instant runs, and the tasks
         their deliveries wake are made runnable *after* the tasks due at ``t``.
         That is the order Trio would run them in: the link tasks run first in
-        the batch (their heap keys come first), and what they wake runs in the
+        the batch (their bucket's list comes first), and what they wake runs in the
         next batch, after the rest of this one (the proof, step by step, is in
         tests/test_direct_delivery.py's docstring).  All or nothing per instant: if one due link
         cannot deliver here (a message to decode, whose error the link task must
@@ -411,7 +412,7 @@ class VirtualClock(trio.abc.Clock):
         """Like :meth:`schedule`, for ``link`` (whose task is ``task``) delivering messages at ``t``.
 
         Deliveries due at an instant run before every other wake-up of that
-        instant (the heap key puts them first), so actors reacting at ``t`` see
+        instant (the first list of its bucket), so actors reacting at ``t`` see
         every message that arrives at ``t`` -- the "update before evaluate" rule
         of event-driven hardware simulators.  It also lets receivers free link
         credits before their neighbours send, so a dense pipeline does not block
@@ -537,7 +538,7 @@ def now() -> int:
 
 # -- park / wake ------------------------------------------------------------------
 def _abort_data(task) -> None:
-    """Undo what a parked task registered: a clock-heap entry (a list) or an object's wait."""
+    """Undo what a parked task registered: a clock entry (a list) or an object's wait."""
     data = task.custom_sleep_data
     task.custom_sleep_data = None
     if type(data) is list:
@@ -601,7 +602,7 @@ def _safe_wake(task, value=None) -> None:
 
 #: ``await park(data)``: park the current task until :meth:`VirtualClock.wake`
 #: wakes it; returns the woken value.  ``data`` says what to undo if the task
-#: is cancelled while parked: a clock-heap entry (list, disarmed) or an object
+#: is cancelled while parked: a clock entry (list, disarmed) or an object
 #: with ``abort_wait(task)``.  Callers must be KI-protected (enable_ki_protection).
 park = _fast_park if FAST_PARK else _safe_park
 

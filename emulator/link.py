@@ -25,7 +25,7 @@ message instead; the digests are the same either way (tests/test_links.py).
 
 Fast paths, as measured in reference/engine-perf.md §1 and §8: entering a link
 is a synchronous method (encode, compute the arrival time, append), so a send
-with a credit never switches tasks; the link task sleeps on the clock heap
+with a credit never switches tasks; the link task sleeps on the clock
 until the earliest arrival and delivers *every* message that is due in one
 wake-up; a waiting receiver gets the message handed over directly.  No
 ``trio.sleep``, cancel scope or memory channel on the hot path.
