@@ -51,6 +51,20 @@ def _workloads(scale: float):
     ]
 
 
+def loop_ns(n: int = 200_000) -> float:
+    """CPU ns per iteration of a fixed pure-Python loop: how fast this machine runs Python right now.
+
+    The calibration of reference/engine-perf.md §0 (``empty_loop_ns``, 11-41 ns on the 2-core VM it
+    was measured on): on a shared machine the same run takes up to twice as long a few minutes
+    later, so absolute CPU seconds are only comparable at a similar calibration.  Printed by both
+    benches (median over the repetitions), to say under which conditions their seconds were taken."""
+    c0 = time.process_time()
+    x = 0
+    for i in range(n):
+        x += i
+    return (time.process_time() - c0) / n * 1e9
+
+
 def _emu(kind: str, params: dict, mode: str, seed: int = 1) -> dict:
     system = System(f"bench-{kind}", seed=seed, mode=mode)
     demo.WORKLOADS[kind].build(system, PROFILE, params)
@@ -73,7 +87,9 @@ def _simpy(kind: str, params: dict, mode: str, seed: int = 1) -> dict:
 def run_bench(repeats: int = 5, scale: float = 1.0) -> dict:
     workloads = _workloads(scale)
     runs = {name: [] for name, *_ in workloads}
+    loops = []
     for rep in range(repeats):
+        loops.append(loop_ns())
         for name, kind, params, mode in workloads:
             if rep % 2 == 0:
                 a = _emu(kind, params, mode)
@@ -103,7 +119,7 @@ def run_bench(repeats: int = 5, scale: float = 1.0) -> dict:
                      "emu_cpu_us_per_msg": round(med(x["cpu_s"] / x["messages"] * 1e6 for x, _ in pairs), 2),
                      "simpy_cpu_us_per_msg": round(med(y["cpu_s"] / y["messages"] * 1e6 for _, y in pairs), 2),
                      "cpu_ratio": round(med(cpu_ratios), 3)})
-    return {"workloads": rows, "repeats": repeats,
+    return {"workloads": rows, "repeats": repeats, "loop_ns": round(med(loops), 1),
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
@@ -124,7 +140,8 @@ def bench_engine(*, json_out: bool = False, repeats: int = 5, scale: float = 1.0
         print(f"  {r['name']:<12} {r['messages']:>9} {r['emu_msgs_per_s']:>11,} {r['simpy_msgs_per_s']:>12,}"
               f" {r['ratio']:>6.2f} {r['ratio_min']:>5.2f}-{r['ratio_max']:<5.2f}"
               f" {r['emu_cpu_us_per_msg']:>15.2f} {r['simpy_cpu_us_per_msg']:>17.2f} {r['cpu_ratio']:>9.2f}")
-    print(f"  peak RSS {out['peak_rss_mib']} MiB; ratio > 1 means the emulator is faster (wall; cpu ratio: process CPU)")
+    print(f"  peak RSS {out['peak_rss_mib']} MiB; ratio > 1 means the emulator is faster (wall; cpu ratio: process CPU);"
+          f" Python loop {out['loop_ns']} ns/iteration (tools.bench.loop_ns)")
     return 0
 
 
@@ -208,7 +225,9 @@ def run_machine_bench(repeats: int = 3, full: bool = False) -> dict:
     med = statistics.median
     todo = MACHINE_SCENARIOS + [IDLE_SCENARIO]
     runs = {name: [] for name, _ in todo}
+    loops = []
     for _ in range(repeats):
+        loops.append(loop_ns())
         for name, path in todo:
             runs[name].append(_machine_run(path))
     rows = []
@@ -231,6 +250,7 @@ def run_machine_bench(repeats: int = 3, full: bool = False) -> dict:
                      "ops": rs[0]["ops"]})
     if full:
         name, path = FULL_SCENARIO
+        loops.append(loop_ns())
         r = _machine_run(path)
         rows.append({"name": name, "scenario": path, "messages": r["messages"], "events": r["events"],
                      "tasks": r["tasks"], "run_cpu_s": round(r["run_cpu_s"], 3),
@@ -240,7 +260,7 @@ def run_machine_bench(repeats: int = 3, full: bool = False) -> dict:
                      "msgs_per_cpu_s_min": None, "msgs_per_cpu_s_max": None,
                      "events_per_cpu_s": round(r["events"] / r["run_cpu_s"]), "wall_s": round(r["wall_s"], 3),
                      "end_time_ps": r["end_time_ps"], "digest": r["digest"], "pairs": r["pairs"], "ops": r["ops"]})
-    return {"machines": rows, "repeats": repeats,
+    return {"machines": rows, "repeats": repeats, "loop_ns": round(med(loops), 1),
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
@@ -263,5 +283,5 @@ def bench_machine(*, json_out: bool = False, repeats: int = 3, full: bool = Fals
             print(f"  {r['name']}: {r['ops']} tl ops, {r['messages'] / r['ops']:.2f} messages per op; {top}")
     idle = next(r for r in out["machines"] if r["name"] == IDLE_SCENARIO[0])
     print(f"  idle 4-SIP machine fixed cost (build + start + cancel): {idle['fixed_cpu_s']:.3f} s CPU;"
-          f" peak RSS {out['peak_rss_mib']} MiB")
+          f" peak RSS {out['peak_rss_mib']} MiB; Python loop {out['loop_ns']} ns/iteration (tools.bench.loop_ns)")
     return 0
