@@ -126,17 +126,25 @@ class Done:
 
 
 # --------------------------------------------------------------------------- memories
-@message(tag=220, version=2)
+@message(tag=220, version=3)
 class TcmReq:
     """One access of ``client`` to its TCM port: the ``writes`` (``[[buf, data], ...]``, data an
-    array or TensorDesc) first, then the ``frees`` (buffer names), then the ``reads`` (buffer
-    names).  Answered by one :class:`TcmResp` only when it reads: a write or a free is posted
-    (the TCM accepts it at once; version 2 replaced the one-buffer ``op``/``buf``/``data`` form,
-    which answered every access)."""
+    array or TensorDesc) first, then the ``copies`` (block moves inside the TCM), then the
+    ``frees`` (buffer names), then the ``reads`` (buffer names).  Answered by one
+    :class:`TcmResp` only when it reads: a write, copy or free is posted (the TCM accepts it at
+    once; version 2 replaced the one-buffer ``op``/``buf``/``data`` form, which answered every
+    access; version 3 added ``copies``).
+
+    A copy ``[src, sr, sc, rows, cols, dst, dr, dc]`` moves the ``[rows, cols]`` block of 2-D
+    buffer ``src`` at ``(sr, sc)``: into ``dst`` at ``(dr, dc)`` (cast to ``dst``'s dtype), or,
+    with ``dr < 0``, into a new buffer ``dst`` of exactly that block.  (The PE scheduler's
+    composite operand and result blocks: before version 3 each was a read answered with the
+    whole buffer and a write back, three to five messages for one move the TCM makes itself.)"""
 
     id: int
     client: str
     writes: list
+    copies: list
     frees: list
     reads: list
 

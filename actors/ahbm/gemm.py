@@ -15,8 +15,9 @@ core cycles are a busy span "gemm MxKxN", its drain a busy span "drain" (so a
 lone command shows ``fill_drain + core`` of busy time, as before); the drain of
 one command may overlap the next one's core span, so with back-to-back commands
 ``busy_ps`` counts that overlap twice; ``array_ps`` is the array's occupancy alone.  Commands are served FIFO.  Operands come from the
-TCM (zero-time ports, see memory.Tcm), read when the command starts; the result is
-written when its core cycles end (it is only read after the completion).
+TCM (zero-time ports, see memory.Tcm), read in one access when the command starts; the
+accumulator and the output are written in one posted access when its core cycles end
+(they are only read after the completion).
 
 Data mode (ref §3.3): bf16 is stored as float16; products are accumulated in
 float32: ``acc = (acc if accumulate else 0) + a.astype(f32) @ b.astype(f32)``;
@@ -77,12 +78,15 @@ class GemmEngine(Actor):
             if c is None:
                 c = await self.cmd.recv()
             start = self.now
-            a = await self.tcm.read(c.a)
-            b = await self.tcm.read(c.b)
+            # all operands in one TCM access (as a MATH op reads its operands; issue #13)
+            if c.accumulate:
+                a, b, prev = await self.tcm.read_all((c.a, c.b, c.acc))
+            else:
+                a, b = await self.tcm.read_all((c.a, c.b))
+                prev = None
             if tuple(a.shape) != (c.m, c.k) or tuple(b.shape) != (c.k, c.n):
                 raise RuntimeError(f"GEMM {c.id}: operand shapes {tuple(a.shape)} @ {tuple(b.shape)} do not match"
                                    f" m,k,n = {c.m},{c.k},{c.n}")
-            prev = await self.tcm.read(c.acc) if c.accumulate else None
             core = gemm_occupancy_ps(c.m, c.k, c.n, self.prm)
             await self.busy(core, f"gemm {c.m}x{c.k}x{c.n}")
             self.array_ps += core
@@ -92,13 +96,14 @@ class GemmEngine(Actor):
                 acc = np.asarray(a, np.float32) @ np.asarray(b, np.float32)
                 if prev is not None:
                     acc = acc + np.asarray(prev, np.float32)
-                await self.tcm.write(c.acc, acc)
+                writes = [(c.acc, acc)]
                 if c.out:
-                    await self.tcm.write(c.out, acc.astype(np.dtype(c.out_dtype)))
+                    writes.append((c.out, acc.astype(np.dtype(c.out_dtype))))
             else:
-                await self.tcm.write(c.acc, TensorDesc.of((c.m, c.n), "<f4"))
+                writes = [(c.acc, TensorDesc.of((c.m, c.n), "<f4"))]
                 if c.out:
-                    await self.tcm.write(c.out, TensorDesc.of((c.m, c.n), c.out_dtype))
+                    writes.append((c.out, TensorDesc.of((c.m, c.n), c.out_dtype)))
+            await self.tcm.access(writes=writes)   # the accumulator and the output in one (posted) access
             # a scheduler K step without ``out`` leaves its partial block in the array's accumulators for the
             # next step: nothing drains, it is complete once its operands have entered (module docstring)
             end = self.now if (c.client == "sched" and not c.out) else start + gemm_ps(c.m, c.k, c.n, self.prm)

@@ -120,6 +120,12 @@ class HbmChannel(Actor):
                 "latency_ps": self.prm.hbm_latency}
 
 
+def _check_block(buf: str, shape, r0: int, c0: int, rows: int, cols: int) -> None:
+    if len(shape) != 2 or r0 < 0 or c0 < 0 or r0 + rows > shape[0] or c0 + cols > shape[1]:
+        raise RuntimeError(f"TCM block [{r0}:{r0 + rows}, {c0}:{c0 + cols}] outside buffer {buf!r} of shape"
+                           f" {tuple(shape)}")
+
+
 def nbytes_of(x) -> int:
     t = type(x)
     return x.nbytes if t is TensorDesc or t is np.ndarray or isinstance(x, TensorDesc) else int(np.asarray(x).nbytes)
@@ -130,7 +136,7 @@ class Tcm(Actor):
 
     daemon = True
     PORTS = (In("req", TcmReq, idle=True,
-                doc="one access of one client: its writes, then frees, then reads (answered only if it reads)"),
+                doc="one access of one client: its writes, copies, frees, then reads (answered only if it reads)"),
              Out("to_{client}", TcmResp, doc="the answer to each client (cpu, dma, gemm, math, ipcq)"))
     PARAMS = (Param("capacity", "tcm.size", "B", "TCM (scratch) capacity", lambda prm: prm.tcm_bytes),)
 
@@ -170,12 +176,32 @@ class Tcm(Actor):
             raise RuntimeError(f"TCM read of unknown buffer {buf!r} by {client}; "
                                f"present: {', '.join(sorted(self.bufs)) or '(none)'}") from None
 
+    def _copy(self, src: str, sr: int, sc: int, rows: int, cols: int, dst: str, dr: int, dc: int, client: str) -> None:
+        """A block move inside the TCM (TcmReq ``copies``): ``src[sr:sr+rows, sc:sc+cols]`` into ``dst`` at
+        ``(dr, dc)``, or as the new buffer ``dst`` when ``dr < 0``.  Timing mode moves descriptors: a new
+        buffer is the block's descriptor, a patched one keeps its own."""
+        x = self._read(src, client)
+        _check_block(src, x.shape, sr, sc, rows, cols)
+        if dr < 0:
+            block = (TensorDesc.of((rows, cols), x.dtype) if type(x) is TensorDesc
+                     else np.ascontiguousarray(np.asarray(x)[sr:sr + rows, sc:sc + cols]))
+            self._write(dst, block, client)
+            return
+        y = self._read(dst, client)
+        _check_block(dst, y.shape, dr, dc, rows, cols)
+        if type(y) is not TensorDesc:
+            y = np.array(y)   # the TCM's arrays are shared read-only across links: patch a copy
+            y[dr:dr + rows, dc:dc + cols] = np.asarray(x)[sr:sr + rows, sc:sc + cols]
+        self._write(dst, y, client)
+
     async def run(self) -> None:
         bufs = self.bufs
         while True:
             r: TcmReq = await self.req.recv()
             for buf, data in r.writes:
                 self._write(buf, data, r.client)
+            for copy in r.copies:
+                self._copy(*copy, r.client)
             for buf in r.frees:
                 old = bufs.pop(buf, None)
                 if old is not None:
@@ -217,11 +243,12 @@ class TcmClient:
         self._busy = False
         self._turn = WaitQueue()
 
-    async def access(self, writes=(), reads=(), frees=()) -> list | None:
-        """One access: ``writes`` (``[(buf, data), ...]``), then ``frees``, then ``reads``; the data read
-        (a list in ``reads`` order) or None for a posted access."""
+    async def access(self, writes=(), reads=(), frees=(), copies=()) -> list | None:
+        """One access: ``writes`` (``[(buf, data), ...]``), then ``copies`` (TcmReq's block moves), then
+        ``frees``, then ``reads``; the data read (a list in ``reads`` order) or None for a posted access."""
         self.seq += 1
-        req = TcmReq(self.seq, self.client, [[b, d] for b, d in writes] if writes else [], list(frees), list(reads))
+        req = TcmReq(self.seq, self.client, [[b, d] for b, d in writes] if writes else [],
+                     [list(c) for c in copies] if copies else [], list(frees), list(reads))
         if not reads:
             await self.req.send(req)
             return None

@@ -30,11 +30,11 @@ buffers (below) within the reserve tl keeps for the scheduler.
 
 TCM-resident operands (``CompositeCmd.a_buf`` / ``b_buf`` / ``c_buf``, seed §B.3:
 composite operands and outputs live in the TCM scratch arena): an A or B block
-that is already in the TCM is read from its buffer (tcm_block.copy_block into the
-step's operand buffer) instead of DMA-loaded, and a finished C block is written
-into the result buffer (tcm_block.write_block) instead of DMA-stored.  These TCM
-accesses go through the TCM actor (one request at a time) and take no time (the
-TCM answers at once, memory.Tcm; the GEMM engine's drain writes the block, its
+that is already in the TCM is copied from its buffer into the step's operand
+buffer (tcm_block.copy_block) instead of DMA-loaded, and a finished C block is
+placed into the result buffer (tcm_block.place_block) instead of DMA-stored.  Each
+is one posted TCM access the TCM carries out itself: it goes through the TCM actor
+(one request at a time) and takes no time (memory.Tcm; the GEMM engine's drain writes the block, its
 time is in ``fill_drain``).  So a composite with A and C in the TCM and B in HBM
 (the seed's ``S = q·Kᵀ``, ``O = P·V``) issues DMAs for its B blocks only, and
 completes when its last GEMM (and epilogue) step is done.
@@ -89,7 +89,7 @@ from protocols.codec import TensorDesc
 
 from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
 from actors.ahbm.params import declare
-from actors.ahbm.tcm_block import copy_block, write_block
+from actors.ahbm.tcm_block import copy_block, place_block
 from actors.ahbm.tiles import Panel, panels, plan
 from actors.ahbm.tl.scratch import scheduler_reserve
 
@@ -333,7 +333,7 @@ class PeScheduler(Actor):
             await self.math.send(MathCmd(mid, op, [cbuf], cbuf, float(scalar), c_dtype if last else "<f4", "sched"))
             await self._wait([mid])
         if c.c_buf:    # the block goes straight into the TCM result (seed §B.3)
-            await write_block(self.tcm, c.c_buf, s.m0, s.n0, await self.tcm.read(cbuf))
+            await place_block(self.tcm, cbuf, s.tm, s.tn, c.c_buf, s.m0, s.n0)
             return
         sid = self._id()
         csize = np.dtype(c_dtype).itemsize
