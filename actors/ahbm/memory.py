@@ -21,8 +21,10 @@ pipeline figures).
 What a TCM message models: one *access* of one client through its port, the
 unit the hardware arbitrates.  Contention is the order of the single request
 queue (clients are served FIFO by delivery, every access at once).  An access
-may write, free and read several buffers (a MATH op reads all its operands in
-one access; a scope's end frees all its buffers in one): the TCM keeps no port
+may write, copy, free and read several buffers (a MATH op reads all its operands
+in one access; a scope's end frees all its buffers in one; the PE scheduler's
+composite operand and result blocks move inside the TCM in one posted access
+each, TcmReq ``copies``): the TCM keeps no port
 time, so splitting an access into one message per buffer modelled nothing.
 Only an access that reads is answered; a write or a free is posted - the answer
 carried no data and no time, and the client's link (capacity 1, FIFO) already
