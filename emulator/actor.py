@@ -20,7 +20,8 @@ and the parameters it reads (emulator/declare.py); a build checks the ports an
 actor creates against them and ``emu explain`` prints them.
 
 ``daemon = True`` marks a server (router, engine, memory) that runs forever;
-the run is finished when every non-daemon actor has returned.
+the run is finished when every non-daemon actor has returned.  A server that
+names its request port in ``starts_on`` is started by its first request.
 """
 from __future__ import annotations
 
@@ -46,6 +47,11 @@ class Actor:
     """Base class of every modelled component."""
 
     daemon: bool = False
+    #: a server (``daemon``) whose :meth:`run` begins by receiving on this in-port (declared
+    #: ``idle``), with nothing before that receive that another actor, the clock or the trace can
+    #: see: its task is started by the first message sent to that port instead of at the start of
+    #: the run (``System._start_on_first_message``; most engines of a large machine get no work)
+    starts_on: str | None = None
     #: the ports and the parameters the class declares (emulator/declare.py: ``In`` / ``Out``, ``Param``)
     PORTS: tuple = ()
     PARAMS: tuple = ()

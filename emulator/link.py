@@ -131,7 +131,7 @@ class _Waiter:
 class InPort:
     """A named input of an actor; fed by one or more links (fan-in)."""
 
-    __slots__ = ("owner", "name", "buf", "waiter", "links", "taken", "max_depth", "idle", "own")
+    __slots__ = ("owner", "name", "buf", "waiter", "links", "taken", "max_depth", "idle", "own", "unstarted")
 
     def __init__(self, owner: "Actor", name: str, idle: bool = False):
         self.owner = owner
@@ -145,6 +145,8 @@ class InPort:
         self.links: list[Link] = []
         self.taken = 0
         self.max_depth = 0
+        #: the owner's task is not started yet; the first message sent here starts it (Actor.starts_on)
+        self.unstarted = False
 
     @property
     def path(self) -> str:
@@ -208,6 +210,23 @@ class InPort:
         link._credit_return()
         return msg
 
+    def arm_for(self, task) -> None:
+        """Register ``task`` (just spawned, not run yet) as parked in :meth:`recv` on this port.
+
+        For an actor started by its first message (``Actor.starts_on``): the
+        port is in the state a receive made at the start of the run would have
+        left it in (a waiter with no co-scheduled entry: no message was in
+        flight to it), before the sender's link looks at it; the task's first
+        :meth:`recv` then parks on this waiter instead of arming a new one.
+        """
+        waiter = self.own
+        if waiter is None:
+            waiter = self.own = _Waiter(task, (self,))
+        waiter.task = task
+        waiter.entry = waiter.got = None
+        waiter.order = next(_WAIT_ORDER)
+        self.waiter = waiter
+
     def detach(self) -> None:
         """Forget the links and queued messages (the owner leaves its system, e.g. to be replayed alone)."""
         self.links = []
@@ -237,6 +256,10 @@ class InPort:
             waiter = self.own = _Waiter(None, (self,))
         # _arm((self,), self.owner, waiter), inlined for one port
         if self.waiter is not None:
+            if self.waiter is waiter and waiter.task is GLOBAL_RUN_CONTEXT.task:
+                # the first receive of an actor started by its first message: armed by arm_for
+                got = await park(waiter) or waiter.got or await _rewait(waiter)
+                return got[1]
             raise RuntimeError(f"in-port {self.path}: two tasks of {self.owner.name} receive on it at once; "
                                "give each task its own port")
         task = waiter.task = GLOBAL_RUN_CONTEXT.task
@@ -531,6 +554,8 @@ class Link:
             task = self.task
             if task is None and self.system.lazy_links:
                 task = self.task = self.system._spawn_link(self)   # first message: start the link's task
+                if self.dst.unstarted:                             # and its receiver's (Actor.starts_on)
+                    self.system._start_on_first_message(self.dst)
             if task is not None:
                 # clock.schedule_delivery(arrival, task, self), inlined (the hot path of every message)
                 self.wake = [arrival, 0, task, self]

@@ -53,11 +53,16 @@ from emulator.rng import stream
 from emulator.trace import DONE, ERROR, Recorder, TraceOptions
 from emulator.units import format_time
 
-__all__ = ["System", "RunResult", "DeadlockReport", "BlockedActor", "versions", "LAZY_LINK_TASKS", "building"]
+__all__ = ["System", "RunResult", "DeadlockReport", "BlockedActor", "versions", "LAZY_LINK_TASKS", "LAZY_ACTOR_START",
+           "building"]
 
 #: start each link's task on its first message (else all at the start of the run);
 #: needs Trio's ``Runner.spawn_impl`` (tests/test_trio_internals.py)
 LAZY_LINK_TASKS = hasattr(_trio_run.Runner, "spawn_impl") and not os.environ.get("EMU_EAGER_LINKS")
+
+#: start a server that declares ``Actor.starts_on`` at its first message (else at the start of the
+#: run, like every other actor); rides on the lazy link tasks, whose first-message hook starts it
+LAZY_ACTOR_START = LAZY_LINK_TASKS and not os.environ.get("EMU_EAGER_ACTORS")
 
 #: the last virtual time a run may reach: a run that would pass it ends with status ``time-limit``
 HORIZON_PS = 2**62
@@ -193,6 +198,7 @@ class System:
         self._late_errors = 0
         self._nursery = None
         self.lazy_links = LAZY_LINK_TASKS
+        self.lazy_actors = LAZY_ACTOR_START
         self._stop_reason: str | None = None
         self._token = None
         self._t0_wall = 0.0
@@ -335,7 +341,12 @@ class System:
                     for link in self.links:
                         nursery.start_soon(self._guard_link, link, name=f"link:{link.name}")
                 killable = {a.name for _, _, targets in self.kills for a in targets}
+                lazy = self.lazy_actors and self.lazy_links
                 for actor in self.actors.values():
+                    if lazy and actor.starts_on is not None and actor.daemon and not actor.faults \
+                            and actor.name not in killable:
+                        actor.inputs[actor.starts_on].unstarted = True   # started by its first message
+                        continue
                     nursery.start_soon(self._guard_actor, actor, actor.name in killable, name=actor.name)
                 for at, fault, targets in self.kills:
                     nursery.start_soon(killer, self, at, fault, targets, name=f"fault:{fault.label}")
@@ -466,6 +477,33 @@ class System:
         return _trio_run.GLOBAL_RUN_CONTEXT.runner.spawn_impl(self._guard_link, (link,), self._nursery,
                                                              f"link:{link.name}")
 
+    def _start_on_first_message(self, port: InPort) -> None:
+        """Start the task of ``port``'s owner, a server that declares ``starts_on`` = this port, as its
+        first message enters a link to it (Link._accept, before the link looks at the port's waiter).
+
+        Most servers of a large machine (the 4-SIP machine's 4,096 HBM channels, 512 TCMs and
+        512 of each PE engine) get no work in a given run; started at the run's start, each
+        would be spawned, take one step to park in its first receive, and be ended (issue #13:
+        the idle machine's fixed cost).  The run is the same either way:
+
+        * until its first message nothing can reach such an actor (its only way in is the
+          port), and its run did nothing before the receive that anyone could see;
+        * the port is armed now with the waiter that receive would have left (``arm_for``),
+          so the sender's link co-schedules the receiver as it would have, and any later
+          sender sees a parked receiver;
+        * the new task's first step only parks on that waiter, and it runs before the
+          message can be delivered: a delivery needs the clock, which moves only once no
+          task is runnable, and no other message is in flight to the port (this one is
+          the first on any of its links).
+
+        tests/test_lazy_actors.py compares real scenarios both ways (``EMU_EAGER_ACTORS=1``).
+        """
+        port.unstarted = False
+        actor = port.owner
+        task = _trio_run.GLOBAL_RUN_CONTEXT.runner.spawn_impl(self._guard_actor, (actor, False), self._nursery,
+                                                              actor.name)
+        port.arm_for(task)
+
     async def _guard_link(self, link: Link) -> None:
         try:
             await link.run()
@@ -543,6 +581,8 @@ class System:
             if not states:
                 if not actor.daemon:
                     blocked.append(BlockedActor(actor.name, "other", [], [], ""))
+                elif actor.starts_on is not None and actor.inputs[actor.starts_on].unstarted:
+                    idle += 1    # not started yet: it waits for its first request
                 continue
             for direction, what in states:
                 if direction == "recv":

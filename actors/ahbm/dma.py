@@ -72,6 +72,7 @@ class DmaEngine(Actor):
     """HBM <-> TCM block moves, local or remote (module docstring)."""
 
     daemon = True
+    starts_on = "cmd"    # started by its first command (Actor.starts_on)
     PORTS = (In("cmd", DmaCmd, doc="DMA commands from the CPU and the scheduler", idle=True),
              Out("done_{client}", Done, doc="completion to each client (cpu, sched)"),
              Out("pc{i}", PcReq, doc="requests to pseudo-channel i of its PE"),

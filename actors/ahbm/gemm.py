@@ -47,6 +47,7 @@ class GemmEngine(Actor):
     """The R x C MAC array (module docstring)."""
 
     daemon = True
+    starts_on = "cmd"    # started by its first command (Actor.starts_on)
     PORTS = (In("cmd", GemmCmd, doc="GEMM commands from the CPU and the scheduler, FIFO", idle=True),
              Out("done_{client}", Done, doc="completion to each client (cpu, sched)"),
              *TCM_CLIENT_PORTS)

@@ -30,6 +30,7 @@ class HbmPort(Actor):
     """The NOC side of a PE's HBM controller (module docstring)."""
 
     daemon = True
+    starts_on = "req"    # started by its first request (Actor.starts_on)
     PORTS = (In("req", MemReq, doc="remote HBM requests from the router (other PEs' DMAs, host loads)", idle=True),
              Out("out", MemResp, doc="answers, back over the NOC"),
              Out("pc{i}", PcReq, doc="requests to pseudo-channel i"),

@@ -86,6 +86,7 @@ class MathEngine(Actor):
     """Element-wise ops and row reductions (module docstring)."""
 
     daemon = True
+    starts_on = "cmd"    # started by its first command (Actor.starts_on)
     PORTS = (In("cmd", MathCmd, doc="MATH commands from the CPU and the scheduler, FIFO", idle=True),
              Out("done_{client}", Done, doc="completion to each client (cpu, sched)"),
              *TCM_CLIENT_PORTS)

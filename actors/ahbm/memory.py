@@ -52,6 +52,7 @@ class HbmChannel(Actor):
     """One HBM pseudo-channel controller of a PE (pipelined, see the module docstring)."""
 
     daemon = True
+    starts_on = "req"    # started by its first request (Actor.starts_on)
     PORTS = (In("req", PcReq, doc="channel requests, FIFO (the PE's DMA and HBM port)", idle=True),
              Out("resp_{client}", PcResp, doc="answers to each requester (dma, port)"))
     PARAMS = declare("burst", "pc_bw_eff", "hbm_latency")
@@ -137,6 +138,7 @@ class Tcm(Actor):
     """The PE's scratch memory: named buffers, capacity-checked."""
 
     daemon = True
+    starts_on = "req"    # started by its first access (Actor.starts_on)
     PORTS = (In("req", TcmReq, idle=True,
                 doc="one access of one client: its writes, copies, frees, then reads (answered only if it reads)"),
              Out("to_{client}", TcmResp, doc="the answer to each client (cpu, dma, gemm, math, ipcq)"))

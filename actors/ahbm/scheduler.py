@@ -157,6 +157,7 @@ class PeScheduler(Actor):
     """Composite GEMM -> tile plan -> streamed DMA / GEMM / MATH commands (module docstring)."""
 
     daemon = True
+    starts_on = "cmd"    # started by its first command (Actor.starts_on)
     PORTS = (In("cmd", CompositeCmd, doc="composite commands from the CPU", idle=True),
              Out("done_cpu", Done, doc="completion of a composite to the CPU"),
              Out("dma", DmaCmd, doc="tile loads and stores"),
