@@ -238,7 +238,7 @@ class VirtualClock(trio.abc.Clock):
                 if t < deadline and t <= self.limit:
                     deliveries, reactions = self._buckets[t]
                     first = deliveries[0] if deliveries else reactions[0]
-                    if first[2] is not None and first[3] is not True:
+                    if first[1] is not None and first[2] is not True:
                         if t > self.now:   # self._advance(t), inlined: on a sparse run, every pass
                             self.now = t
                             self.steps += 1
@@ -256,8 +256,8 @@ class VirtualClock(trio.abc.Clock):
                 return _INF
             first = self._first_live()      # the earliest live entry (earlier dead buckets dropped)
             t = first[0] if first is not None else _INF
-            if first is not None and first[3] is True and deadline == _INF and not any(
-                    e[2] is not None and e[3] is not True
+            if first is not None and first[2] is True and deadline == _INF and not any(
+                    e[1] is not None and e[2] is not True
                     for bucket in self._buckets.values() for entries in bucket for e in entries):
                 # only weak wake-ups (fault timers) remain: the system itself is idle
                 if self.on_idle is not None and self.on_idle():
@@ -284,9 +284,9 @@ class VirtualClock(trio.abc.Clock):
                 reschedule = self._reschedule
                 for entries in self._take(t):
                     for entry in entries:
-                        task = entry[2]
+                        task = entry[1]
                         if task is not None:
-                            entry[2] = None
+                            entry[1] = None
                             reschedule(task)
             return 0
         except OverflowError as e:
@@ -329,27 +329,27 @@ class VirtualClock(trio.abc.Clock):
         tasks = []   # every task due at t, in order: the link tasks first
         direct = True
         for entry in deliveries:
-            task = entry[2]
+            task = entry[1]
             if task is not None:
-                entry[2] = None
-                link = entry[3]
+                entry[1] = None
+                link = entry[2]
                 links.append(link)
                 tasks.append(task)
                 if link.task is not task or (link.undecoded and not link.can_deliver_here(t)):
                     direct = False
         if not links:
             for entry in reactions:
-                task = entry[2]
+                task = entry[1]
                 if task is not None:
-                    entry[2] = None
+                    entry[1] = None
                     wake(task)
             return
         # every entry due at t has fired before a delivery runs: a receiver whose co-scheduled
         # wake-up is among them takes its message from ``waiter.got`` in its turn (link.py)
         for entry in reactions:
-            task = entry[2]
+            task = entry[1]
             if task is not None:
-                entry[2] = None
+                entry[1] = None
                 tasks.append(task)
         if not direct:
             for task in tasks:
@@ -380,10 +380,10 @@ class VirtualClock(trio.abc.Clock):
         while times:
             deliveries, reactions = buckets[times[0]]
             for entry in deliveries:
-                if entry[2] is not None:
+                if entry[1] is not None:
                     return entry
             for entry in reactions:
-                if entry[2] is not None:
+                if entry[1] is not None:
                     return entry
             del buckets[heapq.heappop(times)]
         return None
@@ -397,16 +397,16 @@ class VirtualClock(trio.abc.Clock):
     def schedule(self, t: int, task) -> list:
         """Reschedule ``task`` (parked in :func:`park`) at virtual time ``t``.
 
-        Returns the entry ``[t, kind, task, tag]``; set ``entry[2] = None`` to
+        Returns the entry ``[t, task, tag]``; set ``entry[1] = None`` to
         cancel it.  Entries at the same time run in the order they were scheduled,
         after the deliveries of that time (:meth:`schedule_delivery`): each instant
-        has a bucket of two lists, and only the instants are kept in a heap (a
-        heap of entries compared ``(t, sequence)`` lists on every push and pop;
-        most entries of a machine run are due at the current instant).  ``kind``
-        is 0 for a delivery, 1 otherwise; ``tag`` is None, True for a weak
-        wake-up (:func:`sleep_until`) or the link of a delivery.
+        has a bucket of two lists (deliveries, the rest), and only the instants are
+        kept in a heap (a heap of entries compared ``(t, sequence)`` lists on every
+        push and pop; most entries of a machine run are due at the current
+        instant).  ``tag`` is None, True for a weak wake-up (:func:`sleep_until`)
+        or the link of a delivery.
         """
-        entry = [t, 1, task, None]
+        entry = [t, task, None]
         bucket = self._buckets.get(t)
         if bucket is None:
             bucket = self._buckets[t] = ([], [])
@@ -424,7 +424,7 @@ class VirtualClock(trio.abc.Clock):
         credits before their neighbours send, so a dense pipeline does not block
         senders for zero time.  (``Link._accept`` inlines this; keep the two alike.)
         """
-        entry = [t, 0, task, link]
+        entry = [t, task, link]
         bucket = self._buckets.get(t)
         if bucket is None:
             bucket = self._buckets[t] = ([], [])
@@ -435,7 +435,7 @@ class VirtualClock(trio.abc.Clock):
     def pending(self) -> int:
         """Number of live timed wake-ups."""
         return sum(1 for bucket in self._buckets.values() for entries in bucket for e in entries
-                   if e[2] is not None)
+                   if e[1] is not None)
 
 
 def _deferred(woken: list):
@@ -548,7 +548,7 @@ def _abort_data(task) -> None:
     data = task.custom_sleep_data
     task.custom_sleep_data = None
     if type(data) is list:
-        data[2] = None
+        data[1] = None
     elif data is not None:
         data.abort_wait(task)
 
@@ -630,7 +630,7 @@ async def sleep_until(t: int, *, weak: bool = False) -> None:
         raise ValueError(f"sleep_until({t}) is in the past (now={clock.now})")
     entry = clock.schedule(t, _trio_run.GLOBAL_RUN_CONTEXT.task)
     if weak:
-        entry[3] = True
+        entry[2] = True
     await park(entry)
 
 

@@ -124,7 +124,7 @@ class _Waiter:
     def abort_wait(self, task) -> None:
         """The parked receiver was cancelled: disarm its wake-up and free its ports."""
         if self.entry is not None:
-            self.entry[2] = None
+            self.entry[1] = None
         self.release()
 
 
@@ -185,10 +185,10 @@ class InPort:
                 link.clock.wake(link.blocked.popleft())
             else:
                 link.credits += 1
-            if entry is None or entry[2] is not None:
+            if entry is None or entry[1] is not None:
                 # hand it over (cancelling a co-scheduled wake-up that would come later)
                 if entry is not None:
-                    entry[2] = None
+                    entry[1] = None
                 link.clock.wake(waiter.task, (self, msg))
             else:
                 # its co-scheduled wake-up already fired at this instant: it runs
@@ -268,11 +268,11 @@ class InPort:
         self.waiter = waiter
         for l in self.links:
             wake = l.wake
-            if wake is not None and wake[2] is not None and l.inflight and l.inflight[0][0] == wake[0]:
+            if wake is not None and wake[1] is not None and l.inflight and l.inflight[0][0] == wake[0]:
                 entry = waiter.entry
                 if entry is None or wake[0] < entry[0]:
                     if entry is not None:
-                        entry[2] = None
+                        entry[1] = None
                     waiter.entry = l.clock.schedule(wake[0], task)
         got = await park(waiter) or waiter.got or await _rewait(waiter)
         return got[1]
@@ -303,10 +303,10 @@ def _arm(ports, owner, waiter: _Waiter | None = None) -> _Waiter:
         p.waiter = waiter
         for l in p.links:
             wake = l.wake
-            if wake is not None and wake[2] is not None and l.inflight and l.inflight[0][0] == wake[0]:
+            if wake is not None and wake[1] is not None and l.inflight and l.inflight[0][0] == wake[0]:
                 if waiter.entry is None or wake[0] < waiter.entry[0]:
                     if waiter.entry is not None:
-                        waiter.entry[2] = None
+                        waiter.entry[1] = None
                     waiter.entry = l.clock.schedule(wake[0], task)
     return waiter
 
@@ -492,7 +492,7 @@ class Link:
         """A task parked on this link was cancelled: the link task's delivery wait or a sender's credit wait."""
         if task is self.task:
             if self.wake is not None:
-                self.wake[2] = None
+                self.wake[1] = None
             return
         try:
             self.blocked.remove(task)
@@ -558,7 +558,7 @@ class Link:
                     self.system._start_on_first_message(self.dst)
             if task is not None:
                 # clock.schedule_delivery(arrival, task, self), inlined (the hot path of every message)
-                self.wake = [arrival, 0, task, self]
+                self.wake = [arrival, task, self]
                 bucket = clock._buckets.get(arrival)
                 if bucket is None:
                     bucket = clock._buckets[arrival] = ([], [])
@@ -567,9 +567,9 @@ class Link:
                 waiter = self.dst.waiter
                 if waiter is not None:
                     entry = waiter.entry
-                    if entry is None or (entry[2] is not None and entry[0] > arrival):
+                    if entry is None or (entry[1] is not None and entry[0] > arrival):
                         if entry is not None:
-                            entry[2] = None
+                            entry[1] = None
                         waiter.entry = clock.schedule(arrival, waiter.task)
 
     def _apply_faults(self, msg, now: int, seq: int, data: bytes, nbytes: int):
