@@ -235,6 +235,13 @@ def check_actor(actor) -> list[str]:
         for name in ports:
             if declared_port(cls, direction, name) is None:
                 out.append(f"{actor.name}: {direction}-port {name!r} is not declared in {cls.__name__}.PORTS")
+    start = getattr(cls, "starts_on", None)
+    if start is not None:   # Actor.starts_on: a server started by its first request
+        port = actor.inputs.get(start)
+        if not actor.daemon or port is None or not port.idle:
+            out.append(f"{actor.name}: {cls.__name__}.starts_on = {start!r} needs a daemon class and an in-port of that"
+                       f" name made with idle=True; found daemon={actor.daemon}, in-ports"
+                       f" {', '.join(f'{n} (idle={q.idle})' for n, q in actor.inputs.items()) or '(none)'}")
     return out
 
 

@@ -345,8 +345,10 @@ class System:
                 for actor in self.actors.values():
                     if lazy and actor.starts_on is not None and actor.daemon and not actor.faults \
                             and actor.name not in killable:
-                        actor.inputs[actor.starts_on].unstarted = True   # started by its first message
-                        continue
+                        port = actor.inputs.get(actor.starts_on)
+                        if port is not None and port.idle:   # (else declare.check_actor reports the class)
+                            port.unstarted = True            # started by its first message
+                            continue
                     nursery.start_soon(self._guard_actor, actor, actor.name in killable, name=actor.name)
                 for at, fault, targets in self.kills:
                     nursery.start_soon(killer, self, at, fault, targets, name=f"fault:{fault.label}")
@@ -581,7 +583,7 @@ class System:
             if not states:
                 if not actor.daemon:
                     blocked.append(BlockedActor(actor.name, "other", [], [], ""))
-                elif actor.starts_on is not None and actor.inputs[actor.starts_on].unstarted:
+                elif actor.starts_on is not None and getattr(actor.inputs.get(actor.starts_on), "unstarted", False):
                     idle += 1    # not started yet: it waits for its first request
                 continue
             for direction, what in states:

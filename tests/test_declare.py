@@ -155,6 +155,31 @@ def test_a_link_whose_receiver_does_not_accept_the_senders_messages_fails_the_bu
     assert ports_of(_TokenSink)["in"].messages == (Token,)
 
 
+def test_a_server_started_by_its_first_message_must_name_an_idle_port_of_a_daemon_class():
+    """Actor.starts_on is checked at the build: a typo, a port not made idle, or a workload actor is an error."""
+    class _Lazy(_TokenSink):
+        daemon = True
+        starts_on = "in"
+
+        def __init__(self, name, idle=True):
+            Actor.__init__(self, name)
+            self.inp = self.in_port("in", idle=idle)
+
+    def build(sink):
+        s = System("t")
+        s.connect(s.add(_Sender("a")).out, s.add(sink).inp, capacity=1)
+        return s
+
+    check_system(build(_Lazy("b")))
+    with pytest.raises(BuildError, match=r"_Typo.starts_on = 'inp' needs a daemon class and an in-port of that name"
+                                         r" made with idle=True; found daemon=True, in-ports in \(idle=True\)"):
+        check_system(build(type("_Typo", (_Lazy,), {"starts_on": "inp"})("b")))
+    with pytest.raises(BuildError, match=r"in-ports in \(idle=False\)"):
+        check_system(build(_Lazy("b", idle=False)))
+    with pytest.raises(BuildError, match=r"found daemon=False"):
+        check_system(build(type("_Worker", (_Lazy,), {"daemon": False})("b")))
+
+
 def test_a_component_reading_an_undeclared_parameter_fails_loudly():
     class Src:
         a, b = 1, 2

@@ -276,3 +276,18 @@ async def test_through_portal_steps_like_greenback_await(vclock):
 
     await main()
     assert seen == {"portal": True, "ours": (30, 30), "greenback": (30, 30), "error": "inside", "cancelled": True}
+
+
+async def test_a_waiting_tl_call_outside_a_portal_is_a_clear_error(vclock):
+    """Without the portal run_kernel enters, a tl call that has to wait says so (not an AttributeError)."""
+    from actors.ahbm.tl.runtime import _await
+    from emulator.clock import sleep
+
+    assert _await(_done()) == 7        # a call that does not wait needs no portal
+    with pytest.raises(RuntimeError, match="outside a kernel: its Trio task has no greenback portal"):
+        _await(sleep(10))
+    await sleep(20)                    # the abandoned wait was undone: the task runs on normally
+
+
+async def _done():
+    return 7

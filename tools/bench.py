@@ -57,7 +57,10 @@ def loop_ns(n: int = 200_000) -> float:
     The calibration of reference/engine-perf.md §0 (``empty_loop_ns``, 11-41 ns on the 2-core VM it
     was measured on): on a shared machine the same run takes up to twice as long a few minutes
     later, so absolute CPU seconds are only comparable at a similar calibration.  Printed by both
-    benches (median over the repetitions), to say under which conditions their seconds were taken."""
+    benches (median over the repetitions), to say under which conditions their seconds were taken.
+    It gauges the interpreter's speed, not a neighbour's pressure on caches and memory: a machine run
+    can be 14 % slower at a similar reading (issue #13), so ratios within one run and instruction
+    counts (``make bench-instructions``) remain the figures to compare."""
     c0 = time.process_time()
     x = 0
     for i in range(n):

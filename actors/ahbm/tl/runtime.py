@@ -82,6 +82,13 @@ def _through_portal(coro, trap):
     switches back with Trio's answer as an ``outcome``, which is sent (or thrown) into ``coro``."""
     this = greenlet.getcurrent()
     portal = this.parent
+    if portal is None:      # the task's root greenlet: no portal was entered (greenback.await_'s own check)
+        abort = getattr(trap, "abort_func", None)
+        if abort is not None:
+            abort(lambda: None)     # undo the wait ``coro`` registered, as a cancellation would
+        coro.close()
+        raise RuntimeError("a tl call that waits ran outside a kernel: its Trio task has no greenback portal"
+                           " (kernels run through actors/ahbm/tl/kernel_registry.run_kernel)")
     while True:
         answer = portal.switch((trap, this))
         try:
