@@ -16,14 +16,15 @@ import math
 
 import numpy as np
 
-__all__ = ["TensorHandle", "nbytes"]
+__all__ = ["TensorHandle", "nbytes", "dtype_info"]
 
 
 #: dtype (as given) -> (numpy ``dtype.str``, item size): a kernel uses a few dtypes on every op
 _DTYPES: dict = {}
 
 
-def _dtype(dtype) -> tuple[str, int]:
+def dtype_info(dtype) -> tuple[str, int]:
+    """``(numpy dtype.str, item size)`` of ``dtype`` as given (remembered per dtype)."""
     try:
         return _DTYPES[dtype]
     except KeyError:
@@ -36,7 +37,7 @@ def _dtype(dtype) -> tuple[str, int]:
 
 
 def nbytes(shape, dtype) -> int:
-    return math.prod(map(int, shape)) * _dtype(dtype)[1]
+    return math.prod(map(int, shape)) * dtype_info(dtype)[1]
 
 
 class TensorHandle:
@@ -46,7 +47,7 @@ class TensorHandle:
     def __init__(self, rt, shape, dtype, *, buf=None, addr=None, pending=None, engine=None, arena=None):
         self.rt = rt
         self.shape = tuple(map(int, shape))
-        self.dtype = _dtype(dtype)[0]
+        self.dtype = dtype_info(dtype)[0]
         self.buf = buf              # TCM buffer name, or None
         self.addr = addr            # HBM byte address, or None
         self.pending = pending      # command id still producing the data

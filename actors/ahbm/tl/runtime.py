@@ -46,7 +46,7 @@ from protocols.codec import TensorDesc
 from actors.ahbm.costs import MATH_OPS, math_ps
 from actors.ahbm.scheduler import EPILOGUE_OPS
 from actors.ahbm.tl.errors import KernelError, user_site
-from actors.ahbm.tl.handles import TensorHandle, _dtype, nbytes
+from actors.ahbm.tl.handles import TensorHandle, dtype_info, nbytes
 from actors.ahbm.tl.scratch import Arena, ScratchScope, scheduler_reserve
 
 __all__ = ["Tl"]
@@ -491,7 +491,7 @@ class Tl:
             self._dispatch(kind)
             self._new_buf(shape, out_dtype)     # raises the overflow error
         out = self._new_buf(shape, out_dtype)
-        cid = self._dispatch_then(kind, self.be.math(op, bufs, out.buf, float(scalar), _dtype(out_dtype)[0]))
+        cid = self._dispatch_then(kind, self.be.math(op, bufs, out.buf, float(scalar), dtype_info(out_dtype)[0]))
         self._read_by(cid, "math", *srcs)
         out.pending, out.engine = cid, "math"
         self.outstanding.append(cid)
