@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench bench-machine bench-instructions clean fuzz-campaign gqa-llama gqa-ring-sweep sweep-demo llama70b llama70b-1sip gemma3n-e4b
+.PHONY: run test bench bench-machine bench-instructions bench-ab clean fuzz-campaign gqa-llama gqa-ring-sweep sweep-demo llama70b llama70b-1sip gemma3n-e4b
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,13 @@ bench-machine: $(STAMP)
 # The engine benchmark in instructions per message (valgrind's cachegrind): unmoved by a noisy machine.
 bench-instructions: $(STAMP)
 	$(BIN)/python -m tools.bench_instructions
+
+# CPU of the 128-rank decode under BASE (a git revision) and this tree, side by side (one per core,
+# same machine phase): tools/bench_ab.py. The default base is issue 13's code, whose run took
+# 106-112 s of CPU when the issue was filed: the last line scales that figure by the ratio.
+BASE ?= 308d103
+bench-ab: $(STAMP)
+	$(BIN)/python -m tools.bench_ab --base $(BASE) --runs 3 --base-cpu 109
 
 # Robustness campaign (issue 15): >= 1,000 mutated scenario files over every shipped
 # scenario, then >= 1,000 random fault plans over the demo, AHBM and pccx families.
