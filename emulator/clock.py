@@ -239,14 +239,8 @@ class VirtualClock(trio.abc.Clock):
                     deliveries, reactions = self._buckets[t]
                     first = deliveries[0] if deliveries else reactions[0]
                     if first[1] is not None and first[2] is not True:
-                        if t > self.now:   # self._advance(t), inlined: on a sparse run, every pass
-                            self.now = t
-                            self.steps += 1
-                            events = self.events
-                            if events is not None and len(events) >= CHUNK:
-                                self.flush()
-                            if self.on_step is not None:
-                                self.on_step(t)
+                        if t > self.now:
+                            self._advance(t)
                         self._run_instant(t)
                         return 0
             runner = self._runner
