@@ -49,3 +49,11 @@ def test_a_failing_run_and_a_bad_revision_are_clear_errors(tmp_path, capsys):
     assert "the run of" in err and "failed (exit" in err
     assert bench_ab.main(["--base", "no-such-revision-xyz", "--scenario", "scenarios/demo/reduce.yaml"]) == 1
     assert "not a revision git can check out" in capsys.readouterr().err
+
+
+def test_an_interrupt_is_a_one_line_message(monkeypatch, capsys):
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(bench_ab, "measure", interrupted)
+    assert bench_ab.main(["--base", str(bench_ab.ROOT), "--scenario", "scenarios/demo/reduce.yaml"]) == 130
+    assert "interrupted" in capsys.readouterr().err

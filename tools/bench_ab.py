@@ -44,7 +44,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: what a child runs, in the tree's directory: build and run one scenario, print one JSON line
+#: what a child runs, in the tree's directory: build and run one scenario, print one JSON line.  Not
+#: the tree's own ``tools.bench._machine_run``: a private helper whose results differ between
+#: versions and which takes no ``--set`` overrides; this uses only the entry points every version has
+#: (load_scenario, build_system, System.run)
 _CHILD = """
 import json, sys, time
 sys.path.insert(0, ".")
@@ -99,30 +102,22 @@ def run_once(tree: Path, scenario: str, sets: list[str], stop=None) -> dict | No
     return res
 
 
-class _either:
-    """Set when either of two events is (what :func:`run_once` polls)."""
-
-    def __init__(self, a: threading.Event, b: threading.Event):
-        self.a, self.b = a, b
-
-    def is_set(self) -> bool:
-        return self.a.is_set() or self.b.is_set()
-
-
 def measure(trees: dict[str, Path], scenario: str, sets: list[str], *, runs: int = 3,
             minutes: float = 0.0) -> dict[str, list[dict]]:
     """Run both trees side by side (module docstring); the counted results of each side."""
     counted: dict[str, list[dict]] = {side: [] for side in trees}
-    counting = {side: True for side in trees}       # a lane whose current run is counted
+    counting = set(trees)                # the lanes still counting runs
     lock = threading.Lock()
-    stop_fillers = threading.Event()     # both sides have their counted runs
-    abort = threading.Event()            # a side failed: end every run
+    all_counted = threading.Event()      # no lane counts any more (or one failed): fillers end
+    abort = threading.Event()            # a side failed or the user interrupted: every run ends
     errors: list[BaseException] = []
     deadline = time.monotonic() + minutes * 60
 
-    def others_counting(side: str) -> bool:
+    def done_counting(side: str) -> None:
         with lock:
-            return any(c for s, c in counting.items() if s != side)
+            counting.discard(side)
+            if not counting:
+                all_counted.set()
 
     def lane(side: str) -> None:
         try:
@@ -134,25 +129,26 @@ def measure(trees: dict[str, Path], scenario: str, sets: list[str], *, runs: int
                 if res is None:
                     return
                 counted[side].append(res)
-            with lock:
-                counting[side] = False
-            while others_counting(side) and not stop_fillers.is_set():
-                run_once(tree, scenario, sets, _either(stop_fillers, abort))   # keeps the other side's run company
+            done_counting(side)
+            while not all_counted.is_set():
+                run_once(tree, scenario, sets, all_counted)   # keeps the other side's counted run company
         except BaseException as e:    # reported by measure(), after both lanes ended
             errors.append(e)
-            with lock:
-                counting[side] = False
             abort.set()
-            stop_fillers.set()
+            all_counted.set()
 
     threads = [threading.Thread(target=lane, args=(side,), daemon=True) for side in trees]
     for t in threads:
         t.start()
-    while any(t.is_alive() for t in threads):
-        with lock:
-            if not any(counting.values()):
-                stop_fillers.set()        # both sides have their runs: end the fillers
-        time.sleep(0.2)
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:         # each lane kills its child within run_once's poll interval
+        abort.set()
+        all_counted.set()
+        for t in threads:
+            t.join()
+        raise
     if errors:
         raise errors[0]
     return counted
@@ -225,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     except AbError as e:
         print(f"bench-ab: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("bench-ab: interrupted (the runs under way were stopped)", file=sys.stderr)
+        return 130
     finally:
         if tmp is not None:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "base")],
