@@ -55,5 +55,9 @@ def test_an_interrupt_is_a_one_line_message(monkeypatch, capsys):
     def interrupted(*a, **k):
         raise KeyboardInterrupt
     monkeypatch.setattr(bench_ab, "measure", interrupted)
-    assert bench_ab.main(["--base", str(bench_ab.ROOT), "--scenario", "scenarios/demo/reduce.yaml"]) == 130
+    try:
+        rc = bench_ab.main(["--base", str(bench_ab.ROOT), "--scenario", "scenarios/demo/reduce.yaml"])
+    except KeyboardInterrupt:
+        pytest.fail("the interrupt escaped main() as a traceback")
+    assert rc == 130
     assert "interrupted" in capsys.readouterr().err
