@@ -34,6 +34,16 @@ def dma_closed(per_pc):
     return 20 * NS + max(30 * NS + ceil_div(b * 10**12, 25_600_000_000) for b in per_pc if b)
 
 
+def sequential_fp32(a, b, acc=None):
+    """What each cell of the MAC array computes: ``acc``, then each product added in increasing k, in
+    float32 (written out here as the spec, independently of emulator.numerics)."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    for k in range(a.shape[1]):
+        p = a[:, k:k + 1] * b[k:k + 1, :]
+        acc = p if acc is None else (acc + p).astype(np.float32)
+    return acc
+
+
 def gemm_core(m, k, n, padded=True):
     """Cycles the 32x32 array is occupied (ns at 1 GHz)."""
     return (ceil_div(m, 32) * ceil_div(n, 32) * k if padded else ceil_div(m * n * k, 1024)) * NS
@@ -249,9 +259,7 @@ async def test_composite_gemm_time_and_result(vclock, mode):
     assert m.pe(*PE).gemm.array_ps == sum(gemm_core(s.tm, s.tk, s.tn) for s in plan(M, K, N, (32, 64, 32)))
     if mode == "data":
         got = np.frombuffer(place.read(PE, c, M * N * 2), np.float16).reshape(M, N)
-        acc = np.zeros((M, N), np.float32)   # fp32 accumulation over K tiles (ref §3.3)
-        for k0 in range(0, K, 64):
-            acc += A[:, k0:k0 + 64].astype(np.float32) @ B[k0:k0 + 64].astype(np.float32)
+        acc = sequential_fp32(A, B)   # fp32 accumulation over K, in order, across the K tiles (ref §3.3)
         ref = np.maximum(acc * np.float32(0.5), 0).astype(np.float16)
         np.testing.assert_array_equal(got, ref)
 
@@ -280,8 +288,8 @@ async def test_data_mode_engines_equal_numpy(vclock):
     res = await system.run_async()
     assert res.status == "finished", res.error
     acc = np.frombuffer(place.read(PE, 0, 4096), np.float32).reshape(32, 32)
-    ref = a.astype(np.float32) @ b.astype(np.float32)
-    np.testing.assert_array_equal(acc, ref + ref)
+    once = sequential_fp32(a, b)
+    np.testing.assert_array_equal(acc, sequential_fp32(a, b, once))   # the second GEMM continues the first's sums
     sm = np.frombuffer(place.read(PE, 8192, 4096), np.float32).reshape(8, 128)
     e = np.exp(x - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(sm, e / e.sum(axis=1, keepdims=True), rtol=1e-6)

@@ -20,7 +20,9 @@ accumulator and the output are written in one posted access when its core cycles
 (they are only read after the completion).
 
 Data mode (ref §3.3): bf16 is stored as float16; products are accumulated in
-float32: ``acc = (acc if accumulate else 0) + a.astype(f32) @ b.astype(f32)``;
+float32, as each cell of an output-stationary array does: ``acc`` (when
+``accumulate``) first, then the products in increasing k, one rounding per add
+(``emulator.numerics.matmul``: the same bits on every CPU, no BLAS);
 ``out`` (if named) receives ``acc`` cast to ``out_dtype`` in the drain stage
 (no extra cycles: the cast rides the drain, assumption).
 """
@@ -30,6 +32,7 @@ from collections import deque
 
 import numpy as np
 
+from emulator import numerics
 from emulator.actor import Actor
 from emulator.declare import In, Out
 from emulator.waitqueue import WaitQueue
@@ -94,9 +97,7 @@ class GemmEngine(Actor):
             self.macs += c.m * c.k * c.n
             self.report("macs", self.macs)
             if data_mode:
-                acc = np.asarray(a, np.float32) @ np.asarray(b, np.float32)
-                if prev is not None:
-                    acc = acc + np.asarray(prev, np.float32)
+                acc = numerics.matmul(a, b, acc=np.float32, init=prev)
                 writes = [(c.acc, acc)]
                 if c.out:
                     writes.append((c.out, acc.astype(np.dtype(c.out_dtype))))

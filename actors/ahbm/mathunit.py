@@ -15,7 +15,8 @@ time as before, so no timing changes: only the per-operand and per-answer
 messages are gone (5.6 -> ~2 TCM messages per op on the 32-rank decode).
 
 Data mode: computed in float32 (ref §3.3: keep m, l, acc in fp32), result cast
-to ``out_dtype``.  Ops: copy, cast, add, sub, mul, div, maximum (two
+to ``out_dtype``; ``exp`` is ``emulator.numerics.exp`` rounded to float32 (the same
+bits on every CPU, unlike numpy's SIMD float32 exp).  Ops: copy, cast, add, sub, mul, div, maximum (two
 operands); scale (x scalar), bias (+ row vector, second operand), relu, exp;
 rowmax, rowsum (last axis, keepdims); sub_row, mul_row, div_row (broadcast a
 [rows, 1] column over the first operand).
@@ -27,6 +28,7 @@ import math
 
 import numpy as np
 
+from emulator import numerics
 from emulator.actor import Actor
 from emulator.declare import In, Out
 from protocols.ahbm import Done, MathCmd
@@ -62,7 +64,7 @@ def compute(op: str, xs: list[np.ndarray], scalar: float) -> np.ndarray:
     if op == "relu":
         return np.maximum(a, np.float32(0))
     if op == "exp":
-        return np.exp(a)
+        return numerics.exp(a).astype(np.float32)
     if op == "rowmax":
         return a.max(axis=-1, keepdims=True)
     if op == "rowsum":

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from emulator import numerics
 from emulator.errors import BuildError
 from emulator.schema import Int, List, Map, Quantity
 
@@ -282,17 +283,17 @@ def _data_checks(info: dict, p) -> dict:
     pe = (0, 0, 2)
     M, K, N = p["composite"]
     A, B = arrays[(pe, "A")], arrays[(pe, "B")]
-    acc = np.zeros((M, N), np.float32)
+    acc = None
     for k0 in range(0, K, m.prm.tile[1]):   # the engine accumulates K tiles in fp32, in order
-        acc += A[:, k0:k0 + m.prm.tile[1]].astype(np.float32) @ B[k0:k0 + m.prm.tile[1]].astype(np.float32)
+        acc = numerics.matmul(A[:, k0:k0 + m.prm.tile[1]], B[k0:k0 + m.prm.tile[1]], acc=np.float32, init=acc)
     ref = (acc * np.float32(0.125)).astype(np.float16)
     got = np.frombuffer(place.read(pe, info["addrs"][(pe, "C")], M * N * 2), np.float16).reshape(M, N)
     worst = row("composite C = 0.125 * A @ B", got, ref)
     pe = (0, 0, 1)
     tcm = m.pe(*pe).tcm.bufs
     a, b, x = arrays[(pe, "ga")], arrays[(pe, "gb")], arrays[(pe, "mx")].astype(np.float32)
-    worst = max(worst, row("gemm acc = a @ b (fp32)", tcm["gacc"], a.astype(np.float32) @ b.astype(np.float32)))
-    worst = max(worst, row("math exp", tcm["my"], np.exp(x)))
+    worst = max(worst, row("gemm acc = a @ b (fp32)", tcm["gacc"], numerics.matmul(a, b, acc=np.float32)))
+    worst = max(worst, row("math exp", tcm["my"], numerics.exp(x).astype(np.float32)))
     worst = max(worst, row("math rowmax", tcm["mz"], x.max(axis=-1, keepdims=True)))
     pe = (0, 0, 0)
     for i, n in enumerate(p["dma_sizes"]):

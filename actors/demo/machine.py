@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from actors.registry import HOST_DATA_BYTES, Workload, format_bytes
+from emulator import numerics
 from emulator.actor import Actor
 from emulator.declare import In, Out, Param, params_for
 from emulator.schema import Enum, Int, List, Map, Quantity, Str
@@ -118,12 +119,12 @@ def build_ring(system, profile: dict, p: dict) -> None:
 
 # --------------------------------------------------------------------------- reduce
 def merge(a, b):
-    """Log-sum-exp merge of two (m, l, O) partials (seed §4), in float32."""
+    """Log-sum-exp merge of two (m, l, O) partials (seed §4), in float32 (exp: ``emulator.numerics``)."""
     ma, la, Oa = a
     mb, lb, Ob = b
     m = np.maximum(ma, mb)
-    sa = np.exp(ma - m)
-    sb = np.exp(mb - m)
+    sa = numerics.exp(ma - m).astype(np.float32)
+    sb = numerics.exp(mb - m).astype(np.float32)
     return m, la * sa + lb * sb, Oa * sa[:, None] + Ob * sb[:, None]
 
 
@@ -142,8 +143,8 @@ def reference(seed: int, pes: list[str], rnd: int, G: int, d: int) -> np.ndarray
     """Normalised attention output of one round, merged in float64 (the numpy reference)."""
     parts = [tuple(x.astype(np.float64) for x in partial_inputs(seed, pe, rnd, G, d)) for pe in pes]
     m = np.max([p[0] for p in parts], axis=0)
-    l = sum(p[1] * np.exp(p[0] - m) for p in parts)
-    O = sum(p[2] * np.exp(p[0] - m)[:, None] for p in parts)
+    l = sum(p[1] * numerics.exp(p[0] - m) for p in parts)
+    O = sum(p[2] * numerics.exp(p[0] - m)[:, None] for p in parts)
     return O / l[:, None]
 
 

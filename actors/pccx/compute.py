@@ -65,6 +65,7 @@ import trio
 from actors.pccx.memory import L2_CLIENT_PORTS, words_touched
 from actors.pccx.numerics import WEIGHTS_PER_BEAT, payload_nbytes, cvo_apply, from_bf16, to_bf16, unpack_int4
 from actors.pccx.profile import declare
+from emulator import numerics
 from emulator.actor import Actor
 from emulator.declare import In, Out, Param
 from protocols import pccx_isa as isa
@@ -203,9 +204,8 @@ class MatEngine(Actor):
     @staticmethod
     def _compute(blob: np.ndarray, x_bits, old_bits, N: int, K: int, w_scale: bool) -> np.ndarray:
         nw = (N * K + 1) // 2
-        W = unpack_int4(blob[:nw], N * K).reshape(N, K).astype(np.float32)
-        x = from_bf16(x_bits)
-        y = W @ x
+        W = unpack_int4(blob[:nw], N * K).reshape(N, K)
+        y = numerics.matmul(W, from_bf16(x_bits), acc=np.float32)
         if w_scale:
             y = y * from_bf16(blob[nw:nw + 2 * N].view(np.uint16))
         if old_bits is not None:

@@ -95,6 +95,7 @@ from actors.pccx.compute import mac_cycles, read_operands
 from actors.pccx.memory import L2_CLIENT_PORTS
 from actors.pccx.numerics import payload_nbytes, from_bf16, to_bf16, unpack_int4
 from actors.pccx.profile import declare
+from emulator import numerics
 from emulator.actor import Actor
 from emulator.declare import In, Out, Param
 from protocols.codec import TensorDesc
@@ -332,8 +333,8 @@ class GemvLane(Actor):
     @staticmethod
     def _compute(blob: np.ndarray, x_bits, rows: int, K: int, w_scale: bool) -> np.ndarray:
         nw = (rows * K + 1) // 2
-        W = unpack_int4(blob[:nw], rows * K).reshape(rows, K).astype(np.float64)
-        y = (W @ from_bf16(x_bits).astype(np.float64)).astype(np.float32)
+        W = unpack_int4(blob[:nw], rows * K).reshape(rows, K)
+        y = numerics.matmul(W, from_bf16(x_bits), acc=np.float64).astype(np.float32)
         if w_scale:
             y = (y * from_bf16(blob[nw:nw + 2 * rows].view(np.uint16))).astype(np.float32)
         return y

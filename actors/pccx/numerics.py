@@ -5,7 +5,9 @@ uint16 bit patterns.  Weights are INT4 two's complement, packed two per byte
 (low nibble first), row-major ``[N, K]``, followed by ``N`` BF16 per-channel
 scales (reference §3: "INT4 + per-channel scale" in host DDR, seed §1).
 
-CVO functions (reference §1.3) are computed in float32 and rounded to BF16:
+CVO functions (reference §1.3) are computed in float64 with ``emulator.numerics``
+(the same bits on every CPU; numpy's float32 transcendentals differ between SIMD
+code paths) from the BF16 inputs, rounded to float32, then to BF16:
 EXP, SQRT, GELU in the RTL's sigmoid form ``x * sigmoid(1.702 x)``, SIN/COS with
 the CORDIC's angle saturation at +-4 rad, REDUCE_SUM as a serial BF16 add,
 SCALE (scalar = first streamed element; ``recip_scale`` divides, a zero scalar
@@ -17,10 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from emulator import numerics
 from protocols.codec import TensorDesc
 
 __all__ = ["to_bf16", "from_bf16", "round_bf16", "pack_int4", "unpack_int4", "cvo_apply", "weight_bytes",
-           "CORDIC_LIMIT"]
+           "gelu_tanh", "CORDIC_LIMIT"]
 
 CORDIC_LIMIT = 4.0   # rad; reference §1.3 "angle saturates at ~+-4 rad"
 
@@ -62,6 +65,12 @@ def unpack_int4(packed: np.ndarray, count: int) -> np.ndarray:
     return out[:count]
 
 
+def gelu_tanh(x) -> np.ndarray:
+    """``gelu_pytorch_tanh`` in float64: ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3)))``."""
+    x = np.asarray(x, np.float64)
+    return 0.5 * x * (1.0 + numerics.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * (x * x * x))))
+
+
 def weight_bytes(n: int, k: int, w_scale: bool) -> int:
     """Bytes of one weight stream: packed INT4 ``[n, k]`` plus ``n`` BF16 scales when ``w_scale``."""
     return (n * k + 1) // 2 + (2 * n if w_scale else 0)
@@ -75,17 +84,17 @@ def cvo_apply(func: str, x_bits: np.ndarray, *, emax_bits: int | None, recip_sca
         x = round_bf16(x - from_bf16(np.uint16(emax_bits)))
     with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
         if func == "EXP":
-            y = np.exp(x)
+            y = numerics.exp(x)
         elif func == "SQRT":
             y = np.sqrt(x)
         elif func == "GELU" and gelu_form == "tanh":   # what-if: the model's form (profile cvo.gelu_form)
-            y = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+            y = gelu_tanh(x)
         elif func == "GELU":
-            y = x * (1.0 / (1.0 + np.exp(-1.702 * x)))
+            y = x * numerics.sigmoid(1.702 * x)
         elif func == "SIN":
-            y = np.sin(np.clip(x, -CORDIC_LIMIT, CORDIC_LIMIT))
+            y = numerics.sin(np.clip(x, -CORDIC_LIMIT, CORDIC_LIMIT))
         elif func == "COS":
-            y = np.cos(np.clip(x, -CORDIC_LIMIT, CORDIC_LIMIT))
+            y = numerics.cos(np.clip(x, -CORDIC_LIMIT, CORDIC_LIMIT))
         elif func == "REDUCE_SUM":
             acc = np.float32(0.0)
             for v in x:
@@ -100,7 +109,7 @@ def cvo_apply(func: str, x_bits: np.ndarray, *, emax_bits: int | None, recip_sca
             else:
                 y = rest * s
         elif func == "TANH":   # what-if function (profile cvo.tanh), not in the real CVO
-            y = np.tanh(x)
+            y = numerics.tanh(x)
         elif func == "RECIP":
             y = np.float32(1.0) / x
         else:

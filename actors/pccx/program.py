@@ -29,6 +29,7 @@ from actors.pccx.builder import build_machine
 from actors.pccx.gemv import lane_rows, lanes_used
 from actors.pccx.numerics import from_bf16, pack_int4, round_bf16, to_bf16
 from actors.pccx.report import latency_table
+from emulator import numerics
 from emulator.rng import stream as rng_stream
 from emulator.schema import Bool, Int, Map
 from protocols import pccx_isa as isa
@@ -213,15 +214,15 @@ def reference(seed: int, p: dict, profile: dict) -> dict:
     xf = from_bf16(x)
     ys = []
     for W, s in zip(Ws, ss):
-        y = (W.astype(np.float64) @ xf.astype(np.float64)).astype(np.float32) * from_bf16(s)
+        y = numerics.matmul(W, xf, acc=np.float64).astype(np.float32) * from_bf16(s)
         for lane, (r0, n) in enumerate(lane_rows(W.shape[0], lanes_used(p["parallel_lane"], profile["gemv"]["lanes"]))):
             if profile["gemv"]["lane_ports"][lane] is None:
                 y[r0:r0 + n] = 0
         ys.append(to_bf16(y))
-    gemm = to_bf16((Wg.astype(np.float32) @ xf) * from_bf16(sg))
+    gemm = to_bf16(numerics.matmul(Wg, xf, acc=np.float32) * from_bf16(sg))
     last = from_bf16(ys[-1])
     emax = from_bf16(to_bf16(last.max()))
-    e = round_bf16(np.exp(round_bf16(last - emax)))
+    e = round_bf16(numerics.exp(round_bf16(last - emax)).astype(np.float32))
     acc = np.float32(0)
     for v in e:
         acc = round_bf16(np.float32(acc + v))[()]

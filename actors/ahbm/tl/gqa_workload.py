@@ -50,6 +50,7 @@ from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.tl.kernel_workload import KernelHooks, KernelLayout, Output, kernel_workload
 from actors.ahbm.tl.scratch import scheduler_reserve
 from actors.registry import HOST_DATA_BYTES, format_bytes
+from emulator import numerics
 from emulator.errors import BuildError
 from emulator.schema import Enum, Int, Map
 from emulator.units import format_time
@@ -295,10 +296,10 @@ def _ring_rank(lay: KernelLayout, prm, p, c) -> int:
 def reference_gqa(q, k, v, q_pos) -> np.ndarray:
     """Float64 causal attention: rows of ``q [n, d]`` at positions ``q_pos`` over keys ``0..len(k)-1``."""
     q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
-    s = q @ k.T / math.sqrt(q.shape[-1])
+    s = numerics.matmul(q, k.T, acc=np.float64) / math.sqrt(q.shape[-1])
     s = np.where(np.arange(len(k))[None, :] <= np.asarray(q_pos)[:, None], s, -np.inf)
-    e = np.exp(s - s.max(-1, keepdims=True))
-    return (e / e.sum(-1, keepdims=True)) @ v
+    e = numerics.exp(s - s.max(-1, keepdims=True))
+    return numerics.matmul(e / e.sum(-1, keepdims=True), v, acc=np.float64)
 
 
 def _root_coord(ctx, h: int) -> tuple:

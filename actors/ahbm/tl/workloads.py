@@ -44,6 +44,7 @@ from actors.ahbm.tl import gqa_workload
 from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.tl.kernel_workload import KernelContext, KernelHooks, KernelLayout, Output, kernel_workload
 from actors.registry import HOST_DATA_BYTES, format_bytes
+from emulator import numerics
 from emulator.errors import BuildError
 from emulator.schema import Enum, Int, Map
 from emulator.units import format_time
@@ -112,9 +113,9 @@ def _align(n: int, a: int = 4096) -> int:
 def reference_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Float64 softmax(q kᵀ / sqrt(d)) v over all keys (non-causal)."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    s = q @ k.T / math.sqrt(q.shape[-1])
-    p = np.exp(s - s.max(-1, keepdims=True))
-    return (p / p.sum(-1, keepdims=True)) @ v
+    s = numerics.matmul(q, k.T, acc=np.float64) / math.sqrt(q.shape[-1])
+    p = numerics.exp(s - s.max(-1, keepdims=True))
+    return numerics.matmul(p / p.sum(-1, keepdims=True), v, acc=np.float64)
 
 
 def _line_layout(kernel_args):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from actors.pccx.numerics import CORDIC_LIMIT, cvo_apply, from_bf16, to_bf16
+from actors.pccx.numerics import CORDIC_LIMIT, cvo_apply, from_bf16, gelu_tanh, to_bf16
+from emulator import numerics
 
 __all__ = ["stale_emax", "gelu_sigmoid_form", "cordic_rope", "all_findings"]
 
@@ -29,7 +30,8 @@ def stale_emax(peak: float, n: int = 512, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     s = rng.normal(0, 1, n).astype(np.float32)
     s = s * (peak / s.max())
-    exact = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+    e = numerics.exp(s - s.max())
+    exact = e / e.sum()
     good = _softmax_via_cvo(s, float(from_bf16(to_bf16(s.max()))))
     with np.errstate(all="ignore"):
         stale = _softmax_via_cvo(s, 0.0)
@@ -41,7 +43,7 @@ def stale_emax(peak: float, n: int = 512, seed: int = 0) -> dict:
 def gelu_sigmoid_form(lo: float = -6, hi: float = 6, n: int = 4097) -> dict:
     """As-built GELU x*sigmoid(1.702x) vs the model's tanh form (gelu_pytorch_tanh)."""
     x = np.linspace(lo, hi, n).astype(np.float32)
-    tanh_form = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    tanh_form = gelu_tanh(x)
     sfu = from_bf16(cvo_apply("GELU", to_bf16(x), emax_bits=None, recip_scale=False))
     err = np.abs(sfu - tanh_form)
     return {"range": [lo, hi], "max_abs_err": float(err.max()), "at_x": float(x[err.argmax()]),
@@ -50,10 +52,10 @@ def gelu_sigmoid_form(lo: float = -6, hi: float = 6, n: int = 4097) -> dict:
 
 def cordic_rope(position: int = 8191, head_dim: int = 256, theta: float = 10000.0) -> dict:
     """RoPE phases pos * theta^(-2i/d) fed to SIN unreduced: dims beyond the CORDIC's +-4 rad saturate."""
-    inv = theta ** (-np.arange(0, head_dim, 2) / head_dim)
+    inv = numerics.power(theta, -np.arange(0, head_dim, 2) / head_dim)
     ph = (position * inv).astype(np.float32)
     sfu = from_bf16(cvo_apply("SIN", to_bf16(ph), emax_bits=None, recip_scale=False))
-    err = np.abs(sfu - np.sin(ph))
+    err = np.abs(sfu - numerics.sin(ph))
     return {"position": position, "pairs": int(ph.size), "pairs_beyond_limit": int((np.abs(ph) > CORDIC_LIMIT).sum()),
             "max_abs_err_unreduced": float(err.max())}
 

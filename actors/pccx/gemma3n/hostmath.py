@@ -14,9 +14,13 @@ BF16 scale ``max|k| / 7``; V INT4 with a static per-channel scale
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from actors.pccx import numerics as numerics_pccx
 from actors.pccx.numerics import from_bf16, pack_int4, to_bf16
+from emulator import numerics
 from emulator.rng import stream as rng_stream
 
 __all__ = ["HostMath", "V_SCALE", "rms_norm", "gelu_tanh"]
@@ -30,7 +34,7 @@ def rms_norm(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    return (0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))).astype(np.float32)
+    return numerics_pccx.gelu_tanh(x).astype(np.float32)
 
 
 class HostMath:
@@ -87,9 +91,9 @@ class HostMath:
 
     def ple_combine(self, outs):
         c = self.c
-        proj = outs[0].reshape(c["num_layers"], c["ple_dim"]) * np.float32(c["hidden"] ** -0.5)
+        proj = outs[0].reshape(c["num_layers"], c["ple_dim"]) * np.float32(1.0 / math.sqrt(c["hidden"]))
         normed = np.stack([rms_norm(r, self.gamma["ple_proj_norm"], c["rms_eps"]) for r in proj])
-        self.pli = ((normed + self.pli_raw) * np.float32(2 ** -0.5)).astype(np.float32)
+        self.pli = ((normed + self.pli_raw) * np.float32(math.sqrt(0.5))).astype(np.float32)
         return [self.pli.reshape(-1)]
 
     def router_input(self, i: int, outs):
@@ -97,7 +101,7 @@ class HostMath:
 
     @staticmethod
     def tanh(outs):
-        return [np.tanh(outs[0]).astype(np.float32)]
+        return [numerics.tanh(outs[0]).astype(np.float32)]
 
     def predict(self, i: int, outs):
         A = self.c["altup_inputs"]
@@ -107,9 +111,9 @@ class HostMath:
 
     def _rope(self, x: np.ndarray, theta: float) -> np.ndarray:
         hd = x.size
-        inv = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+        inv = numerics.power(theta, -np.arange(0, hd, 2, dtype=np.float64) / hd)
         ang = self.pos * inv
-        cos, sin = np.cos(np.concatenate([ang, ang])), np.sin(np.concatenate([ang, ang]))
+        cos, sin = numerics.cos(np.concatenate([ang, ang])), numerics.sin(np.concatenate([ang, ang]))
         rot = np.concatenate([-x[hd // 2:], x[:hd // 2]])
         return (x * cos + rot * sin).astype(np.float32)
 
@@ -156,7 +160,7 @@ class HostMath:
         eps = self.c["rms_eps"]
         gated = pred0 + rms_norm(attn_proj, self.gamma["post_attn"][i], eps)
         laurel = xn + rms_norm(laurel2, self.gamma["laurel"][i], eps)
-        al = ((gated + laurel) * np.float32(2 ** -0.5)).astype(np.float32)
+        al = ((gated + laurel) * np.float32(math.sqrt(0.5))).astype(np.float32)
         return [al, rms_norm(al, self.gamma["pre_ffn"][i], eps)]
 
     def sparse_act(self, outs):
@@ -199,7 +203,7 @@ class HostMath:
         """Softcap, then greedy, or seeded top-p with a repetition penalty (pccx docs: 1.15, 0.9): logits of
         tokens already seen are divided (if > 0) or multiplied (if < 0) by the penalty."""
         cap = self.c["softcap"]
-        z = (cap * np.tanh(logits / cap)) if cap else logits
+        z = (cap * numerics.tanh(logits / cap)).astype(np.float32) if cap else logits
         self.logits.append(z.astype(np.float32))
         sm = self.sampling
         if sm["mode"] == "greedy":
@@ -207,7 +211,7 @@ class HostMath:
         z = z.astype(np.float64).copy()
         for t in set(self.tokens):
             z[t] = z[t] / sm["repetition_penalty"] if z[t] > 0 else z[t] * sm["repetition_penalty"]
-        p = np.exp(z - z.max())
+        p = numerics.exp(z - z.max())
         p /= p.sum()
         order = np.argsort(-p, kind="stable")
         keep = order[: int(np.searchsorted(np.cumsum(p[order]), sm["top_p"])) + 1]
