@@ -103,3 +103,28 @@ async def test_in_process_run_has_the_same_digest_as_emu_run(vclock, emu_sim, em
     sets = [x for s in SMALL for x in ("--set", s)]
     p = emu("run", REDUCE, "--json", "--no-bundle", *sets, check=0)
     assert json.loads(p.stdout)["digest"] == run.digest     # in-process == the real command
+
+
+GQA_DECODE = ROOT / "scenarios" / "ahbm" / "gqa" / "decode.yaml"
+
+
+async def test_workload_metrics_are_in_the_run(vclock, emu_sim, emu):
+    run = await emu_sim.run(GQA_DECODE)
+    run.assert_status("finished")
+    p = emu("run", GQA_DECODE, "--json", "--no-bundle", check=0)
+    cli = json.loads(p.stdout)
+    assert run.json["digest"] == cli["digest"] and run.json["status"] == "finished"
+    for key in ("latency_ps", "ratio_to_bound", "bound_ps", "max_abs_err", "kv_bytes_read"):
+        assert run.metric(key) == cli[key], key          # the same numbers as result.json
+    assert run.assert_metric("ratio_to_bound", min=1.0, max=3.0) == cli["ratio_to_bound"]
+    run.assert_metric("latency_ps", max=f"{cli['latency_ps'] + 1}ps", min="1ns")
+    with pytest.raises(AssertionError, match=r"metric ratio_to_bound = .* > max 1.0"):
+        run.assert_metric("ratio_to_bound", max=1.0)
+    with pytest.raises(KeyError, match=r"no metric 'tok_per_s'; its scalar metrics: .*latency_ps"):
+        run.metric("tok_per_s")
+
+
+def test_run_sync_has_the_metrics_of_emu_run(emu_sim):
+    run = emu_sim.run_sync(REDUCE, set=SMALL)
+    assert run.metrics["max_abs_err"] == run.json["max_abs_err"] < 1e-5
+    assert run.json["end_time_ps"] == run.end_time and run.json["digest"] == run.digest

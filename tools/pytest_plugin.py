@@ -16,6 +16,7 @@ configuration::
         assert run.status == "finished"
         run.assert_latency(link="cube00/pe1*", max="200ns")
         assert run.count("deliver", link="cube05/*") == 8
+        assert run.metric("max_abs_err") < 1e-5        # what the workload's check measured
 
 What the plugin provides:
 
@@ -30,6 +31,14 @@ What the plugin provides:
   run per test); ``emu_sim.run_sync(...)`` (plain ``def`` tests) runs any number
   of scenarios, each in its own Trio run, and ``emu_sim.compare(a, b)`` gives
   their end-time, per-link and per-actor deltas (:mod:`tools.compare`).
+
+A :class:`SimRun` has the run's result (``status``, ``end_time``, ``digest``,
+``messages``, ``events``, ``seed``, ``deadlock``, ``error``), ``json`` (the
+dictionary ``emu run --json`` prints and ``result.json`` holds, same keys),
+``metrics`` (what the workload's check measured: ``latency_ps``,
+``ratio_to_bound``, ``tok_per_s``, ``max_abs_err``, ... -- docs/outputs.md has
+them per workload) with :meth:`SimRun.metric` and :meth:`SimRun.assert_metric`,
+and the trace with event queries and assertions.
 
 ``emu_sim.run`` validates exactly like ``emu run`` (``set`` items are
 ``--set key.path=value`` strings; ``faults`` are extra fault entries appended
@@ -124,12 +133,15 @@ def _time(x) -> int | None:
 
 
 class SimRun:
-    """A finished in-process run: its result and its trace, with queries and assertions."""
+    """A finished in-process run: its result, its workload's metrics and its trace, with queries and
+    assertions (module docstring)."""
 
-    def __init__(self, result, system, trace: TraceFile):
+    def __init__(self, result, system, trace: TraceFile, json: dict | None = None, metrics: dict | None = None):
         self.result = result
         self.system = system
         self.trace = trace
+        self.json = json or {}            # the result.json dictionary (``emu run --json``)
+        self.metrics = metrics or {}      # the workload check's measurements (result.json's top-level extras)
         self._events: list[Event] | None = None
         self.label = "run"
         self.trace_path: str | None = None
@@ -164,6 +176,34 @@ class SimRun:
     @property
     def reports(self) -> dict:
         return self.result.reports
+
+    @property
+    def messages_sent(self) -> int:
+        return self.result.messages
+
+    @property
+    def seed(self) -> int:
+        return self.result.seed
+
+    def metric(self, name: str):
+        """One of the workload's metrics (``run.metric("ratio_to_bound")``); a missing one names the others."""
+        if name not in self.metrics:
+            known = ", ".join(sorted(k for k, v in self.metrics.items() if not isinstance(v, (dict, list)))) or "none"
+            raise KeyError(f"the run has no metric {name!r}; its scalar metrics: {known}")
+        return self.metrics[name]
+
+    def assert_metric(self, name: str, *, min=None, max=None, equals=None):
+        """``min <= metric <= max`` (and ``== equals`` when given); times as strings (``"2us"``) are ps."""
+        v = self.metric(name)
+        assert v is not None, f"metric {name!r} is None (status {self.status!r})"
+        lo, hi = (_time(x) if isinstance(x, str) else x for x in (min, max))
+        if equals is not None:
+            assert v == equals, f"metric {name} = {v!r}, expected {equals!r}"
+        if lo is not None:
+            assert v >= lo, f"metric {name} = {v!r} < min {min!r}"
+        if hi is not None:
+            assert v <= hi, f"metric {name} = {v!r} > max {max!r}"
+        return v
 
     # -- queries ----------------------------------------------------------------
     def _all(self) -> list[Event]:
@@ -334,7 +374,7 @@ class SimHarness:
     async def run(self, scenario, *, set=(), faults=(), seed: int | None = None, mode: str | None = None,
                   until=None) -> SimRun:
         """Run a scenario (a path or a loaded :class:`Scenario`) on the test's virtual clock."""
-        from tools.runner import build_system
+        from tools.runner import build_system, final_status, result_dict
 
         try:
             clock = current_clock()
@@ -352,10 +392,14 @@ class SimHarness:
         scenario.trace = {"enabled": True, "payloads": True}
         system, workload = build_system(scenario, trace_path=str(path))
         result = await system.run_async(_time(until))
+        checks = {}
         if workload.check is not None:
             checks = workload.check(system, scenario.profile, scenario.params, result) or {}
             result.reports = {**result.reports, "checks": checks}
-        run = SimRun(result, system, read_trace(str(path)))
+        metrics = dict(checks)
+        status, error = final_status(result, checks, None)
+        res = result_dict(scenario, system, result, status, error, checks, str(path))
+        run = SimRun(result, system, read_trace(str(path)), json=res, metrics=metrics)
         run.trace_path = str(path)
         return run
 
@@ -366,15 +410,16 @@ class SimHarness:
         Each run is exactly ``emu run`` (its workload check decides the final status) with a full
         trace in the test's temporary directory; ``label`` names it in comparisons.
         """
-        from tools.runner import run_scenario
+        from tools.runner import execute, plan_run
 
         scenario = self._loaded("run_sync", scenario, set, faults, seed, mode)
         self.runs += 1
         path = self.tmp_path / f"{scenario.name}-{self.runs}.emutrace"
         scenario.trace = {"enabled": True, "payloads": True}
-        res, system, result = run_scenario(scenario, trace_path=str(path))
+        outcome = execute(plan_run(scenario, bundle=False, trace_path=str(path)))
+        res, system, result = outcome.res, outcome.system, outcome.result
         result.status, result.error = res["status"], res.get("error")
-        run = SimRun(result, system, read_trace(str(path)))
+        run = SimRun(result, system, read_trace(str(path)), json=res, metrics=outcome.checks)
         run.label = label or f"run {self.runs} ({scenario.name})"
         run.trace_path = str(path)
         return run

@@ -36,7 +36,7 @@ from emulator.scenario import Scenario
 from emulator.system import RunResult, System, building, versions
 from emulator.trace import TraceOptions
 
-__all__ = ["RunPlan", "RunOutcome", "plan_run", "execute", "final_status", "build_system", "run_scenario",
+__all__ = ["RunPlan", "RunOutcome", "plan_run", "execute", "final_status", "build_system", "run_scenario", "result_dict",
            "default_out_dir", "jsonable", "scenario_from_resolved", "EXIT_CODES", "EXIT_BAD_INPUT",
            "DEFAULT_WALL_TIMEOUT_S", "DEFAULT_TRACE_KEEP_MB"]
 
@@ -175,6 +175,7 @@ class RunOutcome:
     trace_path: str | None           # the trace file written (with its footer), None for none
     notes: list = field(default_factory=list)
     context: Any = None              # what the workload's ``build`` returned (handed to its check)
+    checks: dict = field(default_factory=dict)   # what the workload's check measured (also in ``res``)
 
 
 def final_status(result: RunResult | None, checks: dict, stopped: str | None) -> tuple[str, str | None]:
@@ -205,7 +206,7 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
     def stuck(reason: str) -> None:
         partial = system.stop_result(reason) if system is not None else None
         trace_path = plan.trace.path if partial is not None and plan.trace is not None else None
-        res = _result_dict(plan, system, partial, reason, None, {}, time.perf_counter() - t0, trace_path)
+        res = result_dict(sc, system, partial, reason, None, {}, trace_path, time.perf_counter() - t0)
         res["stopped_in"] = phase
         os._exit(finish(RunOutcome(res=res, system=system, result=partial, trace_path=trace_path,
                                    notes=list(plan.notes))))
@@ -238,10 +239,11 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
         trace_path = plan.trace.path if plan.trace is not None else None
     notes = list(plan.notes)
     trace_path = _apply_trace_policy(plan, trace_path, notes)
-    res = _result_dict(plan, system, result, status, error, checks, build_s, trace_path)
+    res = result_dict(sc, system, result, status, error, checks, trace_path, build_s)
     if stopped:
         res["stopped_in"] = phase
-    return RunOutcome(res=res, system=system, result=result, trace_path=trace_path, notes=notes, context=context)
+    return RunOutcome(res=res, system=system, result=result, trace_path=trace_path, notes=notes, context=context,
+                      checks=checks)
 
 
 def _apply_trace_policy(plan: RunPlan, trace_path: str | None, notes: list) -> str | None:
@@ -256,8 +258,9 @@ def _apply_trace_policy(plan: RunPlan, trace_path: str | None, notes: list) -> s
     return None
 
 
-def _result_dict(plan: RunPlan, system, result, status, error, checks, build_s, trace_path) -> dict:
-    sc = plan.scenario
+def result_dict(scenario: Scenario, system, result, status, error, checks, trace_path, build_s: float = 0.0) -> dict:
+    """The result.json dictionary of a run (docs/outputs.md); ``result`` None: stopped while building."""
+    sc = scenario
     if result is not None:
         run = {"digest": result.digest, "seed": result.seed, "end_time_ps": result.end_time_ps,
                "messages": result.messages, "events": result.events, "time_steps": result.time_steps,
