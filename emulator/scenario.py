@@ -45,7 +45,8 @@ from emulator.schema import (AnyValue, Bool, Doc, Enum, Int, List, Map, Problem,
                              load_yaml, read_text, validate)
 from emulator.trace import KIND_CODES
 
-__all__ = ["Scenario", "load_scenario", "SCENARIO_SCHEMA", "find_profile", "apply_set", "deep_merge", "load_profile"]
+__all__ = ["Scenario", "load_scenario", "SCENARIO_SCHEMA", "find_profile", "apply_set", "deep_merge", "load_profile",
+           "scenario_path"]
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINES_DIR = ROOT / "scenarios" / "machines"
@@ -111,6 +112,19 @@ class Scenario:
     stop: dict
     output: dict
     source: dict = field(default_factory=dict)   # the scenario as written (after --set)
+    where: dict = field(default_factory=dict)    # key path -> (file or "--set ...", line) of what the file states
+
+    def locate(self, message: str) -> str:
+        """``message`` (``"workload.params.C: ..."``, as build errors start) prefixed with where that key is set:
+        ``file:line: workload.params.C: ...``; a key the file does not state names the file alone."""
+        key = message.split(":", 1)[0].strip()
+        if not key or " " in key or key.count(".") == 0 and key not in self.source:
+            return f"{self.file}: {message}"
+        path = tuple(int(p) if p.isdigit() else p for p in key.split("."))
+        while path and path not in self.where:
+            path = path[:-1]
+        origin, line = self.where.get(path, (self.file, None))
+        return f"{origin}:{line}: {message}" if line else f"{origin}: {message}"
 
     def resolved(self) -> dict:
         """The fully resolved scenario (profile merged, units parsed), for result bundles."""
@@ -121,6 +135,15 @@ class Scenario:
             "workload": {"kind": self.workload, "params": self.params},
             "faults": self.faults, "trace": self.trace, "stop": self.stop, "output": self.output,
         }
+
+
+def scenario_path(path) -> Path:
+    """``path`` as given, or -- relative and missing from the current directory -- the same path in the
+    emulator's own source tree (``scenarios/demo/reduce.yaml`` works from any directory, as in the README)."""
+    p = Path(path)
+    if not p.is_absolute() and not p.exists() and (ROOT / p).is_file():
+        return ROOT / p
+    return p
 
 
 def find_profile(name: str, scenario_file: str) -> Path | None:
@@ -183,7 +206,11 @@ def apply_set(doc: Doc, item: str) -> None:
         if not isinstance(last, int) or last >= len(node):
             raise SchemaError([Problem("--set", None, item, f"an index below {len(node)}", repr(last))])
     node[last] = value
-    doc.origins[tuple(path)] = (f"--set {item}", None)
+    here = tuple(path)
+    for table in (doc.lines, doc.origins):    # what the file said under this path is gone: so are its lines
+        for k in [k for k in table if k[:len(here)] == here]:
+            del table[k]
+    doc.origins[here] = (f"--set {item}", None)
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -249,8 +276,24 @@ def _merge(base: dict, over: dict, path: tuple, origins: dict, over_doc: Doc, ov
     return out
 
 
+def _raw(value: Any, *path, kind=str):
+    """``value[path...]`` as written, when it is of ``kind`` (a fallback while an earlier layer has problems)."""
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value if isinstance(value, kind) else None
+
+
 def load_scenario(path: str, registry, sets: list[str] | None = None) -> Scenario:
-    """Load and validate a scenario file; raises :class:`SchemaError` with every problem found."""
+    """Load and validate a scenario file; raises :class:`SchemaError` with every problem found.
+
+    Every layer is checked even when an earlier one has problems (the scenario's
+    own keys, the profile with the overrides, the workload parameters and their
+    limits, the faults), so a file with several mistakes is reported in one go;
+    a layer is skipped only when what it needs is itself wrong (a workload's
+    parameters need a known workload kind, its limits a valid profile).
+    """
     file = str(path)
     if not os.path.isfile(file):
         raise SchemaError([Problem(file, None, "", "an existing scenario file", "no such file")])
@@ -262,69 +305,84 @@ def load_scenario(path: str, registry, sets: list[str] | None = None) -> Scenari
     for item in sets or []:
         apply_set(doc, item)
     source = copy.deepcopy(doc.value)
-    sc = validate(SCENARIO_SCHEMA, doc)
+    problems: list[Problem] = []
+
+    def attempt(check, rename=None):
+        try:
+            return check()
+        except SchemaError as e:
+            for p in e.problems:
+                if rename is not None:
+                    p.path = rename(p.path)
+            problems.extend(e.problems)
+            return None
+
+    sc = attempt(lambda: validate(SCENARIO_SCHEMA, doc))
+    written = doc.value
+    prof_name = sc["machine"]["profile"] if sc else _raw(written, "machine", "profile")
+    kind = sc["workload"]["kind"] if sc else _raw(written, "workload", "kind")
+    mode = sc["mode"] if sc else ("data" if _raw(written, "mode") == "data" else "timing")
 
     # -- the machine profile, with the scenario's overrides merged in ---------
-    prof_name = sc["machine"]["profile"]
-    prof_path = find_profile(prof_name, file)
-    if prof_path is None:
-        close = difflib.get_close_matches(prof_name, known_profiles(), n=1)
-        raise SchemaError([Problem(*doc.where(("machine", "profile")), "machine.profile",
-                                   "a machine profile name or path (known: " + ", ".join(known_profiles()) + ")",
-                                   repr(prof_name), f"did you mean {close[0]!r}?" if close else "")])
-    pdoc = read_profile(prof_path)
-    family_name = pdoc.value.get("family")
-    try:
-        family = registry.family(family_name)
-    except (KeyError, TypeError):
-        raise SchemaError([Problem(*pdoc.where(("family",)), "family",
-                                   "a machine family (" + ", ".join(registry.FAMILIES) + ")",
-                                   repr(family_name))]) from None
-    merged = _merge(pdoc.value, doc.value.get("machine", {}).get("overrides") or {}, (), pdoc.origins, doc,
-                    ("machine", "overrides"))
-    pdoc.value = merged
-    profile = validate(family.PROFILE_SCHEMA, pdoc)
+    family = family_name = profile = prof_path = None
+    if prof_name is not None:
+        prof_path = find_profile(prof_name, file)
+        if prof_path is None:
+            close = difflib.get_close_matches(prof_name, known_profiles(), n=1)
+            problems.append(Problem(*doc.where(("machine", "profile")), "machine.profile",
+                                    "a machine profile name or path (known: " + ", ".join(known_profiles()) + ")",
+                                    repr(prof_name), f"did you mean {close[0]!r}?" if close else ""))
+    if prof_path is not None:
+        pdoc = attempt(lambda: read_profile(prof_path))
+        if pdoc is not None:
+            family_name = pdoc.value.get("family")
+            try:
+                family = registry.family(family_name)
+            except (KeyError, TypeError):
+                problems.append(Problem(*pdoc.where(("family",)), "family",
+                                        "a machine family (" + ", ".join(registry.FAMILIES) + ")", repr(family_name)))
+        if family is not None:
+            overrides = _raw(written, "machine", "overrides", kind=dict) or {}
+            pdoc.value = _merge(pdoc.value, overrides, (), pdoc.origins, doc, ("machine", "overrides"))
+            profile = attempt(lambda: validate(family.PROFILE_SCHEMA, pdoc))
 
     # -- the workload and its parameters --------------------------------------
-    kind = sc["workload"]["kind"]
-    workloads = family.WORKLOADS
-    if kind not in workloads:
-        close = difflib.get_close_matches(kind, list(workloads), n=1)
-        raise SchemaError([Problem(*doc.where(("workload", "kind")), "workload.kind",
-                                   f"a workload of machine family {family_name!r}: " + ", ".join(workloads),
-                                   repr(kind), f"did you mean {close[0]!r}?" if close else "")])
-    params_doc = Doc(doc.value.get("workload", {}).get("params") or {}, {}, file)
-    params_doc.lines = {k[2:]: v for k, v in doc.lines.items() if k[:2] == ("workload", "params")}
-    params_doc.origins = {k[2:]: v for k, v in doc.origins.items() if k[:2] == ("workload", "params")}
-    try:
-        params = validate(workloads[kind].params, params_doc)
-    except SchemaError as e:
-        for p in e.problems:
-            p.path = "workload.params." + p.path if p.path else "workload.params"
-        raise
-    limits = getattr(workloads[kind], "limits", None)
-    if limits is not None:
-        problems = [Problem(*params_doc.where((key,)), f"workload.params.{key}", expected, found)
-                    for key, expected, found in limits(profile, params, sc["mode"]) or []]
-        if problems:
-            raise SchemaError(problems)
+    params = None
+    if family is not None and kind is not None:
+        workloads = family.WORKLOADS
+        if kind not in workloads:
+            close = difflib.get_close_matches(kind, list(workloads), n=1)
+            problems.append(Problem(*doc.where(("workload", "kind")), "workload.kind",
+                                    f"a workload of machine family {family_name!r}: " + ", ".join(workloads),
+                                    repr(kind), f"did you mean {close[0]!r}?" if close else ""))
+        else:
+            params_doc = Doc(_raw(written, "workload", "params", kind=dict) or {}, {}, file)
+            params_doc.lines = {k[2:]: v for k, v in doc.lines.items() if k[:2] == ("workload", "params")}
+            params_doc.origins = {k[2:]: v for k, v in doc.origins.items() if k[:2] == ("workload", "params")}
+            params = attempt(lambda: validate(workloads[kind].params, params_doc),
+                             lambda path: "workload.params." + path if path else "workload.params")
+            limits = getattr(workloads[kind], "limits", None)
+            if limits is not None and params is not None and profile is not None:
+                problems.extend(Problem(*params_doc.where((key,)), f"workload.params.{key}", expected, found)
+                                for key, expected, found in limits(profile, params, mode) or [])
 
     # -- faults ---------------------------------------------------------------
     faults = []
-    if sc["faults"]:
-        fdoc = Doc(doc.value.get("faults"), {k[1:]: v for k, v in doc.lines.items() if k[:1] == ("faults",)}, file)
+    raw_faults = written.get("faults")
+    if raw_faults and isinstance(raw_faults, list):
+        fdoc = Doc(raw_faults, {k[1:]: v for k, v in doc.lines.items() if k[:1] == ("faults",)}, file)
         fdoc.origins = {k[1:]: v for k, v in doc.origins.items() if k[:1] == ("faults",)}
-        try:
-            faults = validate(List(_fault_schema()), fdoc)
-        except SchemaError as e:
-            for p in e.problems:
-                p.path = "faults" + (p.path if p.path.startswith("[") else "." + p.path if p.path else "")
-            raise
+        faults = attempt(lambda: validate(List(_fault_schema()), fdoc),
+                         lambda path: "faults" + (path if path.startswith("[") else "." + path if path else "")) or []
+    if problems:
+        raise SchemaError(problems)
 
     name = sc["name"] or Path(file).stem
+    where = {k: (file, line) for k, line in doc.lines.items()}
+    where.update(doc.origins)
     return Scenario(
         file=file, name=name, description=sc["description"], seed=sc["seed"], mode=sc["mode"],
         profile_name=prof_name, profile_file=str(prof_path), family=family_name, profile=profile,
         workload=kind, params=params, faults=faults, trace=sc["trace"], stop=sc["stop"], output=sc["output"],
-        source=source,
+        source=source, where=where,
     )

@@ -29,10 +29,14 @@ __all__ = ["main"]
 
 
 def _load(path: str, sets):
+    """The scenario at ``path``; a relative path missing here is looked up in the emulator's own tree (said)."""
     from actors import registry
-    from emulator.scenario import load_scenario
+    from emulator.scenario import load_scenario, scenario_path
 
-    return load_scenario(path, registry, sets)
+    found = scenario_path(path)
+    if str(found) != str(path):
+        print(f"note: {path} is not in this directory; using the emulator's own {found}", file=sys.stderr)
+    return load_scenario(str(found), registry, sets)
 
 
 def cmd_schema(args) -> int:

@@ -65,10 +65,6 @@ from emulator.units import format_time, parse_time
 
 __all__ = ["emu_sim", "SimHarness", "SimRun", "Event", "vclock"]
 
-#: the repository root of a source install (where ``scenarios/`` lives)
-_SOURCE_ROOT = Path(__file__).resolve().parents[1]
-
-
 @pytest.fixture
 def vclock():
     """A virtual clock for the test (pytest-trio runs the test on it), with deterministic scheduling."""
@@ -343,7 +339,7 @@ class SimHarness:
         """Load and validate a scenario like ``emu run`` (a :class:`SchemaError` names what is wrong)."""
         from actors import registry
         from emulator.faults import FAULT_SCHEMA
-        from emulator.scenario import load_scenario
+        from emulator.scenario import load_scenario, scenario_path
         from emulator.schema import Doc, List, SchemaError, validate
 
         sets = list(set)
@@ -351,7 +347,7 @@ class SimHarness:
             sets.append(f"seed={int(seed)}")
         if mode is not None:
             sets.append(f"mode={mode}")
-        sc = load_scenario(str(_scenario_path(path)), registry, sets)
+        sc = load_scenario(str(scenario_path(path)), registry, sets)
         if faults:
             doc = Doc(list(faults), {}, "<faults passed to emu_sim>")
             try:
@@ -430,14 +426,6 @@ class SimHarness:
         from tools.compare import compare_runs
 
         return compare_runs(a.record(), b.record())
-
-
-def _scenario_path(path) -> Path:
-    """``path`` as given, or -- relative and missing here -- the same path in the emulator's source tree."""
-    p = Path(path)
-    if not p.is_absolute() and not p.exists() and (_SOURCE_ROOT / p).exists():
-        return _SOURCE_ROOT / p
-    return p
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ import numpy as np
 
 from actors import registry
 from emulator.declare import check_system
+from emulator.errors import BuildError
 from emulator.faults import install_faults
 from emulator.interrupt import RunStopped, StopSwitch
 from emulator.scenario import Scenario
@@ -130,7 +131,10 @@ def _build(plan: RunPlan) -> tuple[System, Any, Any]:
         Path(plan.trace.path).parent.mkdir(parents=True, exist_ok=True)
     with building():   # the cyclic GC paused while the machine is built (emulator/system.py)
         system = System(sc.name, seed=sc.seed, mode=sc.mode, trace=plan.trace, scenario=sc.resolved())
-        context = plan.workload.build(system, sc.profile, sc.params)
+        try:
+            context = plan.workload.build(system, sc.profile, sc.params)
+        except BuildError as e:   # "workload.params.C: ..." -> "file.yaml:9: workload.params.C: ..."
+            raise BuildError(sc.locate(str(e))) from None
         check_system(system)   # ports and wiring against the components' declarations (emulator/declare.py)
         install_faults(system, sc.faults)
     return system, plan.workload.bind(context), context
