@@ -70,3 +70,20 @@ def test_shipped_scenario_paths_work_from_any_directory(emu, tmp_path):
     (tmp_path / "scenarios" / "demo" / "reduce.yaml").write_text("nonsense: 1\n")   # a file here wins
     p = emu("run", "scenarios/demo/reduce.yaml", "--no-bundle", check=2, cwd=tmp_path)
     assert "nonsense" in p.stderr
+
+
+def test_a_bundle_copied_elsewhere_runs_the_same(emu, tmp_path):
+    """A bundle names its own copies of the profile (extends: merged) and of the workload's input files."""
+    for scen, extra in (("scenarios/pccx/softmax-asm.yaml", []),
+                        ("scenarios/ahbm/gqa/decode.yaml", ["--set", "machine.overrides.clock.pe=900MHz"])):
+        first = tmp_path / "deep" / "er" / "b"
+        p = emu("run", ROOT / scen, "--out", first, "--json", *extra, check=0)
+        digest = json.loads(p.stdout)["digest"]
+        moved = tmp_path / "moved"
+        shutil.copytree(first, moved)
+        shutil.rmtree(tmp_path / "deep")
+        again = emu("run", moved / "scenario.yaml", "--no-bundle", "--json", check=0, cwd=moved)
+        assert json.loads(again.stdout)["digest"] == digest, scen
+        assert "profile.yaml" in (moved / "scenario.yaml").read_text()
+        assert "extends" not in (moved / "profile.yaml").read_text().split("\n", 2)[2]
+        shutil.rmtree(moved)

@@ -4,8 +4,11 @@
 choose; docs/outputs.md describes every file and column):
 
 * ``scenario.yaml``  -- the scenario as run (after ``--set``), itself runnable:
-  ``emu run runs/x/scenario.yaml`` reproduces the digest (the machine profile and
-  workload files it names are rewritten relative to the bundle);
+  ``emu run runs/x/scenario.yaml`` reproduces the digest, wherever the bundle is
+  copied: it names the bundle's own ``profile.yaml`` and ``input.*`` files;
+* ``profile.yaml``   -- the machine profile as the run read it, its ``extends:``
+  chain merged in (the overrides stay in ``scenario.yaml``);
+* ``input.<name>``   -- a copy of each file a workload parameter names (a ``.pasm`` program);
 * ``scenario.resolved.yaml`` -- the same with the profile merged in and every unit parsed;
 * ``result.json``    -- status, digest, seed, metrics, checks, faults, versions,
   host speed (wall seconds, events/s, peak memory);
@@ -25,6 +28,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 from pathlib import Path
 
 import yaml
@@ -33,8 +37,9 @@ from emulator.errors import EmulatorError
 
 __all__ = ["Bundle", "BundleError", "prepare_bundle", "check_trace_path", "BUNDLE_FILES"]
 
-BUNDLE_FILES = ("scenario.yaml", "scenario.resolved.yaml", "result.json", "actors.csv", "links.csv",
-                "trace.emutrace", "trace.perfetto.json")
+BUNDLE_FILES = ("scenario.yaml", "scenario.resolved.yaml", "profile.yaml", "result.json", "actors.csv", "links.csv",
+                "faults.json", "trace.emutrace", "trace.perfetto.json")
+INPUT_PREFIX = "input."
 
 
 class BundleError(EmulatorError):
@@ -42,7 +47,7 @@ class BundleError(EmulatorError):
 
 
 def _ours(p: Path) -> bool:
-    return p.is_file() and (p.name in BUNDLE_FILES or p.suffix == ".png")
+    return p.is_file() and (p.name in BUNDLE_FILES or p.suffix == ".png" or p.name.startswith(INPUT_PREFIX))
 
 
 def prepare_bundle(plan) -> "Bundle":
@@ -117,17 +122,27 @@ class Bundle:
 
 
 def runnable_scenario(scenario, bundle_dir: Path) -> dict:
-    """The scenario as run, with the files it names (profile, workload inputs) found from ``bundle_dir``."""
+    """The scenario as run, self-contained: the files it names (the machine profile with its ``extends:``
+    chain, workload input files) are copied into ``bundle_dir`` and named relative to it, so the bundle
+    runs the same after ``cp -r`` anywhere (and does not change when the original files do)."""
+    from emulator.scenario import read_profile
+
     src = json.loads(json.dumps(scenario.source, default=str))
     base = Path(scenario.file).resolve().parent
-    here = bundle_dir.resolve()
     machine = src.setdefault("machine", {})
     if scenario.profile_file:
-        machine["profile"] = os.path.relpath(Path(scenario.profile_file).resolve(), here)
+        flat = read_profile(Path(scenario.profile_file)).value      # extends: merged, as the run read it
+        with open(bundle_dir / "profile.yaml", "w") as f:
+            f.write(f"# machine profile {scenario.profile_name!r} as the run read it ({scenario.profile_file},\n"
+                    "# extends: merged in); the scenario's machine.overrides apply on top\n")
+            yaml.safe_dump(flat, f, sort_keys=False)
+        machine["profile"] = "profile.yaml"
     params = (src.get("workload") or {}).get("params") or {}
     for key, value in params.items():
-        if isinstance(value, str) and not os.path.isabs(value) and (base / value).is_file():
-            params[key] = os.path.relpath(base / value, here)
+        if isinstance(value, str) and (base / value).is_file():
+            name = INPUT_PREFIX + Path(value).name
+            shutil.copyfile(base / value, bundle_dir / name)
+            params[key] = name
     src.setdefault("name", scenario.name)
     return src
 
