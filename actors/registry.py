@@ -49,13 +49,19 @@ class Workload:
     #: ``emu validate`` before anything is built (issue 15: a clear error with the
     #: bytes it would need, never a MemoryError or an endless input generation)
     limits: Optional[Callable] = None
+    #: optional ``progress(system, context=...) -> (done, total, unit)``: the work done so far out of a total
+    #: known at build time (MACs of a kernel, tokens of a decode), read by the progress display from its own
+    #: thread while the run goes on (so: plain attribute reads, no iteration over changing containers)
+    progress: Optional[Callable] = None
 
     def bind(self, context) -> "Workload":
-        """This workload with ``check`` given ``context=`` the value ``build`` returned (DESIGN.md §7:
-        workloads return a context that the runner hands to check).  ``None``: unchanged."""
-        if context is None or self.check is None:
+        """This workload with ``check`` and ``progress`` given ``context=`` the value ``build`` returned
+        (DESIGN.md §7: workloads return a context that the runner hands to check).  ``None``: unchanged."""
+        if context is None:
             return self
-        return dataclasses.replace(self, check=functools.partial(self.check, context=context))
+        bound = {name: functools.partial(fn, context=context) for name in ("check", "progress")
+                 if (fn := getattr(self, name)) is not None}
+        return dataclasses.replace(self, **bound) if bound else self
 
 
 def family(name: str):

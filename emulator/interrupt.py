@@ -45,7 +45,7 @@ import threading
 from contextlib import contextmanager
 from typing import Callable
 
-__all__ = ["RunStopped", "StopSwitch", "GRACE_S", "STUCK_S"]
+__all__ = ["RunStopped", "StopSwitch", "GRACE_S", "STUCK_S", "stop_signals_interrupt"]
 
 #: seconds a clean stop of a Trio run may take before the switch raises where the run is
 GRACE_S = 0.5
@@ -154,3 +154,23 @@ class StopSwitch:
                 if self.reason is None:        # the deadline passed unseen: the main thread is in C
                     self.reason = "wall-timeout"
                 self.on_stuck(self.reason)
+
+
+@contextmanager
+def stop_signals_interrupt():
+    """Inside: SIGINT and SIGTERM raise ``KeyboardInterrupt`` in the main thread, whatever the process
+    inherited (a command started in the background of a script inherits SIGINT *ignored*, and Python
+    then never installs its handler; SIGTERM's default ends the process with no word).  For commands that
+    run many runs (``emu sweep``, ``emu faults campaign``): they catch it, keep what finished and say so."""
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)

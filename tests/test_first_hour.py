@@ -87,3 +87,62 @@ def test_a_bundle_copied_elsewhere_runs_the_same(emu, tmp_path):
         assert "profile.yaml" in (moved / "scenario.yaml").read_text()
         assert "extends" not in (moved / "profile.yaml").read_text().split("\n", 2)[2]
         shutil.rmtree(moved)
+
+
+def test_an_unfinished_gqa_run_says_what_it_has_at_least(capsys):
+    """Stopped at a virtual-time limit: the latency it has at least, the share of the MACs done, the bound."""
+    scen = ROOT / "scenarios" / "ahbm" / "gqa" / "prefill_ring.yaml"
+    rc, out, _ = emu(capsys, "run", scen, "--no-bundle", "--json", "--set", "stop.max_time=3us")
+    res = json.loads(out)
+    assert rc == 4 and res["status"] == "time-limit"
+    assert res["latency_ps"] is None and 0 < res["latency_at_least_ps"] <= 3_000_000
+    assert 0 < res["progress"] < 1 and res["bound_ps"] > 0
+    assert res["ratio_to_bound_at_least"] == round(res["latency_at_least_ps"] / res["bound_ps"], 4)
+    (row,) = res["tables"]["gqa attention"]
+    assert row["latency"].startswith(">= ") and "unfinished" in row["latency"] and "% of MACs" in row["done"]
+    rc, out, _ = emu(capsys, "run", scen, "--no-bundle")
+    assert rc == 0 and "unfinished" not in out and "% of MACs" not in out
+
+
+def _sweep_spec(tmp_path) -> Path:
+    spec = tmp_path / "slow.yaml"
+    spec.write_text(f"name: slow\nbase: {ROOT / 'scenarios/demo/ring.yaml'}\n"
+                    "vary: {seed: [1, 2, 3, 4, 5, 6]}\nset: {workload.params.hops: 2000000}\n")
+    return spec
+
+
+def _signal_a_sweep(tmp_path, sig, preexec=None):
+    import signal as _signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "sw"
+    proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "sweep", str(_sweep_spec(tmp_path)), "--out", str(out),
+                             "-j", "1", "--no-plots"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=preexec)
+    try:
+        t0 = time.monotonic()
+        while not list((out / "points").glob("*")):      # a point is under way (its bundle directory)
+            assert time.monotonic() - t0 < 120 and proc.poll() is None, "the sweep never started a point"
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    return proc.returncode, stdout, stderr, out
+
+
+def test_a_sweep_stops_on_sigterm_with_a_message(tmp_path):
+    import signal
+    rc, _, err, out = _signal_a_sweep(tmp_path, signal.SIGTERM)
+    assert rc == 130 and "sweep interrupted (SIGTERM)" in err and "run the same command again" in err, err
+    assert "Traceback" not in err and (out / "sweep.yaml").exists()
+
+
+def test_a_sweep_started_with_sigint_ignored_still_stops_on_sigint(tmp_path):
+    """A script's background job inherits SIGINT ignored; ``kill -INT`` must still stop the sweep."""
+    import signal
+    rc, _, err, _ = _signal_a_sweep(tmp_path, signal.SIGINT,
+                                    preexec=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert rc == 130 and "sweep interrupted (SIGINT)" in err, err

@@ -341,9 +341,16 @@ def cmd_campaign(args) -> int:
         from emulator.schema import Problem, SchemaError
         raise SchemaError([Problem("--kinds", None, "", "fault kinds among " + ", ".join(sorted({k for k, _ in KINDS})),
                                    ", ".join(sorted(unknown)))])
-    result = run_campaign(args.scenario, plans=args.plans, seed=args.seed, kinds=kinds, targets=args.targets,
-                          jobs=args.jobs, out=args.out, wall_timeout=args.wall_timeout, sets=args.set,
-                          max_faults=args.max_faults, minimise=not args.no_minimise)
+    from emulator.interrupt import stop_signals_interrupt
+    try:
+        with stop_signals_interrupt():
+            result = run_campaign(args.scenario, plans=args.plans, seed=args.seed, kinds=kinds, targets=args.targets,
+                                  jobs=args.jobs, out=args.out, wall_timeout=args.wall_timeout, sets=args.set,
+                                  max_faults=args.max_faults, minimise=not args.no_minimise)
+    except KeyboardInterrupt as e:
+        why = f" ({e.args[0]})" if e.args else ""
+        print(f"campaign interrupted{why}: no summary written", file=sys.stderr)
+        return 130
     bugs = result["counts"].get("crash", 0) + result["counts"].get("hang", 0)
     return 1 if bugs else 0
 

@@ -13,9 +13,12 @@ printed by ``emu run --json`` and written to ``result.json``.
 Status policy: a stop from outside (``interrupted``, ``wall-timeout``) wins;
 otherwise the engine's status, except that a workload check reporting an
 ``error`` turns ``finished`` into ``error`` (the machine ran to the end but the
-workload failed, e.g. a halted driver).  A stopped run gets no check (its
-outputs are incomplete) and a partial result: virtual time reached, events,
-messages, and ``stopped_in`` (``build``, ``run`` or ``check``).
+workload failed, e.g. a halted driver).  A run stopped while it ran gets a
+partial result: virtual time reached, events, messages, ``stopped_in``
+(``build``, ``run`` or ``check``), and what its workload's check can say of an
+unfinished run (a kernel: the latency it has at least, the share of its work
+done, its bound; checks see ``result.status`` and compare nothing against a
+reference).  A partial check that fails is a note, not the run's error.
 """
 from __future__ import annotations
 
@@ -227,13 +230,24 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
                 result = system.run(until=plan.max_time, footer=False,
                                     wall_timeout=None if switch.active else plan.wall_timeout_s)
             switch.check()
-            phase = "check"
-            if workload.check is not None and result.status not in STOPPED:
-                checks = workload.check(system, sc.profile, sc.params, result) or {}
+            if result.status not in STOPPED:
+                phase = "check"
+                if progress is not None:
+                    progress.phase("check")
+                if workload.check is not None:
+                    checks = workload.check(system, sc.profile, sc.params, result) or {}
             switch.check()
         except RunStopped:
             pass
     stopped = switch.reason or (result.status if result is not None and result.status in STOPPED else None)
+    notes = list(plan.notes)
+    if stopped and phase == "run" and result is not None and workload.check is not None:
+        result.status = stopped                     # what the check sees: the run did not finish
+        try:
+            checks = workload.check(system, sc.profile, sc.params, result) or {}
+        except Exception as e:   # (an unfinished machine may lack what a check reads)
+            notes.append(f"no partial metrics: the workload's check failed on the unfinished run "
+                         f"({type(e).__name__}: {e})")
     if phase == "build" and stopped:
         build_s = time.perf_counter() - t0
     status, error = final_status(result, checks, stopped)
@@ -241,7 +255,6 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
     if system is not None and result is not None:
         system.finish_trace(status, result.end_time_ps)
         trace_path = plan.trace.path if plan.trace is not None else None
-    notes = list(plan.notes)
     trace_path = _apply_trace_policy(plan, trace_path, notes)
     res = result_dict(sc, system, result, status, error, checks, trace_path, build_s)
     if stopped:

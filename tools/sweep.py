@@ -182,15 +182,22 @@ def validate_sweep(path: str) -> int:
 
 
 def cmd_sweep(args) -> int:
+    from emulator.interrupt import stop_signals_interrupt
     from tools.cli import format_table
 
     try:
-        run = run_sweep(args.spec, args.out, backend=args.backend, jobs=args.jobs,
-                                          address=args.address, retry_failed=args.retry_failed,
-                                          quiet=args.quiet or args.json, plots=not args.no_plots, only=args.only)
+        with stop_signals_interrupt():
+            run = run_sweep(args.spec, args.out, backend=args.backend, jobs=args.jobs,
+                            address=args.address, retry_failed=args.retry_failed,
+                            quiet=args.quiet or args.json, plots=not args.no_plots, only=args.only)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:
+        why = f" ({e.args[0]})" if e.args else ""
+        print(f"sweep interrupted{why}: the finished points are kept (results.csv); run the same command again "
+              "to resume", file=sys.stderr)
+        return 130
     spec, directory, rows = run.spec, run.directory, run.rows
     if args.json:
         for r in rows:

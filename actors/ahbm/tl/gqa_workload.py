@@ -395,6 +395,44 @@ def _bound(ctx) -> dict:
     return attention_bound(prm, M=G * t, d=d, tiles=folds, kv_keys=B, l2_depth=0, l1_depth=0)
 
 
+def work_macs(ctx) -> int:
+    """MACs the whole launch runs on the GEMM engines: ``2 M d n`` per fold of ``n`` keys (``Q Kᵀ`` and
+    ``P V``), over every rank's folds (the kernel's tile / skip rules: decode_tiles, prefill_tiles,
+    ring_folds), times the heads.  Equals the engines' final ``macs`` (tests/test_progress.py)."""
+    p = ctx.params
+    G, d, S, R = p["G"], p["d"], p["context"], p["C"] * p["P"]
+    if p["case"] == "decode":
+        per_head = 2 * G * d * S          # every key once, in some rank's slice
+    elif R == 1:
+        T_q = p["T_q"]
+        keys = 0
+        for b in range(p["chunk"] // T_q):
+            qs = S - p["chunk"] + b * T_q
+            keys += sum(n for _, n, _ in prefill_tiles(S, p["tile"], qs, qs + T_q)[0])
+        per_head = 2 * G * T_q * d * keys
+    else:
+        B, t = S // R, ctx.layout.info["q_tile"]
+        per_head = 2 * G * t * d * sum(sum(ring_folds(r, R, B, p["ring_order"], t)) for r in range(R))
+    return p["heads"] * per_head
+
+
+def _partial_metrics(ctx, system, res) -> dict:
+    """What an unfinished run still tells: the bound, the ratio the run has at least, a table row."""
+    p = ctx.params
+    b = _bound(ctx)
+    least = res.get("latency_at_least_ps")
+    out = {"bound_ps": b["bound_ps"], "ratio_to_bound": None,
+           "ratio_to_bound_at_least": None if least is None else round(least / b["bound_ps"], 4),
+           "bound_terms": {k: v for k, v in b.items() if k != "bound_ps"}}
+    row = {"kernel": f"gqa/{p['case']}/{p['gemm']}", "mode": system.mode, "heads": p["heads"], "C": p["C"],
+           "P": p["P"], "G": p["G"], "d": p["d"], "context": p["context"], "tile": p["tile"],
+           "latency": "not reached" if least is None else f">= {format_time(least)} (unfinished)",
+           "bound": format_time(b["bound_ps"]), "ratio": "" if least is None else f">= {out['ratio_to_bound_at_least']}",
+           "done": f"{100 * res['progress']:.1f} % of MACs" if "progress" in res else ""}
+    out["tables"] = {"gqa attention": [row]}
+    return out
+
+
 def _metrics(ctx, system, res) -> dict:
     p = ctx.params
     cpus = ctx.cpu_reports(system)
@@ -433,5 +471,6 @@ def _metrics(ctx, system, res) -> dict:
 
 
 GQA = KernelHooks("gqa_attention", "seed ADR-0060 GQA fused attention: CUBE Groups, 2-level reduce-to-root, Ring",
-                  PARAMS, KERNEL, gqa_layout, gqa_inputs, gqa_place, gqa_outputs, gqa_reference, _metrics, limits=_limits)
+                  PARAMS, KERNEL, gqa_layout, gqa_inputs, gqa_place, gqa_outputs, gqa_reference, _metrics, limits=_limits,
+                  work=work_macs, partial_metrics=_partial_metrics)
 WORKLOAD = kernel_workload(GQA)

@@ -14,7 +14,15 @@ hooks + a scenario.
 ``check`` (generic): status, kernel latency (the host's, from launch to the last
 KernelDone), per-PE reports, and in data mode the worst absolute / relative error
 of every output against its reference (``max_abs_err``, ``max_rel_err``,
-``outputs_checked``); then the hooks' metrics.
+``outputs_checked``); then the hooks' metrics.  On a run that did not finish
+(interrupted, wall-clock guard, time limit, deadlock) it gives what is known:
+``latency_ps`` None, ``latency_at_least_ps`` (virtual time from the launch to
+where the run stopped: the kernel had not finished by then), ``progress`` (the
+share of the kernel's MACs the GEMM engines have done, with the ``work`` hook),
+then the hooks' ``partial_metrics`` (bounds, a table row).
+
+``progress`` (the live display, tools/progress.py): the MACs the launched PEs'
+GEMM engines have done out of the hooks' ``work`` total.
 """
 from __future__ import annotations
 
@@ -87,6 +95,8 @@ class KernelHooks:
     metrics: Callable = lambda ctx, system, out: {}   # (ctx, system, generic result) -> extra keys
     rng_stream: str = "attention/inputs"
     limits: Optional[Callable] = None              # (profile, params, mode) -> [(param, expected, found)]
+    work: Optional[Callable] = None                # (ctx) -> MACs the whole launch runs on the GEMM engines
+    partial_metrics: Callable = lambda ctx, system, out: {}   # (ctx, system, partial result) -> keys, unfinished
 
 
 def kernel_workload(h: KernelHooks) -> Workload:
@@ -109,9 +119,28 @@ def kernel_workload(h: KernelHooks) -> Workload:
             h.place(place, lay, data, p)
         return KernelContext(prm, machine, lay, place, data, dict(p))
 
+    def macs_done(ctx: KernelContext) -> int:
+        return sum(ctx.machine.pe(*c).gemm.macs for c in ctx.layout.coords)
+
+    def progress(system, context: KernelContext = None):
+        if context is None or h.work is None:
+            return None
+        return macs_done(context), h.work(context), "MACs"
+
+    def partial(system, result, ctx: KernelContext) -> dict:
+        t0 = system.reports.get("io/host", {}).get("launch_ps")
+        out = {"latency_ps": None,
+               "latency_at_least_ps": None if t0 is None else max(0, result.end_time_ps - t0)}
+        if h.work is not None:
+            out["progress"] = round(macs_done(ctx) / max(1, h.work(ctx)), 4)
+        out.update(h.partial_metrics(ctx, system, out))
+        return out
+
     def check(system, profile: dict, p: dict, result, context: KernelContext = None) -> dict:
-        if context is None or result.status != "finished":
+        if context is None:
             return {}
+        if result.status != "finished":
+            return partial(system, result, context)
         host = system.reports["io/host"]
         out = {"latency_ps": host["kernel_latency_ps"],
                "tcm_peak_B": max(v["tcm_peak_B"] for v in host["pes"].values())}
@@ -128,4 +157,4 @@ def kernel_workload(h: KernelHooks) -> Workload:
         out.update(h.metrics(context, system, out))
         return out
 
-    return Workload(h.name, h.summary, h.params, build, check, h.limits)
+    return Workload(h.name, h.summary, h.params, build, check, h.limits, progress)
