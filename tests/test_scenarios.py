@@ -131,20 +131,6 @@ def test_schema_listing_documents_the_format(emu):
     assert "merge: a time like '30ns' [default '8ns']" in out
 
 
-def test_progress_display_reports_virtual_time_and_events(tmp_path):
-    import io
-
-    from tools.progress import Progress
-    from tools.runner import run_scenario
-
-    buf = io.StringIO()
-    p = Progress(buf, every_s=0.0)
-    run_scenario(load_scenario(ROOT / "scenarios/demo/ring.yaml", registry, ["workload.params.hops=3000"]),
-                 progress=p)
-    text = buf.getvalue()
-    assert "virtual time" in text and "events/s" in text
-
-
 def test_yaml_shapes_that_are_refused(tmp_path):
     out = problems(write(tmp_path, GOOD + "seed: 4\n"))
     assert out == [f"{tmp_path / 's.yaml'}:14: seed: expected each key once in a map, found 'seed' again "

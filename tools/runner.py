@@ -224,8 +224,7 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
             build_s = time.perf_counter() - t0
             phase = "run"
             if progress is not None:
-                system.on_step = progress
-                progress.events = lambda: system.recorder.count + len(system.recorder.events)
+                progress.attach(system, workload.progress and (lambda: workload.progress(system)))
             with switch.soft(system.request_stop):
                 result = system.run(until=plan.max_time, footer=False,
                                     wall_timeout=None if switch.active else plan.wall_timeout_s)
