@@ -125,7 +125,7 @@ def test_minimal_form_runs_verbatim_and_rerun_does_nothing(tmp_path, capsys):
     assert len((out / "results.jsonl").read_text().splitlines()) == 4
     assert sorted(p.name for p in (out / "plots").glob("*.png")) == sorted(
         f"{m}_vs_{k}.png" for m in ("end_time_ps", "events", "max_abs_err", "max_rel_err")
-        for k in ("seed", "workload.params.rounds"))
+        for k in ("seed", "rounds"))
     # a point is the same run as `emu run` of its scenario: same digest
     assert main(["run", "scenarios/demo/reduce.yaml", "--set", "seed=2", "--set", "workload.params.rounds=1",
                  "--no-bundle", "--json", "--compact"]) == 0
@@ -227,3 +227,22 @@ def test_a_killed_sweep_resumes_and_skips_finished_points(tmp_path):
 def test_every_shipped_sweep_file_validates(path):
     spec = load_sweep(str(ROOT / path), None)
     assert spec.points
+
+
+def test_the_table_and_plots_show_what_varies_with_units(tmp_path, capsys):
+    """A decode sweep: the Ring and prefill metrics are 0 on every point -- no column, no plot, one line
+    naming them; times carry units, counts separators, keys and axes their short names."""
+    spec = write(tmp_path / "dec.yaml", "base: scenarios/ahbm/gqa/decode.yaml\nvary: {workload.params.C: [1, 2]}\n"
+                                        "set: {mode: timing}\n")
+    out = tmp_path / "D"
+    assert main(["sweep", str(spec), "--out", str(out), "-q"]) == 0
+    text = capsys.readouterr().out
+    header = text.splitlines()[1].split()
+    assert header[:3] == ["point", "C", "status"] and "latency" in header and "end_time" in header
+    assert "ring_steps" not in header and "tiles_skipped" not in header and "events_per_s" not in header
+    assert "constant over the points:" in text and "ring_steps=0" in text
+    assert "4.284us" in text and "9,827" in text
+    plots = {p.name for p in (out / "plots").glob("*.png")}
+    assert "latency_ps_vs_C.png" in plots and not any("ring_steps" in p or "workload.params" in p for p in plots)
+    rows = read_rows(out)                                  # the CSV keeps every column, raw
+    assert rows[0]["ring_steps"] == "0" and rows[0]["latency_ps"].isdigit()

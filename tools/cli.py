@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import traceback
 
@@ -186,12 +187,12 @@ def _cell(v) -> str:
     return "" if v is None else str(v)
 
 
+_QUANTITY = re.compile(r"^[<>=]*\s*-?[\d,]*\.?\d+(e[+-]?\d+)?\s*(ps|ns|us|ms|s|%|x)?$")
+
+
 def _numeric(s: str) -> bool:
-    try:
-        float(s)
-        return True
-    except ValueError:
-        return False
+    """A cell to right-align: a number, possibly with separators or a time unit (``9,827``, ``4.284us``)."""
+    return bool(_QUANTITY.match(s.strip())) if s.strip() else False
 
 
 def cmd_run(args) -> int:

@@ -35,7 +35,7 @@ from tools.sweep_best import best_rows, write_best
 from tools.sweep_backends import default_jobs, make_backend
 from tools.sweep_plots import plot_panel, plot_sweep
 from tools.sweep_progress import SweepProgress
-from tools.sweep_results import default_metrics, format_rows, make_row, write_results
+from tools.sweep_results import constant_summary, default_metrics, format_rows, make_row, write_results
 from tools.sweep_spec import Point, SweepSpec, load_sweep
 
 __all__ = ["run_sweep", "add_parser", "validate_sweep", "SweepRun"]
@@ -203,7 +203,11 @@ def cmd_sweep(args) -> int:
         for r in rows:
             print(json.dumps(r, default=str))
         return 0
-    print(format_table(f"sweep {spec.name}: {len(rows)} point(s) ({directory})", format_rows(rows, spec.keys)))
+    print(format_table(f"sweep {spec.name}: {len(rows)} point(s) ({directory})",
+                       format_rows(rows, spec.keys, run.metrics)))
+    same = constant_summary(rows, run.metrics)
+    if same:
+        print(same)
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -213,7 +217,7 @@ def cmd_sweep(args) -> int:
         print()
         print(format_table(f"best {', '.join(b['over'])} by {b['minimize']} (smallest), per "
                            f"{', '.join(b['per']) or 'sweep'} ({directory / 'best.csv'})",
-                           format_rows(run.best, spec.keys)))
+                           format_rows(run.best, spec.keys, run.metrics)))
     return 0
 
 

@@ -21,7 +21,8 @@ import csv
 import json
 from pathlib import Path
 
-__all__ = ["HOST_COLUMNS", "metric_value", "default_metrics", "make_row", "write_results", "format_rows"]
+__all__ = ["HOST_COLUMNS", "metric_value", "default_metrics", "make_row", "write_results", "format_rows",
+           "varying_metrics", "constant_summary", "short_names", "metric_label", "time_scale"]
 
 HOST_COLUMNS = ("wall_s", "events_per_s", "peak_rss_mib")
 
@@ -106,21 +107,93 @@ def write_results(directory: Path, rows: list[dict], errors: dict[int, str]) -> 
     tmp.replace(directory / "results.jsonl")
 
 
-def format_rows(rows: list[dict], keys: list[str]) -> list[dict]:
-    """Rows for the printed table: short names for the varied keys, a short digest, no bundle path."""
+def short_names(keys: list[str]) -> dict[str, str]:
+    """``workload.params.C`` -> ``C`` (the full path where two keys would share a last part)."""
     short = {k: k.rsplit(".", 1)[-1] for k in keys}
-    if len(set(short.values())) != len(short):
-        short = {k: k for k in keys}
+    return short if len(set(short.values())) == len(short) else {k: k for k in keys}
+
+
+def _same(values: list) -> bool:
+    return all(json.dumps(v, sort_keys=True, default=str) == json.dumps(values[0], sort_keys=True, default=str)
+               for v in values)
+
+
+def varying_metrics(rows: list[dict], metrics: list[str]) -> list[str]:
+    """The metrics whose value is not the same on every finished row (a sweep over decode points
+    has ``ring_steps`` 0 everywhere: no column, no plot for it)."""
+    ok = [r for r in rows if r.get("status") == "finished"] or rows
+    return [m for m in metrics if len(ok) < 2 or not _same([r.get(m) for r in ok])]
+
+
+def constant_summary(rows: list[dict], metrics: list[str], limit: int = 8) -> str:
+    """``"constant over the points: ring_steps=0, tiles_skipped=0, ..."`` for the metrics left out."""
+    ok = [r for r in rows if r.get("status") == "finished"] or rows
+    same = [m for m in metrics if m not in varying_metrics(rows, metrics)]
+    if not same or len(ok) < 2:
+        return ""
+    items = [f"{m}={_show(m, ok[0].get(m))}" for m in same]
+    more = f", and {len(items) - limit} more (results.csv)" if len(items) > limit else ""
+    return "constant over the points: " + ", ".join(items[:limit]) + more
+
+
+TIME_UNITS = (("s", 10**12), ("ms", 10**9), ("us", 10**6), ("ns", 10**3), ("ps", 1))
+
+
+def time_scale(values) -> tuple[str, int]:
+    """The unit that shows picosecond ``values`` with the fewest digits before the point (``("us", 1e6)``)."""
+    top = max((abs(v) for v in values if isinstance(v, (int, float))), default=0)
+    for unit, scale in TIME_UNITS:
+        if top >= scale:
+            return unit, scale
+    return "ps", 1
+
+
+def metric_label(metric: str, unit: str | None = None) -> str:
+    """An axis / column label: ``latency_ps`` -> ``latency (us)`` in the unit chosen for it."""
+    if metric.endswith("_ps") and unit:
+        return f"{metric[:-3]} ({unit})"
+    return metric
+
+
+def _show(column: str, v) -> str:
+    """One cell: times (``*_ps``) with their unit, counts with thousands separators, ratios with 4 digits."""
+    from emulator.units import format_time
+
+    if v is None or v == "":
+        return ""
+    if isinstance(v, bool):
+        return str(v)
+    if column.endswith("_ps") and isinstance(v, (int, float)):
+        return format_time(int(v))
+    if isinstance(v, float):
+        if v != v or abs(v) in (float("inf"),):
+            return str(v)
+        if abs(v) >= 1000:
+            return f"{v:,.0f}"
+        return f"{v:.4g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, (list, dict)):
+        return json.dumps(v)
+    return str(v)
+
+
+def format_rows(rows: list[dict], keys: list[str], metrics: list[str] | None = None) -> list[dict]:
+    """Rows for the printed table: the varied keys by their short names, status, the metrics that vary
+    (``metrics`` given: the others go to :func:`constant_summary`), a short digest, wall seconds; times
+    with units, counts with separators, every cell a string.  results.csv keeps every column, raw."""
+    short = short_names(keys)
+    shown = varying_metrics(rows, metrics) if metrics is not None else None
+    drop = {"bundle", "events_per_s", "peak_rss_mib"}
     out = []
     for r in rows:
         t = {}
         for c, v in r.items():
-            if c == "bundle":
+            if c in drop or (shown is not None and c in metrics and c not in shown):
                 continue
             if c == "digest" and v:
                 v = v[:12]
-            if isinstance(v, (list, dict)):
-                v = json.dumps(v)
-            t[short.get(c, c)] = v
+            label = short.get(c) or (c[:-3] if c.endswith("_ps") else c)
+            t[label] = v if c in keys or c in ("status", "digest") else _show(c, v)
         out.append(t)
     return out
