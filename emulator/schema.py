@@ -481,6 +481,23 @@ class Map(Spec):
         return out
 
 
+def with_units(spec: Spec, value: Any) -> Any:
+    """A validated ``value`` written back as a file would state it: quantities with their units
+    (``20000`` ps -> ``'20ns'``), maps and lists element by element (for ``emu explain``)."""
+    if isinstance(spec, Quantity) and isinstance(value, int) and not isinstance(value, bool):
+        return format_quantity(value, spec.kind)
+    if isinstance(spec, Map) and isinstance(value, dict):
+        return {k: with_units(spec.fields.get(k) or spec.values, v) if (k in spec.fields or spec.values) else v
+                for k, v in value.items()}
+    if isinstance(spec, List) and isinstance(value, list):
+        return [with_units(spec.item, v) for v in value]
+    if isinstance(spec, OneOf):
+        for option in spec.specs:
+            if isinstance(option, Quantity):
+                return with_units(option, value)
+    return value
+
+
 def validate(spec: Spec, doc: Doc, root: tuple = ()) -> Any:
     """Check ``doc.value`` against ``spec``; return the normalised value or raise :class:`SchemaError`."""
     ctx = _Ctx(doc)

@@ -146,3 +146,26 @@ def test_a_sweep_started_with_sigint_ignored_still_stops_on_sigint(tmp_path):
     rc, _, err, _ = _signal_a_sweep(tmp_path, signal.SIGINT,
                                     preexec=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert rc == 130 and "sweep interrupted (SIGINT)" in err, err
+
+
+def test_explain_prints_parameters_with_their_units(capsys):
+    rc, out, _ = emu(capsys, "explain", REDUCE)
+    assert rc == 0
+    assert "  pe_link: {latency: 20ns, bandwidth: 64GB/s, capacity: 2}" in out
+    assert "  period: 5us" in out and "  merge: 8ns" in out and "latency': 20000" not in out
+
+
+def test_gqa_counts_name_what_happened(capsys):
+    """A decode sweeps tiles (its count was 0); a prefill reduces nothing (it reported the trees' depth)."""
+    from actors.ahbm.kernels.gqa_attention import decode_tiles
+    rc, out, _ = emu(capsys, "run", ROOT / "scenarios/ahbm/gqa/decode_sp.yaml", "--no-bundle", "--json")
+    res = json.loads(out)
+    p = res["reports"]
+    keys_per_rank = [r["my_len"] for name, r in p.items() if name.endswith("/cpu") and "my_len" in r]
+    tile = 64
+    assert res["tiles_computed"] == sum(len(decode_tiles(n, tile)) for n in keys_per_rank) > 0
+    assert res["l2_rounds"] + res["l1_rounds"] > 0
+    rc, out, _ = emu(capsys, "run", ROOT / "scenarios/ahbm/gqa/prefill_ring.yaml", "--no-bundle", "--json")
+    res = json.loads(out)
+    assert res["l2_rounds"] == res["l1_rounds"] == 0 and res["merges_ipcq"] == res["merges_noc"] == 0
+    assert res["tiles_computed"] == sum(r.get("ring_folds", 0) for r in res["reports"].values()) > 0

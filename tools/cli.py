@@ -120,20 +120,22 @@ def cmd_explain(args) -> int:
         return 0
     print(f"scenario {sc.name}: machine {sc.profile_name} ({sc.profile_file}), workload {sc.workload}, "
           f"mode {sc.mode}, seed {sc.seed}")
-    print(f"machine parameters:")
-    for k, v in sc.profile.items():
-        print(f"  {k}: {v}")
-    print(f"workload parameters:")
-    for k, v in sc.params.items():
-        print(f"  {k}: {v}")
+    from actors import registry
+    from emulator.schema import with_units
+
+    fam = registry.family(sc.family)
+    print("machine parameters:")
+    for k, v in with_units(fam.PROFILE_SCHEMA, sc.profile).items():
+        print(f"  {k}: {_flow(v)}")
+    print("workload parameters:")
+    for k, v in with_units(fam.WORKLOADS[sc.workload].params, sc.params).items():
+        print(f"  {k}: {_flow(v)}")
     print(f"actors ({len(system.actors)}):")
     for a in system.actors.values():
         d = a.describe()
         extra = " ".join(f"{k}={v}" for k, v in d.items() if k not in ("type", "inputs", "outputs"))
         print(f"  {a.name} [{d['type']}] in={','.join(d['inputs'])} out={','.join(d['outputs'])} {extra}")
-    from actors import registry
     print(f"components ({len(_classes(system))} classes: declared ports and parameters, emulator/declare.py):")
-    fam = registry.family(sc.family)
     schema = scenario_schema(fam.PROFILE_SCHEMA, fam.WORKLOADS[sc.workload].params)
     print("\n".join("  " + line for line in describe_components(list(_classes(system)), schema, sc.profile, sc.params,
                                                                   _classes(system))))
@@ -142,6 +144,14 @@ def cmd_explain(args) -> int:
         print(f"  {l.name}: capacity {l.capacity}, latency {format_time(l.latency)}, "
               f"bandwidth {f'{l.bandwidth / 1e9:g} GB/s' if l.bandwidth else 'unlimited'}")
     return 0
+
+
+def _flow(v) -> str:
+    """A value as YAML flow text (``{latency: 20ns, capacity: 2}``), as a profile would write it."""
+    if isinstance(v, (dict, list)):
+        import yaml
+        return yaml.safe_dump(v, default_flow_style=True, sort_keys=False, width=10**6).strip()
+    return str(v)
 
 
 def _summary(res: dict) -> str:

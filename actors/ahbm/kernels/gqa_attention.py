@@ -218,6 +218,7 @@ def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, c
     q = q_handle(q_ptr)
     state = _sweep(tl, q, tiles, M=M, d=d, scale=scale, composite=composite, k_ptr=k_ptr, v_ptr=v_ptr)
     tl.report("my_len", my_len)
+    tl.report("tiles_computed", len(tiles))
     tl.report("partial_done_ps", tl.now())
     if R == 1:
         m, l, O = state
@@ -557,6 +558,7 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
     tl.report("ring_steps", steps)
     tl.report("ring_steps_skipped", R - steps)
     tl.report("ring_folds", folds)
+    tl.report("tiles_computed", folds)     # a fold is one (query sub-block x K/V chunk) tile
     tl.report("ring_rank", r)
     tl.report("ring_q_tile", Ts)
     tl.report("ring_spill", spill)

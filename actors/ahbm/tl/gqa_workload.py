@@ -26,11 +26,12 @@ upper half (runtime.py).  Inputs (data mode): per head ``q [G, T, d]``, ``K, V
 Reference: float64 causal softmax attention (decode: the query at position
 ``context - 1`` attends every cached key).  Metrics (flat, for sweeps):
 ``latency_ps``, ``bound_ps``, ``ratio_to_bound`` (kernels/gqa_bound.py),
-``l2_rounds``, ``l1_rounds`` (depth of the reduction trees used), ``merges_ipcq``,
+``l2_rounds``, ``l1_rounds`` (depth of the reduction trees the decode used; 0 for a
+prefill, which reduces nothing: Ring folds K/V blocks instead), ``merges_ipcq``,
 ``merges_noc``, ``roots`` (PEs that stored a result), ``kv_bytes_read`` and
 ``kv_loads`` (DMA loads from the K/V regions, all PEs), ``gemm_commands``
-(composites + dots), ``ring_steps``, ``ring_steps_skipped``, ``tiles_computed``,
-``tiles_skipped``, ``ring_q_tile`` / ``ring_spill`` (the Ring's query sub-block width and whether its
+(composites + dots), ``ring_steps``, ``ring_steps_skipped``, ``tiles_computed`` (KV tiles
+swept, all ranks: decode tiles, prefill tiles, Ring folds), ``tiles_skipped`` (causal skips), ``ring_q_tile`` / ``ring_spill`` (the Ring's query sub-block width and whether its
 running state lives in HBM).
 """
 from __future__ import annotations
@@ -442,7 +443,9 @@ def _metrics(ctx, system, res) -> dict:
     n_kv, b_kv = kv_loads(system, ctx.layout.coords)
     b = _bound(ctx)
     lat = res["latency_ps"]
-    out = {"l2_rounds": ctx.layout.info["l2_depth"], "l1_rounds": ctx.layout.info["l1_depth"],
+    reduces = p["case"] == "decode"      # only a decode reduces partials over the trees
+    out = {"l2_rounds": ctx.layout.info["l2_depth"] if reduces else 0,
+           "l1_rounds": ctx.layout.info["l1_depth"] if reduces else 0,
            "merges_ipcq": sum(1 for name, _ in orders if name.startswith("pe")),
            "merges_noc": sum(1 for name, _ in orders if name.startswith("cube")),
            "roots": sum(1 for r in cpus.values() if r.get("group_root")),
