@@ -42,7 +42,7 @@ import xxhash
 
 __all__ = [
     "SEND", "DELIVER", "TAKE", "BUSY", "FAULT", "ERROR", "MARK", "DONE", "BLOCK",
-    "KINDS", "KIND_CODES", "TraceOptions", "Recorder", "read_trace", "TraceFile",
+    "KINDS", "KIND_CODES", "TraceOptions", "Recorder", "read_trace", "TraceFile", "TraceStream",
 ]
 
 # kind code: (name, field names after the kind code)
@@ -262,7 +262,23 @@ def _check_header(path: str, header: dict) -> None:
         raise ValueError(f"{path}: corrupt trace header (no link list)")
 
 
+#: per kind code: (event length, field 2 is a link index, field 2 is an actor index), for the fast check
+_SHAPE = {code: (len(fields) + 1, "link" in fields, "actor" in fields) for code, (_, fields) in KINDS.items()}
+
+
 def _check_event(path: str, index: int, ev, n_actors: int, n_links: int) -> None:
+    """A well-formed event passes in a few comparisons; anything else gets the full check and its message."""
+    try:
+        size, link, actor = _SHAPE[ev[0]]
+        if len(ev) == size and ev[1].__class__ is int and (
+                not (link or actor) or (ev[2].__class__ is int and 0 <= ev[2] < (n_links if link else n_actors))):
+            return
+    except (TypeError, KeyError, IndexError):
+        pass
+    _check_event_fully(path, index, ev, n_actors, n_links)
+
+
+def _check_event_fully(path: str, index: int, ev, n_actors: int, n_links: int) -> None:
     if not isinstance(ev, (list, tuple)) or not ev or ev[0] not in KINDS:
         raise ValueError(f"{path}: corrupt trace: event {index} is not an event ({ev!r:.60})")
     name, fields = KINDS[ev[0]]
@@ -275,43 +291,83 @@ def _check_event(path: str, index: int, ev, n_actors: int, n_links: int) -> None
         raise ValueError(f"{path}: corrupt trace: event {index} ({name}) names actor {ev[2]!r} of {n_actors}")
 
 
+class TraceStream:
+    """A trace file read event by event, in bounded memory: ``header`` at once, then ``for ev in
+    stream`` (each checked as :func:`read_trace` checks it), ``footer`` once the events are through.
+
+    ``payloads=False`` drops each SEND's payload bytes as it is read (``None`` in their place): the
+    tools that summarise or export a trace never look inside them, and they are most of a data-mode
+    trace's size.  Iterating twice re-reads the file."""
+
+    def __init__(self, path: str, *, allow_truncated: bool = False, payloads: bool = True):
+        self.path, self.allow_truncated, self.payloads = path, allow_truncated, payloads
+        self.footer: dict = {}
+        self.count = 0
+        if not os.path.isfile(path):
+            raise ValueError(f"{path}: no such trace file")
+        self.header = self._open()[0]
+
+    def _open(self):
+        it = iter_trace(self.path)
+        path = self.path
+        try:
+            header = next(it)
+        except StopIteration:
+            if os.path.getsize(path):
+                raise ValueError(f"{path}: truncated trace or not an emulator trace (no complete header)") from None
+            raise ValueError(f"{path}: empty file, not an emulator trace") from None
+        except Exception as e:
+            raise ValueError(f"{path}: not an emulator trace ({e})") from None
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            raise ValueError(f"{path}: not an emulator trace (no '{FORMAT}' header)")
+        _check_header(path, header)
+        return header, it
+
+    @property
+    def actors(self) -> list[str]:
+        return self.header["actors"]
+
+    @property
+    def links(self) -> list[dict]:
+        return self.header["links"]
+
+    def __iter__(self) -> Iterator[tuple]:
+        header, it = self._open()
+        path = self.path
+        n_actors, n_links = len(header["actors"]), len(header["links"])
+        n = 0
+        footer: dict = {}
+        try:
+            for obj in it:
+                if isinstance(obj, dict):
+                    footer = obj
+                    break
+                _check_event(path, n, obj, n_actors, n_links)
+                n += 1
+                if not self.payloads and obj[0] == SEND:
+                    obj = obj[:5] + (None,)
+                yield obj
+            extra = next(it, None)
+        except ValueError:
+            raise
+        except Exception as e:
+            raise ValueError(f"{path}: truncated or corrupt trace after {n} events ({e})") from None
+        if extra is not None:
+            raise ValueError(f"{path}: corrupt trace: data after the footer")
+        if not footer and not self.allow_truncated:
+            raise ValueError(f"{path}: truncated trace: no footer after {n} events (was the run interrupted?)")
+        self.footer, self.count = footer, n
+
+
 def read_trace(path: str, *, allow_truncated: bool = False) -> TraceFile:
     """Load a trace file; raises ``ValueError`` with a clear message if it is not a whole, valid one.
 
     A file without its footer (an interrupted run) is refused unless
     ``allow_truncated``: tools must not report on half a run as if it were whole.
+    (:class:`TraceStream` reads one without holding it.)
     """
-    if not os.path.isfile(path):
-        raise ValueError(f"{path}: no such trace file")
-    it = iter_trace(path)
-    try:
-        header = next(it)
-    except StopIteration:
-        if os.path.getsize(path):
-            raise ValueError(f"{path}: truncated trace or not an emulator trace (no complete header)") from None
-        raise ValueError(f"{path}: empty file, not an emulator trace") from None
-    except Exception as e:
-        raise ValueError(f"{path}: not an emulator trace ({e})") from None
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise ValueError(f"{path}: not an emulator trace (no '{FORMAT}' header)")
-    _check_header(path, header)
-    trace = TraceFile(header=header)
-    n_actors, n_links = len(header["actors"]), len(header["links"])
-    try:
-        for obj in it:
-            if isinstance(obj, dict):
-                trace.footer = obj
-                break
-            _check_event(path, len(trace.events), obj, n_actors, n_links)
-            trace.events.append(obj)
-        extra = next(it, None)
-    except ValueError:
-        raise
-    except Exception as e:
-        raise ValueError(f"{path}: truncated or corrupt trace after {len(trace.events)} events ({e})") from None
-    if extra is not None:
-        raise ValueError(f"{path}: corrupt trace: data after the footer")
-    if not trace.footer and not allow_truncated:
-        raise ValueError(f"{path}: truncated trace: no footer after {len(trace.events)} events "
-                         "(was the run interrupted?)")
+    stream = TraceStream(path, allow_truncated=allow_truncated)
+    trace = TraceFile(header=stream.header)
+    trace.events.extend(stream)
+    trace.footer = stream.footer
     return trace

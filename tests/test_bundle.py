@@ -1,4 +1,4 @@
-"""emu run writes a result bundle: resolved scenario, result.json, CSVs, trace, Perfetto JSON, plots."""
+"""emu run writes a result bundle: resolved scenario, result.json, CSVs, trace, Perfetto trace, plots."""
 import csv
 import json
 
@@ -13,7 +13,7 @@ def test_run_writes_a_complete_bundle(emu, tmp_path):
                "--set", "workload.params.rounds=1", "--plots", check=0)
     assert f"bundle         {out}" in proc.stdout
     names = {p.name for p in out.iterdir()}
-    assert {"scenario.yaml", "result.json", "actors.csv", "links.csv", "trace.emutrace", "trace.perfetto.json",
+    assert {"scenario.yaml", "result.json", "actors.csv", "links.csv", "trace.emutrace", "trace.pftrace",
             "utilisation.png", "links.png"} <= names
     res = json.loads((out / "result.json").read_text())
     for key in ("digest", "seed", "versions", "wall_s", "events_per_s", "peak_rss_mib", "end_time_ps",
@@ -27,7 +27,8 @@ def test_run_writes_a_complete_bundle(emu, tmp_path):
     assert len(actors) == 128 and float(actors[0]["utilisation"]) > 0
     links = list(csv.DictReader(open(out / "links.csv")))
     assert len(links) == 127 and all(int(l["messages"]) == 1 for l in links)
-    assert json.loads((out / "trace.perfetto.json").read_text())["traceEvents"]
+    assert res["perfetto"]["file"] == "trace.pftrace" and res["perfetto"]["trace_events"] > 0
+    assert res["perfetto"]["trimmed"] is None and (out / "trace.pftrace").stat().st_size == res["perfetto"]["bytes"]
     assert (out / "utilisation.png").read_bytes()[:4] == b"\x89PNG"
 
 

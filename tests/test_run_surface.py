@@ -138,7 +138,7 @@ def test_the_trace_tools_work_right_after_a_run(emu, tmp_path):
     emu("run", REDUCE, "--set", "workload.params.rounds=1", check=0)      # default bundle runs/reduce-demo
     trace = tmp_path / "runs/reduce-demo/trace.emutrace"
     assert "critical path" in emu("trace", "summary", trace, check=0).stdout
-    assert not (tmp_path / "runs/reduce-demo/trace.perfetto.json").exists()   # on request only
+    assert not (tmp_path / "runs/reduce-demo/trace.pftrace").exists()   # on request only
 
 
 def test_bad_input_is_exit_status_2_for_every_command(emu, tmp_path):

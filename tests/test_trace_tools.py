@@ -208,3 +208,18 @@ def test_diff_of_different_lengths(tmp_path):
     res = diff_traces(a, b)
     assert not res.identical and res.index is not None and res.a_len > res.b_len
     assert diff_traces(a, a).identical
+
+
+def test_the_compact_trace_reads_like_the_tuples_in_25_bytes_an_event(machine_trace_files):
+    """emu trace summary streams the trace into columns (tools/trace_compact.py): same events, flat memory."""
+    from tools.trace_compact import compact
+    for path in machine_trace_files.values():
+        full = read_trace(str(path))
+        ct = compact(str(path))
+        assert len(ct.events) == len(full.events) and ct.footer == full.footer
+        for i, ev in enumerate(full.events):
+            want = ev[:5] + (None,) if ev[0] == 0 else ev     # a SEND's payload is not kept
+            assert ct.events[i] == want, (i, ev)
+        columns = sum(x.nbytes for x in (ct.k, ct.t, ct.a, ct.b, ct.c))
+        assert columns == 25 * len(full.events)
+        assert summarise(ct) == summarise(full)

@@ -14,8 +14,10 @@ choose; docs/outputs.md describes every file and column):
   host speed (wall seconds, events/s, peak memory);
 * ``actors.csv``, ``links.csv`` -- per-actor and per-link metrics;
 * ``trace.emutrace`` -- the binary trace (the run plan's size policy, tools/runner.py);
-* ``trace.perfetto.json`` -- the trace for ui.perfetto.dev, when the scenario enables
-  the trace (trimmed at 100 MB; otherwise ``emu trace perfetto`` makes it on demand);
+* ``trace.pftrace`` -- the trace for ui.perfetto.dev (Perfetto protobuf), when the
+  scenario enables the trace (capped at 1 GB: a trimmed file says so, on the terminal,
+  in ``result.json``'s ``perfetto`` and in the file; ``emu trace perfetto`` makes one
+  on demand, ``--format json`` for trace-event JSON);
 * ``*.png`` -- plots, with ``--plots`` or ``output.plots: true``.
 
 The directory is prepared before the run (:func:`prepare_bundle`): an
@@ -38,8 +40,10 @@ from emulator.errors import EmulatorError
 __all__ = ["Bundle", "BundleError", "prepare_bundle", "check_trace_path", "BUNDLE_FILES"]
 
 BUNDLE_FILES = ("scenario.yaml", "scenario.resolved.yaml", "profile.yaml", "result.json", "actors.csv", "links.csv",
-                "faults.json", "trace.emutrace", "trace.perfetto.json")
+                "faults.json", "trace.emutrace", "trace.pftrace", "trace.perfetto.json")
 INPUT_PREFIX = "input."
+#: the bundle's Perfetto file is trimmed at this size (with a note saying what was cut)
+PERFETTO_CAP_MB = 1000.0
 
 
 class BundleError(EmulatorError):
@@ -104,19 +108,24 @@ class Bundle:
         if result is not None and result.faults:   # every injection; result.json holds the per-fault summary
             with open(d / "faults.json", "w") as f:
                 json.dump(result.faults, f, indent=None)
-        trace_path, trace = outcome.trace_path, None
+        trace_path = outcome.trace_path
         if trace_path and plan.trace_requested and Path(trace_path).resolve().parent == d.resolve():
             if step:
-                step("trace.perfetto.json")
-            from emulator.trace import read_trace
+                step("trace.pftrace")
+            from emulator.trace import TraceStream
             from tools.perfetto import export_perfetto
-            trace = read_trace(trace_path)      # read once: Perfetto and the plots share it
-            export_perfetto(trace, str(d / "trace.perfetto.json"), max_mb=100, trim=True)
+            stats = export_perfetto(TraceStream(trace_path, payloads=False, allow_truncated=True),
+                                    str(d / "trace.pftrace"), max_mb=PERFETTO_CAP_MB, trim=True, fmt="proto")
+            res["perfetto"] = {"file": "trace.pftrace", "bytes": stats.bytes, "trace_events": stats.events,
+                               "trimmed": stats.cut_note(PERFETTO_CAP_MB) or None}
+            if stats.trimmed:
+                outcome.notes.append(f"trace.pftrace {stats.cut_note(PERFETTO_CAP_MB)} (emu trace perfetto "
+                                     "--start/--end/--actors exports a window of it whole)")
         if plan.plots and system is not None and result is not None:
             if step:
                 step("plots")
             from tools.plots import make_plots
-            make_plots(d, system, result, trace_path, trace=trace)
+            make_plots(d, system, result, trace_path)
         with open(d / "result.json", "w") as f:       # last: a bundle with result.json is complete
             json.dump(res, f, indent=1)
 

@@ -49,12 +49,14 @@ cannot compute (``missing``) instead of printing zeros.
 """
 from __future__ import annotations
 
-import bisect
 import re
 from collections import defaultdict
 
+import numpy as np
+
 from emulator.trace import BLOCK, BUSY, DELIVER, DONE, ERROR, FAULT, KIND_CODES, MARK, SEND, TAKE, TraceFile
 from emulator.units import format_time
+from tools.trace_compact import CompactTrace, compact
 
 __all__ = ["summarise", "format_summary", "critical_path", "path_by_kind", "event_actor", "component_kind",
            "kind_stems", "link_class", "missing_parts"]
@@ -106,10 +108,15 @@ def link_class(link: dict, stems: set[str] | None = None) -> str:
             f"{component_kind(link['dst'], stems)}.{link.get('dst_port', '?')}")
 
 
-def end_time(trace: TraceFile) -> int:
+def end_time(trace) -> int:
     end = trace.footer.get("end_time_ps")
     if end is None:
-        end = max((ev[3] if ev[0] == BUSY else ev[1] for ev in trace.events), default=0)
+        if isinstance(trace, CompactTrace):
+            bm = trace.k == BUSY
+            end = max(int(trace.t.max()) if len(trace.t) else 0, int(trace.b[bm].max()) if bm.any() else 0)
+            del bm
+        else:
+            end = max((ev[3] if ev[0] == BUSY else ev[1] for ev in trace.events), default=0)
     return int(end)
 
 
@@ -144,70 +151,86 @@ def missing_parts(trace: TraceFile) -> dict[str, str]:
     return out
 
 
-def summarise(trace: TraceFile, *, top: int = 10, critical: bool = True) -> dict:
+def summarise(trace, *, top: int = 10, critical: bool = True) -> dict:
     """The summary as a JSON-friendly dict; parts the trace cannot give are ``None`` and named in ``missing``.
 
-    ``critical=False`` skips the critical path (``None``), for callers that only need the counters.
+    ``trace``: a path (read streaming, in columns: tools/trace_compact.py), a :class:`TraceFile` or a
+    :class:`~tools.trace_compact.CompactTrace`.  ``critical=False`` skips the critical path (``None``).
+    Each part is computed by a function of its own, so its temporaries are gone before the next.
     """
-    end = end_time(trace)
-    missing = missing_parts(trace)
-    busy = defaultdict(int)
-    spans = defaultdict(int)
-    for ev in trace.events:
-        if ev[0] == BUSY:
-            busy[ev[2]] += ev[3] - ev[1]
-            spans[ev[2]] += 1
-    actors = [{"actor": name, "busy_ps": busy[i], "spans": spans[i],
-               "utilisation": round(busy[i] / end, 6) if end else 0.0}
-              for i, name in enumerate(trace.actors)]
-    actors.sort(key=lambda r: (-r["utilisation"], r["actor"]))
-
-    n = len(trace.links)
-    msgs, nbytes, delivered, blocks = [0] * n, [0] * n, [0] * n, [0] * n
-    port_peak: dict[tuple[str, str], int] = defaultdict(int)
-    port_of = [(l["dst"], l.get("dst_port", "")) for l in trace.links]
-    deliver_t: dict[tuple[int, int], int] = {}
-    waits = []
-    faults = 0
-    for ev in trace.events:
-        k = ev[0]
-        if k == SEND:
-            msgs[ev[2]] += 1
-            nbytes[ev[2]] += ev[4]
-        elif k == DELIVER:
-            delivered[ev[2]] += 1
-            p = port_of[ev[2]]
-            if ev[4] > port_peak[p]:
-                port_peak[p] = ev[4]
-            deliver_t[(ev[2], ev[3])] = ev[1]
-        elif k == TAKE:
-            d = deliver_t.pop((ev[2], ev[3]), None)
-            if d is not None:
-                waits.append((ev[1] - d, ev[2], ev[3], d, ev[1]))
-        elif k == BLOCK:
-            blocks[ev[2]] += 1
-        elif k == FAULT:
-            faults += 1
-    links = [{"link": l["name"], "messages": msgs[i], "bytes": nbytes[i], "delivered": delivered[i],
-              "lost": msgs[i] - delivered[i], "sender_blocked": blocks[i], "max_depth": port_peak[port_of[i]]}
-             for i, l in enumerate(trace.links)]
-    links.sort(key=lambda r: (-r["bytes"], r["link"]))
-    waits.sort(key=lambda w: (-w[0], w[3], w[1], w[2]))
-    longest = [{"wait_ps": w, "link": trace.links[li]["name"], "seq": seq, "delivered_ps": d, "taken_ps": t}
-               for w, li, seq, d, t in waits[:top]]
-    errors = [{"t_ps": ev[1], "where": ev[2], "text": ev[3]} for ev in trace.events if ev[0] == ERROR]
-    cp = None if "critical_path" in missing or not critical else critical_path(trace)
+    ct = compact(trace)
+    end = end_time(ct)
+    missing = missing_parts(ct)
+    actors = _actor_rows(ct, end)
+    links = _link_rows(ct)
+    longest = _longest_waits(ct, top)
+    errors = [{"t_ps": ev[1], "where": ev[2], "text": ev[3]} for ev in ct.side.values() if ev[0] == ERROR]
+    faults = sum(1 for ev in ct.side.values() if ev[0] == FAULT)
+    cp = None if "critical_path" in missing or not critical else critical_path(ct)
     return {
-        "scenario": trace.header.get("scenario"), "seed": trace.header.get("seed"),
-        "status": trace.footer.get("status"), "end_time_ps": end, "events": len(trace.events),
+        "scenario": ct.header.get("scenario"), "seed": ct.header.get("seed"),
+        "status": ct.footer.get("status"), "end_time_ps": end, "events": len(ct.events),
         "faults": faults, "errors": errors, "missing": missing,
         "actors": None if "utilisation" in missing else actors,
         "links": None if "links" in missing else links,
         "longest_waits": None if "longest_waits" in missing else longest,
         "critical_path": cp,
-        "critical_path_by_kind": None if cp is None else path_by_kind(cp, {l["name"]: l for l in trace.links},
-                                                                      kind_stems(trace.actors)),
+        "critical_path_by_kind": None if cp is None else path_by_kind(cp, {l["name"]: l for l in ct.links},
+                                                                      kind_stems(ct.actors)),
     }
+
+
+def _actor_rows(ct: CompactTrace, end: int) -> list[dict]:
+    """Busy time, spans and utilisation per actor, busiest first."""
+    n_actors = len(ct.actors)
+    rows = np.flatnonzero(ct.k == BUSY)
+    who = ct.a[rows]
+    busy = np.zeros(n_actors, np.int64)
+    np.add.at(busy, who, ct.b[rows] - ct.t[rows])
+    spans = np.bincount(who, minlength=n_actors)
+    out = [{"actor": name, "busy_ps": int(busy[i]), "spans": int(spans[i]),
+            "utilisation": round(int(busy[i]) / end, 6) if end else 0.0} for i, name in enumerate(ct.actors)]
+    out.sort(key=lambda r: (-r["utilisation"], r["actor"]))
+    return out
+
+
+def _link_rows(ct: CompactTrace) -> list[dict]:
+    """Messages, bytes, deliveries, losses, sender blocks and the peak in-port depth per link."""
+    k, a, c, n = ct.k, ct.a, ct.c, len(ct.links)
+    sends, delivers = np.flatnonzero(k == SEND), np.flatnonzero(k == DELIVER)
+    msgs = np.bincount(a[sends], minlength=n)
+    nbytes = np.zeros(n, np.int64)
+    np.add.at(nbytes, a[sends], c[sends])
+    delivered = np.bincount(a[delivers], minlength=n)
+    blocks = np.bincount(a[k == BLOCK], minlength=n)
+    ports: dict[tuple[str, str], int] = {}
+    port_of = np.array([ports.setdefault((l["dst"], l.get("dst_port", "")), len(ports)) for l in ct.links] or [0],
+                       np.int64)[:n]
+    peak = np.zeros(max(1, len(ports)), np.int64)
+    np.maximum.at(peak, port_of[a[delivers]], c[delivers])
+    out = [{"link": l["name"], "messages": int(msgs[i]), "bytes": int(nbytes[i]), "delivered": int(delivered[i]),
+            "lost": int(msgs[i] - delivered[i]), "sender_blocked": int(blocks[i]), "max_depth": int(peak[port_of[i]])}
+           for i, l in enumerate(ct.links)]
+    out.sort(key=lambda r: (-r["bytes"], r["link"]))
+    return out
+
+
+def _longest_waits(ct: CompactTrace, top: int) -> list[dict]:
+    """The ``top`` longest in-port waits: each TAKE against the DELIVER of its (link, seq) before it."""
+    k, t, a, b = ct.k, ct.t, ct.a, ct.b
+    takes = np.flatnonzero(k == TAKE)
+    d = _match(a, b, np.flatnonzero(k == DELIVER), takes).astype(np.int64)
+    keep = (d >= 0) & (d < takes)
+    di, ti = d[keep], takes[keep]
+    wait = t[ti] - t[di]
+    pick = np.lexsort((b[ti], a[ti], t[di], -wait))[:top]
+    return [{"wait_ps": int(wait[m]), "link": ct.links[int(a[ti[m]])]["name"], "seq": int(b[ti[m]]),
+             "delivered_ps": int(t[di[m]]), "taken_ps": int(t[ti[m]])} for m in pick]
+
+
+def _key(link, seq) -> np.ndarray:
+    """One int64 per (link, seq): a message's identity."""
+    return (np.asarray(link, np.int64) << 40) | np.asarray(seq, np.int64)
 
 
 def path_by_kind(steps: list[dict], links: dict[str, dict], stems: set[str] | None = None) -> dict:
@@ -229,71 +252,112 @@ def path_by_kind(steps: list[dict], links: dict[str, dict], stems: set[str] | No
             "link_classes": order(classes, lambda v: v["flight_ps"])}
 
 
+def _match(a, b, from_rows: np.ndarray, to_rows: np.ndarray) -> np.ndarray:
+    """For each row of ``to_rows``, the last row of ``from_rows`` with the same (link, seq), or -1."""
+    keys = _key(a[from_rows], b[from_rows])
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    want = _key(a[to_rows], b[to_rows])
+    j = np.searchsorted(keys, want, side="right") - 1
+    hit = j >= 0
+    hit[hit] = keys[j[hit]] == want[hit]
+    out = np.full(len(to_rows), -1, np.int32)
+    out[hit] = from_rows[order[j[hit]]]
+    return out
+
+
 class _Index:
-    """What the backward walk looks up, built in one pass over the events.
+    """What the backward walk looks up, built from the trace's columns (numpy, ~14 bytes an event).
 
     Each actor's own events (the ones its task emits: BUSY, SEND, BLOCK,
     TAKE, MARK, DONE) are listed by event index: emission order, which within
     one virtual instant is causal order, so the walk never loops on events
-    that share a time stamp.
+    that share a time stamp.  Per TAKE (and DELIVER) row: the row of its
+    message's SEND (``send_of``); per TAKE row: whether it was taken the instant
+    it was delivered (``waited``: the actor was waiting for it); per blocked
+    SEND: when it blocked.
     """
 
-    def __init__(self, trace: TraceFile):
-        links, actors = trace.links, trace.actors
-        self.events = trace.events
-        self.own: dict[str, list[int]] = defaultdict(list)        # actor -> indices of its own events
-        self.send_index: dict[tuple[int, int], int] = {}         # (link, seq) -> index of its SEND
-        self.deliver_t: dict[tuple[int, int], int] = {}          # (link, seq) -> delivery time
-        self.blocked_t: dict[tuple[int, int], int] = {}          # (link, seq) -> time the sender blocked
-        self.take_index: dict[int, list[int]] = defaultdict(list)  # link -> indices of its TAKEs
-        self.last = None                                         # (time, index) of the latest point
-        src = [l["src"] for l in links]
-        dst = [l["dst"] for l in links]
-        own = self.own
-        best = (-1, -1)
-        for i, ev in enumerate(trace.events):
-            k = ev[0]
-            if k == SEND:
-                own[src[ev[2]]].append(i)
-                self.send_index[(ev[2], ev[3])] = i
-            elif k == DELIVER:
-                self.deliver_t[(ev[2], ev[3])] = ev[1]
-            elif k == TAKE:
-                own[dst[ev[2]]].append(i)
-                self.take_index[ev[2]].append(i)
-            elif k == BUSY:
-                own[actors[ev[2]]].append(i)
-                if (ev[3], i) >= best:
-                    best = (ev[3], i)
-                continue
-            elif k == BLOCK:
-                own[src[ev[2]]].append(i)
-                self.blocked_t[(ev[2], ev[3])] = ev[1]
-            elif k in (MARK, DONE):
-                own[actors[ev[2]]].append(i)
-            else:
-                continue
-            if (ev[1], i) >= best:
-                best = (ev[1], i)
-        self.last = best if best[1] >= 0 else None
-        self.position = {a: {i: n for n, i in enumerate(idx)} for a, idx in own.items()}
-        self.src = src
+    def __init__(self, ct: CompactTrace):
+        links = ct.links
+        self.events = ct.events
+        ids = {name: i for i, name in enumerate(ct.actors)}
+        for l in links:                                          # link ends the actor list does not name
+            ids.setdefault(l["src"], len(ids))
+            ids.setdefault(l["dst"], len(ids))
+        self.ids = ids
+        src = np.array([ids[l["src"]] for l in links] or [0], np.int32)
+        dst = np.array([ids[l["dst"]] for l in links] or [0], np.int32)
+        k, t, a, b = ct.k, ct.t, ct.a, ct.b
+        n = len(k)
+        owner = np.full(n, -1, np.int32)
+        for codes, by in (((SEND, BLOCK), src), ((TAKE,), dst)):
+            m = np.isin(k, codes)
+            owner[m] = by[a[m]]
+        m = np.isin(k, (BUSY, MARK, DONE))
+        owner[m] = a[m]
+        del m
+        counts = np.bincount(owner[owner >= 0], minlength=len(ids))
+        self.start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.order = np.argsort(owner, kind="stable")[n - int(self.start[-1]):].astype(np.int32)   # -1s first
+        del owner, counts                                        # order: by actor, then emission order
+        self.pos = np.zeros(n, np.int32)
+        for i in range(len(ids)):                                # rank of each own event in its actor's list
+            s, e = self.start[i], self.start[i + 1]
+            if e > s:
+                self.pos[self.order[s:e]] = np.arange(e - s, dtype=np.int32)
+        sends = np.flatnonzero(k == SEND).astype(np.int32)
+        takes = np.flatnonzero(k == TAKE).astype(np.int32)
+        delivers = np.flatnonzero(k == DELIVER).astype(np.int32)
+        self.send_of = np.full(n, -1, np.int32)
+        self.send_of[takes] = _match(a, b, sends, takes)
+        self.send_of[delivers] = _match(a, b, sends, delivers)
+        self.waited = np.zeros(n, bool)
+        d = _match(a, b, delivers, takes)
+        got = d >= 0
+        self.waited[takes[got]] = t[d[got]] == t[takes[got]]
+        del d, got, delivers
+        blocks = np.flatnonzero(k == BLOCK).astype(np.int32)
+        bs = _match(a, b, blocks, sends)
+        self.blocked = {int(r): int(t[q]) for r, q in zip(sends[bs >= 0], bs[bs >= 0])}   # send row -> since
+        del bs, blocks, sends
+        torder = np.argsort(a[takes], kind="stable")             # by link, then index
+        self.takes = takes[torder]
+        del torder, takes
+        self.take_start = np.searchsorted(a[self.takes], np.arange(len(links) + 1))
+        when = t.copy()                                          # the latest point: a busy span's end counts
+        busy = k == BUSY
+        when[busy] = b[busy]
+        when[(k == FAULT) | (k == ERROR)] = -1
+        del busy
+        top = int(when.max()) if n else -1
+        self.last = (top, int(np.flatnonzero(when == top)[-1])) if top >= 0 else None
+
+    def send_row(self, i: int) -> int | None:
+        j = int(self.send_of[i])
+        return j if j >= 0 else None
+
+    def own(self, actor: str) -> np.ndarray:
+        i = self.ids[actor]
+        return self.order[self.start[i]:self.start[i + 1]]
+
+    def takes_on(self, link: int) -> np.ndarray:
+        return self.takes[self.take_start[link]:self.take_start[link + 1]]
 
     def polled(self, actor: str, send_i: int) -> bool:
         """Was the send at ``send_i`` a poll: preceded by a wait on the actor's own timer (a gap with no busy span)?"""
-        own = self.own[actor]
-        n = self.position[actor][send_i]
+        own = self.own(actor)
+        n = int(self.pos[send_i])
         if n == 0:
             return False
-        prev = self.events[own[n - 1]]
+        prev = self.events[int(own[n - 1])]
         prev_t = prev[3] if prev[0] == BUSY else prev[1]
         return prev_t < self.events[send_i][1]
 
     def news(self, actor: str, take_i: int, link: int) -> int | None:
         """The last message ``actor`` took from another link since its previous take on ``link``, or None."""
-        own, events = self.own[actor], self.events
-        n = self.position[actor][take_i]
-        for j in reversed(own[:n]):
+        own, events = self.own(actor), self.events
+        for j in reversed(own[:int(self.pos[take_i])].tolist()):
             ev = events[j]
             if ev[0] == TAKE:
                 if ev[2] == link:
@@ -307,11 +371,12 @@ def owner(trace: TraceFile, ev) -> str | None:
     return event_actor(trace, ev)
 
 
-def critical_path(trace: TraceFile, *, limit: int = 1_000_000) -> list[dict]:
+def critical_path(trace, *, limit: int = 1_000_000) -> list[dict]:
     """The chain of steps (earliest first) that determined the time of the last event; see the module docstring.
 
     The steps partition ``[0, end]``: each starts where the previous ends.
     """
+    trace = compact(trace)
     idx = _Index(trace)
     if idx.last is None:
         return []
@@ -321,8 +386,7 @@ def critical_path(trace: TraceFile, *, limit: int = 1_000_000) -> list[dict]:
     steps: list[dict] = []
     if ev[0] == DELIVER:
         # the run ended with a message arriving (e.g. at a dead or blocked receiver): its flight is the end
-        key = (ev[2], ev[3])
-        si = idx.send_index.get(key)
+        si = idx.send_row(i)
         if si is None:
             return []
         steps.append(_message(links, ev[2], ev[3], ev_list[si][1], t))
@@ -340,9 +404,8 @@ def critical_path(trace: TraceFile, *, limit: int = 1_000_000) -> list[dict]:
                 steps.append({"kind": "busy", "actor": actor, "label": str(ev[4]), "start_ps": ev[1],
                               "end_ps": t_end})
             t = min(t, ev[1])
-        elif k == TAKE and idx.deliver_t.get((ev[2], ev[3])) == ev[1] and (ev[2], ev[3]) in idx.send_index:
+        elif k == TAKE and idx.waited[i] and (si := idx.send_row(i)) is not None:
             # the actor was waiting for this message: the path goes to its sender ...
-            si = idx.send_index[(ev[2], ev[3])]
             sent = ev_list[si][1]
             news = idx.news(actor, i, ev[2]) if idx.polled(links[ev[2]]["src"], si) else None
             if news is not None:
@@ -361,17 +424,17 @@ def critical_path(trace: TraceFile, *, limit: int = 1_000_000) -> list[dict]:
             steps.append(_message(links, ev[2], ev[3], sent, ev[1]))
             actor, i, t = links[ev[2]]["src"], si, sent
             continue
-        elif k == SEND and (ev[2], ev[3]) in idx.blocked_t and idx.blocked_t[(ev[2], ev[3])] < ev[1]:
+        elif k == SEND and (since := idx.blocked.get(i)) is not None and since < ev[1]:
             # it waited for a credit: the path goes to the receiver's take that freed it
-            takes = idx.take_index.get(ev[2], [])
-            j = bisect.bisect_left(takes, i) - 1
+            takes = idx.takes_on(ev[2])
+            j = int(np.searchsorted(takes, i)) - 1
             if t > ev[1]:
                 steps.append({"kind": "idle", "actor": actor, "start_ps": ev[1], "end_ps": t})
             if j >= 0:
                 steps.append({"kind": "blocked", "actor": actor, "link": links[ev[2]]["name"], "seq": ev[3],
-                              "start_ps": ev[1], "end_ps": ev[1], "since_ps": idx.blocked_t[(ev[2], ev[3])],
+                              "start_ps": ev[1], "end_ps": ev[1], "since_ps": since,
                               "freed_by": links[ev[2]]["dst"]})
-                actor, i, t = links[ev[2]]["dst"], takes[j], ev[1]
+                actor, i, t = links[ev[2]]["dst"], int(takes[j]), ev[1]
                 continue
             t = ev[1]
         else:
@@ -380,14 +443,14 @@ def critical_path(trace: TraceFile, *, limit: int = 1_000_000) -> list[dict]:
                 steps.append({"kind": "idle", "actor": actor, "start_ps": t_ev, "end_ps": t})
                 t = t_ev
         # step back to this actor's previous own event
-        own = idx.own[actor]
-        n = idx.position[actor][i]
-        while n > 0 and ev_list[own[n - 1]][1] > t:
+        own = idx.own(actor)
+        n = int(idx.pos[i])
+        while n > 0 and ev_list[int(own[n - 1])][1] > t:
             n -= 1        # a busy span booked ahead of its start (Actor.busy(start=...)): not yet begun
         if n == 0:
             steps.append({"kind": "start", "actor": actor, "start_ps": 0, "end_ps": t})
             break
-        i = own[n - 1]
+        i = int(own[n - 1])
     steps.reverse()
     return steps
 

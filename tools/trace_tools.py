@@ -13,6 +13,7 @@ Exit status: 0 ok / identical / replay matches, 1 differs / diverges / tool erro
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from emulator.trace import KIND_CODES, read_trace
@@ -26,9 +27,11 @@ def add_parser(sub) -> None:
     t.set_defaults(func=main)
     ts = t.add_subparsers(dest="trace_cmd", required=True)
 
-    p = ts.add_parser("perfetto", help="export Chrome/Perfetto trace-event JSON (open in ui.perfetto.dev)")
+    p = ts.add_parser("perfetto", help="export for ui.perfetto.dev: Perfetto protobuf (default) or trace-event JSON")
     p.add_argument("trace")
-    p.add_argument("-o", "--out", help="output JSON (default: TRACE with .json)")
+    p.add_argument("-o", "--out", help="output file (default: TRACE with .pftrace, or .json with --format json)")
+    p.add_argument("--format", choices=["proto", "json"], default=None,
+                   help="proto: native Perfetto protobuf, names interned (default; .json outputs default to json)")
     p.add_argument("--actors", action="append", default=[], metavar="GLOB",
                    help="keep only actors matching GLOB (repeatable); messages need both ends kept")
     p.add_argument("--kinds", action="append", default=[], metavar="KIND[,KIND]",
@@ -96,25 +99,36 @@ def cmd_perfetto(args) -> int:
         raise _Usage(f"--end ({args.end}) must be after --start ({args.start})")
     if args.max_mb <= 0:
         raise _Usage("--max-mb must be positive")
-    trace = _read(args.trace)
-    out = args.out or (args.trace[:-len(".emutrace")] if args.trace.endswith(".emutrace") else args.trace) + ".json"
+    from emulator.trace import TraceStream
+
+    try:
+        trace = TraceStream(args.trace, payloads=False)     # streamed: flat memory whatever the trace's size
+    except IsADirectoryError:
+        raise ValueError(f"{args.trace}: is a directory, not a trace file") from None
+    fmt = args.format or ("json" if args.out and args.out.endswith(".json") else "proto")
+    stem = args.trace[:-len(".emutrace")] if args.trace.endswith(".emutrace") else args.trace
+    out = args.out or stem + (".json" if fmt == "json" else ".pftrace")
     try:
         stats = export_perfetto(trace, out, actors=args.actors or None, kinds=kinds or None, start=start, end=end,
-                                max_mb=args.max_mb, trim=args.trim)
+                                max_mb=args.max_mb, trim=args.trim, fmt=fmt)
     except PerfettoTooLarge as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"wrote {out}: {stats.events} trace events, {stats.bytes / 1e6:.2f} MB")
+    print(f"wrote {out} ({'Perfetto protobuf' if fmt == 'proto' else 'trace-event JSON'}): "
+          f"{stats.events} trace events, {stats.bytes / 1e6:.2f} MB")
     if stats.trimmed:
-        print(f"warning: trimmed at the {args.max_mb:g} MB cap: only the first events are in the file; "
-              "later events were left out", file=sys.stderr)
+        print(f"warning: {stats.cut_note(args.max_mb)}", file=sys.stderr)
     return 0
 
 
 def cmd_summary(args) -> int:
     from tools.trace_summary import format_summary, summarise
 
-    s = summarise(_read(args.trace), top=args.top)
+    from tools.trace_compact import compact
+
+    if os.path.isdir(args.trace):
+        raise ValueError(f"{args.trace}: is a directory, not a trace file")
+    s = summarise(compact(args.trace), top=args.top)      # streamed into columns: bounded memory
     if args.json:
         print(json.dumps(s, indent=1))
     else:
