@@ -64,12 +64,12 @@ def test_shared_layers_issue_no_kv_gemvs_and_read_their_producer():
         assert src == kv_source(c, layer)
         assert (src == layer) == (layer < first)
     # the attention of a shared layer streams its producer's ring region
-    addrs = {v for k, v in comp.kv_addr.items()}
-    assert len(addrs) == first * c["num_kv_heads"] * 2
+    assert {layer for layer, _h in comp.kvl.k} == set(range(first)) == {layer for layer, _h, _b in comp.kvl.v}
+    assert len(set(comp.kvl.k.values())) == first * c["num_kv_heads"]
 
 
 def test_l2_overflow_names_the_tensor():
-    with pytest.raises(CompileError, match="'exp'.*CVO addresses"):
+    with pytest.raises(CompileError, match="'scores'.*CVO addresses"):
         _compile("tiny", kv={"max_tokens": 40000})
     with pytest.raises(CompileError, match=r"tensor '[^']+' \(\d+ elements, \d+ words\) does not fit"):
         _compile("tiny", vocab=1_000_000)

@@ -121,16 +121,20 @@ def test_sfu_fifo_rule2_cvo_takes_gemv_results_without_a_poll(runs, run_with_con
     """Rule 2 (documented profile: ``cvo.gemv_fifo_words`` 1024; 0 = off): the scheduler tags a CVO reading
     the last GEMV's output, the SFU waits for that result on the direct FIFO, and the V GEMV waits for the
     EXPs writing its operand (reverse direction), so the program drops its DONE polls between the score
-    GEMV and the EXP, the softmax and the V GEMV, and the V GEMV and the SCALE: 3 polls fewer per head
-    and layer, every EXP streams its scores from the FIFO, and the token ends earlier than without it."""
+    GEMV and the EXP, the softmax and the V GEMV, and the V GEMV and the SCALE: 3 polls fewer per attention
+    pass (a KV head's query heads on the lanes: one pass per KV head and layer here), every EXP streams its
+    scores and every SCALE its [sum, context] from the FIFO, and the token ends earlier than without it."""
     (on, _, ctx), _ = runs
     plain, system0, _ = _run(run_with_context, tmp_path, overrides=", cvo: {gemv_fifo_words: 0}")
     assert plain["status"] == "finished"
-    c = ctx.compiler.c
+    comp = ctx.compiler
+    c = comp.c
     heads = c["num_layers"] * c["num_heads"]
-    assert on["sfu_fifo_hits"] == heads
+    passes = c["num_layers"] * c["num_kv_heads"] * -(-(c["num_heads"] // c["num_kv_heads"]) // comp.pass_heads)
+    assert comp.pass_heads == 2 and passes == 4
+    assert on["sfu_fifo_hits"] == {"EXP": heads, "SCALE": heads}
     assert "fifo_hits" not in system0.reports.get("pccx/cvo", {})
-    assert plain["polls_per_token"] - on["polls_per_token"] == 3 * heads
+    assert plain["polls_per_token"] - on["polls_per_token"] == 3 * passes
     assert on["end_time_ps"] < plain["end_time_ps"]
 
 

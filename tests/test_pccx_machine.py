@@ -715,10 +715,21 @@ def test_gemv_weight_routing_errors_are_clear():
 
 
 def test_a_halted_driver_makes_the_run_an_error(emu):
-    p = emu("run", ROOT / "scenarios" / "pccx" / "program.yaml", "--no-bundle", "--quiet",
+    # one GEMV: its lost DataMover command leaves it waiting for weights no later stream reveals
+    p = emu("run", ROOT / "scenarios" / "pccx" / "program.yaml", "--no-bundle", "--quiet", "--set", "workload.params.gemvs=1",
             "--set", "faults=[{kind: drop, link: '*hp2*', count: 1}]", "--set", "machine.overrides.driver.wait_timeout=50us")
     assert p.returncode == 1 and "pccx-program: error" in p.stdout
     assert "pccx/driver halted" in p.stderr and "timeout" in p.stderr
+
+
+def test_a_lost_weight_stream_is_named_by_the_gemv_that_reads_the_next_one(emu):
+    """Three GEMVs, the first DataMover command on HP2 dropped: lane 0 of GEMV#6 (the first GEMV) finds the bursts
+    of the stream tagged for instruction #7 (the second GEMV) and says its own weights never came."""
+    p = emu("run", ROOT / "scenarios" / "pccx" / "program.yaml", "--no-bundle", "--quiet",
+            "--set", "faults=[{kind: drop, link: '*hp2*', count: 1}]", "--set", "machine.overrides.driver.wait_timeout=50us")
+    assert p.returncode == 1
+    assert "GEMV#6 reads weight stream 1, which the driver streamed for the later instruction #7" in p.stderr
+    assert "GEMV#6's own weights never reached the FIFO" in p.stderr
 
 
 def test_program_check_handles_results_that_do_not_fill_whole_words(emu):

@@ -58,7 +58,7 @@ class HostMath:
         self.ple_table = self.matrix("ple_table", c["ple_vocab"], NL * P)
         T = c["kv"]["max_tokens"]
         self.kv_k = {}    # (layer, kv head) -> (int4 [T, hd], scale bits [T])
-        self.kv_v = {}    # (layer, kv head) -> int4 [hd, T]  (V transposed)
+        self.kv_v = {}    # (layer, kv head) -> int4 [1 + hd, T]  (the sum row, then V transposed)
         self.pos = 0
         self.kv_log: list[tuple] = []    # (position, layer, kv head, K int4, K scale bits, V int4) per write
         self.tokens: list[int] = []
@@ -134,25 +134,27 @@ class HostMath:
                 vq = np.clip(np.round(rms_norm(v[h], None, eps) / np.float32(V_SCALE)), -8, 7).astype(np.int8)
                 K, S = self.kv_k.setdefault((i, h), (np.zeros((T, hd), np.int8), np.zeros(T, np.uint16)))
                 K[slot], S[slot] = kq, ks
-                Vt = self.kv_v.setdefault((i, h), np.zeros((hd, T), np.int8))
-                Vt[:, slot] = vq
+                Vt = self.kv_v.setdefault((i, h), np.zeros((hd + 1, T), np.int8))
+                Vt[0, slot] = 1          # the softmax-sum row (compiler docstring)
+                Vt[1:, slot] = vq
                 self.kv_written.append((i, h))
                 self.kv_log.append((self.pos, i, h, kq.copy(), int(ks), vq.copy()))
         return [qr]
 
-    def kv_writes(self, base_k: dict, base_v: dict, slot: int) -> list:
-        """DDR writes of the entries :meth:`qkv` just made: the K row + its scale, the V^T rows' bytes."""
-        c = self.c
-        hd, T = c["head_dim"], c["kv"]["max_tokens"]
+    def kv_writes(self, kvl, slot: int) -> list:
+        """DDR writes of the entries :meth:`qkv` just made (the ring's layout: ``kvl``, a KvLayout): the K row's
+        beats + its scale, the byte of every V^T row that holds the slot (with its pair slot)."""
         out = []
         for (i, h) in self.kv_written:
             K, S = self.kv_k[(i, h)]
-            out.append((base_k[(i, h)] + slot * hd // 2, pack_int4(K[slot][None, :])))
-            out.append((base_k[(i, h)] + T * hd // 2 + 2 * slot, np.frombuffer(S[slot:slot + 1].tobytes(), np.uint8)))
+            beats, saddr = kvl.k_cells(i, h, slot)
+            row = np.zeros(32 * len(beats), np.int8)
+            row[:K.shape[1]] = K[slot]
+            out += [(a, pack_int4(row[32 * c:32 * c + 32][None, :])) for c, a in enumerate(beats)]
+            out.append((saddr, np.frombuffer(S[slot:slot + 1].tobytes(), np.uint8)))
             Vt = self.kv_v[(i, h)]
             b = slot // 2
-            for r in range(hd):
-                out.append((base_v[(i, h)] + r * T // 2 + b, pack_int4(Vt[r, 2 * b:2 * b + 2][None, :])))
+            out += [(a, pack_int4(Vt[ch, 2 * b:2 * b + 2][None, :])) for a, ch in kvl.v_cells(i, h, slot)]
         return out
 
     def merge(self, i: int, outs):
