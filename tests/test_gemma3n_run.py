@@ -159,3 +159,61 @@ def test_sfu_fifo_keeps_the_data_exact(run_with_context, tmp_path):
         assert res["status"] == "finished", res.get("error")
         logits.append(np.stack(ctx.compiler.hm.logits))
     assert np.array_equal(logits[0], logits[1])
+
+
+def test_sfu_fifo_serves_every_head_of_tiny(run_with_context, tmp_path):
+    """tiny (4 query heads per KV head on the lanes), one token: the scheduler claims the scores GEMV and the
+    V GEMV of every pass before either retires; the GEMV unit keeps both claims in order, so every EXP and
+    every SCALE reads the FIFO (7 layers x 4 heads each)."""
+    f = tmp_path / "t.yaml"
+    f.write_text("name: t\nseed: 1\nmode: timing\nmachine: {profile: pccx-v002-documented}\n"
+                 "workload: {kind: gemma3n, params: {model: tiny, tokens: 1, context: 8}}\n")
+    res, _, ctx = run_with_context(load_scenario(str(f), registry, []))
+    assert res["status"] == "finished"
+    heads = 7 * 4
+    assert res["sfu_fifo_hits"] == {"EXP": heads, "SCALE": heads}
+    assert res["sfu_fifo_entries"] == 2 * heads        # one piece per head of each scores and V GEMV
+
+
+def test_report_separates_weight_and_kv_bytes_and_names_the_binding_bound(runs):
+    """The HP bytes split into weights and KV; the KV bytes into the read-once figure, scales, the sum row,
+    padding and re-reads (none with the heads on the lanes); the bounds use weights + KV read once; the seed's
+    budget rows carry what its own numbers imply (two 128-bit HP ports at 250 MHz: 8 GB/s)."""
+    (on, _, ctx), _ = runs
+    comp, b = ctx.compiler, on["bounds"]
+    assert b["hp_bytes_per_token"] == b["weight_bytes_per_token"] + b["kv_bytes_per_token"]
+    over = b["kv_overhead_bytes_per_token"]
+    assert over["reread"] == 0 and b["kv_bytes_per_token"] == b["kv_read_once_bytes_per_token"] + sum(over.values())
+    assert b["bound_bytes_per_token"] == (comp.weight_min + comp.kv_once + comp.kv_scale_once)
+    assert b["binding"] == "weight_stream" and b["tok_s_bound"] == b["tok_s_bound_weight_stream"]
+    assert on["budget"][0]["bound"] == b["tok_s_bound"] and on["budget"][0]["binding"] == "weight_stream"
+    rows = {r["row"]: r for r in on["seed_budget"]}
+    assert rows["weight stream (GB/s)"]["seed_implies"] == 8.0
+    assert rows["KV read at 4 slots (GB/s)"]["seed_implies"] == round(20 * 512 * 0.5 * 2 * 4 / 0.05 / 1e9, 3)
+    assert rows["weight buffer holds one GEMV's weights (bytes)"]["seed_implies"] == max(
+        m.nbytes for m in comp.mats.values())
+    assert sum(on["hp_idle_per_stage_us"].values()) > 0 and on["l2_words_used"] == comp.l2.used_words()
+
+
+def test_rtl_dropped_gemv_is_named_by_the_gemv_that_reads_its_weights(run_with_context, tmp_path):
+    """As built (errors: rtl), a GEMV word with a reserved opcode is dropped by the decoder while its weights
+    are streamed: the next GEMV's lane finds them and the error names the dropped instruction, which the
+    report lists with its place and word."""
+    from actors.pccx.gemma3n.compiler import Compiler
+    from actors.pccx.gemma3n.config import load_config
+    from actors.pccx.profile import load_profile
+
+    comp = Compiler(load_config("micro", {"hidden": 128, "ffn": 1024}), load_profile("pccx-v002-rtl"))
+    for _ in range(3):
+        comp.ring.append()
+    comp.setup()
+    comp.token(3)
+    seq = comp.stream_seq[5]          # the 6th GEMV of token 3
+    res, _, _ = _run(run_with_context, tmp_path, sets=["machine.profile=pccx-v002-rtl"],
+                     params=f", corrupt_enabled: true, corrupt: {{seq: {seq}, kind: opcode}}")
+    assert res["status"] == "error"
+    assert f"which the driver streamed for instruction #{seq}: instruction #{seq} never reached the GEMV unit" \
+        in res["error"] and "wrong byte count" not in res["error"]
+    d = res["dropped_instructions"]
+    assert [x["instruction"] for x in d] == [seq] and "reserved opcode 0xF" in d[0]["text"]
+    assert d[0]["where"].startswith("token 3 layer")

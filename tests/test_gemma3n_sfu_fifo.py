@@ -154,3 +154,45 @@ def test_reverse_direction_gemv_waits_for_the_cvo_writing_its_activation(run_wit
     assert np.array_equal(on, ref)
     assert system.reports["pccx/gemv"]["cvo_wait_ps"] > 0
     assert not np.array_equal(stale, ref)
+
+
+EARLY = """\
+data x len=512
+weights wa n=512 k=512 scale=1 seed=2
+out e bytes=1024
+MEMSET dest_cache=0 dest_addr=0 a_value=512 b_value=1 c_value=1
+MEMSET dest_cache=1 dest_addr=1 a_value=512 b_value=1 c_value=1
+MEMSET dest_cache=0 dest_addr=2 a_value=512 b_value=1 c_value=1
+MEMCPY from_device=1 to_device=0 dest_addr=0 src_addr=0 aux_addr=@x shape_ptr_addr=0 async=0
+stream gemv wa
+GEMV dest_reg=64 src_addr=0 findemax=1 accm=0 w_scale=1 size_ptr_addr=1 shape_ptr_addr=0
+{poll}
+CVO cvo_func=EXP src_addr=512 dst_addr=1536 length=512 sub_emax=1 recip_scale=0 accm=0 async=1
+wait done
+MEMCPY from_device=0 to_device=1 dest_addr=0 src_addr=192 aux_addr=@e shape_ptr_addr=2 async=0
+wait results
+"""
+
+
+def test_the_sfu_starts_on_the_fifo_while_the_gemv_writes_back(run_with_context, tmp_path):
+    """A 512-row GEMV result (64 L2 words) read by an EXP with no poll in between: the entry enters the FIFO as
+    the write-back starts, so the EXP starts before the GEMV retires, at most the 64-cycle write-back earlier
+    (it reads one word per clock, the write-back writes one), and its values are those of a polled run."""
+    def run(words: int, poll: bool):
+        src = tmp_path / f"e{words}{poll}.pasm"
+        src.write_text(EARLY.format(poll="wait gemv" if poll else ""))
+        f = tmp_path / f"e{words}{poll}.yaml"
+        f.write_text(f"name: e\nseed: 3\nmode: data\nmachine: {{profile: pccx-v002-documented, overrides: "
+                     f"{{cvo: {{gemv_fifo_words: {words}}}}}}}\nworkload: {{kind: asm, params: {{source: {src}}}}}\n")
+        res, system, outs = run_with_context(load_scenario(str(f), registry, []))
+        assert res["status"] == "finished", res.get("error")
+        a, n = outs["e"]
+        return system, from_bf16(system.actors["pccx/ddr"].mem[a:a + n].view(np.uint16))
+
+    system, on = run(1024, False)
+    tc = 2500   # 400 MHz
+    gemv_end = _gemv_ends(system)[0]
+    exp_start = _cvo_starts(system)[0]
+    assert system.reports["pccx/cvo"]["fifo_hits"] == 1
+    assert gemv_end - 64 * tc <= exp_start < gemv_end
+    assert np.array_equal(on, run(0, True)[1])

@@ -60,7 +60,8 @@ class HostMath:
         self.kv_k = {}    # (layer, kv head) -> (int4 [T, hd], scale bits [T])
         self.kv_v = {}    # (layer, kv head) -> int4 [1 + hd, T]  (the sum row, then V transposed)
         self.pos = 0
-        self.kv_log: list[tuple] = []    # (position, layer, kv head, K int4, K scale bits, V int4) per write
+        self.kv_log: list[tuple] = []    # per write: (position, layer, kv head, K int4, K scale bits, V int4,
+                                         #             K and V before quantisation, float32)
         self.tokens: list[int] = []
         self.logits: list[np.ndarray] = []
         self.x0 = self.pli = None
@@ -131,14 +132,15 @@ class HostMath:
                 kr = self._rope(rms_norm(k[h], self.gamma["k"][i], eps), theta)
                 ks = to_bf16(np.float32(max(np.abs(kr).max(), 1e-6) / 7.0))
                 kq = np.clip(np.round(kr / from_bf16(ks)), -8, 7).astype(np.int8)
-                vq = np.clip(np.round(rms_norm(v[h], None, eps) / np.float32(V_SCALE)), -8, 7).astype(np.int8)
+                vn = rms_norm(v[h], None, eps)
+                vq = np.clip(np.round(vn / np.float32(V_SCALE)), -8, 7).astype(np.int8)
                 K, S = self.kv_k.setdefault((i, h), (np.zeros((T, hd), np.int8), np.zeros(T, np.uint16)))
                 K[slot], S[slot] = kq, ks
                 Vt = self.kv_v.setdefault((i, h), np.zeros((hd + 1, T), np.int8))
                 Vt[0, slot] = 1          # the softmax-sum row (compiler docstring)
                 Vt[1:, slot] = vq
                 self.kv_written.append((i, h))
-                self.kv_log.append((self.pos, i, h, kq.copy(), int(ks), vq.copy()))
+                self.kv_log.append((self.pos, i, h, kq.copy(), int(ks), vq.copy(), kr.copy(), vn.copy()))
         return [qr]
 
     def kv_writes(self, kvl, slot: int) -> list:
