@@ -133,20 +133,27 @@ wait results
 """
 
 
+def _asm_run(run_with_context, tmp_path, program: str, out: str, words: int, poll: str | None):
+    """Run ``program`` (``{poll}`` replaced by ``wait <poll>`` or nothing) in data mode with a FIFO of ``words``;
+    (system, the BF16 values of output ``out``)."""
+    name = f"{out}{words}{poll}"
+    src = tmp_path / f"{name}.pasm"
+    src.write_text(program.format(poll=f"wait {poll}" if poll else ""))
+    f = tmp_path / f"{name}.yaml"
+    f.write_text(f"name: r\nseed: 3\nmode: data\nmachine: {{profile: pccx-v002-documented, overrides: "
+                 f"{{cvo: {{gemv_fifo_words: {words}}}}}}}\nworkload: {{kind: asm, params: {{source: {src}}}}}\n")
+    res, system, outs = run_with_context(load_scenario(str(f), registry, []))
+    assert res["status"] == "finished", res.get("error")
+    a, n = outs[out]
+    return system, from_bf16(system.actors["pccx/ddr"].mem[a:a + n].view(np.uint16))
+
+
 def test_reverse_direction_gemv_waits_for_the_cvo_writing_its_activation(run_with_context, tmp_path):
     """A GEMV reading exp(x) that a busy SFU has not produced yet, with no DONE poll in between: with the
     FIFO's scoreboard the GEMV unit waits for that CVO (same values as with a poll); without it the GEMV
     reads the L2 words before the EXP wrote them (other values)."""
     def run(words: int, poll: bool):
-        src = tmp_path / f"r{words}{poll}.pasm"
-        src.write_text(REVERSE.format(poll="wait softmax" if poll else ""))
-        f = tmp_path / f"r{words}{poll}.yaml"
-        f.write_text(f"name: r\nseed: 3\nmode: data\nmachine: {{profile: pccx-v002-documented, overrides: "
-                     f"{{cvo: {{gemv_fifo_words: {words}}}}}}}\nworkload: {{kind: asm, params: {{source: {src}}}}}\n")
-        res, system, outs = run_with_context(load_scenario(str(f), registry, []))
-        assert res["status"] == "finished", res.get("error")
-        a, n = outs["y"]
-        return system, from_bf16(system.actors["pccx/ddr"].mem[a:a + n].view(np.uint16))
+        return _asm_run(run_with_context, tmp_path, REVERSE, "y", words, "softmax" if poll else None)
 
     ref = run(0, True)[1]
     system, on = run(1024, False)
@@ -179,15 +186,7 @@ def test_the_sfu_starts_on_the_fifo_while_the_gemv_writes_back(run_with_context,
     the write-back starts, so the EXP starts before the GEMV retires, at most the 64-cycle write-back earlier
     (it reads one word per clock, the write-back writes one), and its values are those of a polled run."""
     def run(words: int, poll: bool):
-        src = tmp_path / f"e{words}{poll}.pasm"
-        src.write_text(EARLY.format(poll="wait gemv" if poll else ""))
-        f = tmp_path / f"e{words}{poll}.yaml"
-        f.write_text(f"name: e\nseed: 3\nmode: data\nmachine: {{profile: pccx-v002-documented, overrides: "
-                     f"{{cvo: {{gemv_fifo_words: {words}}}}}}}\nworkload: {{kind: asm, params: {{source: {src}}}}}\n")
-        res, system, outs = run_with_context(load_scenario(str(f), registry, []))
-        assert res["status"] == "finished", res.get("error")
-        a, n = outs["e"]
-        return system, from_bf16(system.actors["pccx/ddr"].mem[a:a + n].view(np.uint16))
+        return _asm_run(run_with_context, tmp_path, EARLY, "e", words, "gemv" if poll else None)
 
     system, on = run(1024, False)
     tc = 2500   # 400 MHz
