@@ -156,10 +156,10 @@ def test_e4b_streams_each_kv_head_once_and_only_the_attended_slots(context):
     once = 35 * 2 * 2 * L * 256 // 2
     overhead = 35 * 2 * (2 * L + 2 * 257) + 35 * 2 * L // 2      # scales (K per slot, V^T per row) + sum row
     doc, _ = _e4b("pccx-v002-documented", context)
-    assert doc.pass_heads == 4 and doc.kv_once == once and doc.kv_pad_bytes == 0
     assert doc.kv_bytes == once + overhead
+    assert doc.kv_once == once and doc.kv_pad_bytes == 0 and doc.pass_heads == 4
     rtl, _ = _e4b("pccx-v002-rtl", context)
-    assert rtl.pass_heads == 1 and rtl.kv_once == once and rtl.kv_bytes == 4 * (once + overhead)
+    assert rtl.kv_bytes == 4 * (once + overhead) and rtl.kv_once == once and rtl.pass_heads == 1
 
 
 def _attention_pieces(comp, steps, layer: int) -> list[tuple[int, int]]:

@@ -195,3 +195,41 @@ def test_the_sfu_starts_on_the_fifo_while_the_gemv_writes_back(run_with_context,
     assert system.reports["pccx/cvo"]["fifo_hits"] == 1
     assert gemv_end - 64 * tc <= exp_start < gemv_end
     assert np.array_equal(on, run(0, True)[1])
+
+
+LATE = """\
+data x len=512
+weights wa n=64 k=512 scale=1 seed=2
+weights wb n=64 k=512 scale=1 seed=3
+out ea bytes=128
+MEMSET dest_cache=0 dest_addr=0 a_value=512 b_value=1 c_value=1
+MEMSET dest_cache=1 dest_addr=1 a_value=64 b_value=512 c_value=1
+MEMSET dest_cache=0 dest_addr=2 a_value=64 b_value=1 c_value=1
+MEMCPY from_device=1 to_device=0 dest_addr=0 src_addr=0 aux_addr=@x shape_ptr_addr=0 async=0
+GEMV dest_reg=64 src_addr=0 findemax=0 accm=0 w_scale=1 size_ptr_addr=1 shape_ptr_addr=0
+CVO cvo_func=EXP src_addr=512 dst_addr=1024 length=64 sub_emax=0 recip_scale=0 accm=0 async=1
+GEMV dest_reg=80 src_addr=0 findemax=0 accm=0 w_scale=1 size_ptr_addr=1 shape_ptr_addr=0
+CVO cvo_func=EXP src_addr=640 dst_addr=1152 length=64 sub_emax=0 recip_scale=0 accm=0 async=1
+sleep 5us
+stream gemv wa
+stream gemv wb
+wait sfu
+MEMCPY from_device=0 to_device=1 dest_addr=0 src_addr=128 aux_addr=@ea shape_ptr_addr=2 async=0
+wait results
+"""
+
+
+# the same computation with the streams first and a DONE poll before the EXPs (no FIFO needed)
+LATE_POLLED = "\n".join(LATE.splitlines()[:8] + ["stream gemv wa", "stream gemv wb"]
+                         + [ln for ln in LATE.splitlines() if ln.startswith("GEMV")] + ["wait gemv"]
+                         + [ln for ln in LATE.splitlines() if ln.startswith("CVO")] + LATE.splitlines()[-3:]) + "\n"
+
+
+def test_every_pending_claim_keeps_its_fifo_slot(run_with_context, tmp_path):
+    """Both GEMVs and both EXPs are issued while GEMV a still waits for its weights, so the claims of a and of b
+    are both pending when a's result is ready: the GEMV unit keeps them in order and both results enter the
+    FIFO (both EXPs hit), the values those of a program that streams first and polls before the EXPs."""
+    system, on = _asm_run(run_with_context, tmp_path, LATE, "ea", 16, None)
+    assert system.reports["pccx/cvo"]["fifo_hits"] == 2
+    assert system.reports["pccx/gemv"]["sfu_fifo_entries"] == 2
+    assert np.array_equal(on, _asm_run(run_with_context, tmp_path, LATE_POLLED, "ea", 0, None)[1])
