@@ -10,7 +10,8 @@ Parameters (seeded): every GEMV matrix is INT4 with one BF16 scale per row
 (scale ~ 1 / (4.6 sqrt(K)) so rows have unit gain), norm weights ~ 1 + 0.1 N(0,1),
 the tied embedding is the LM head.  KV cache: K rows INT4 with a per-token
 BF16 scale ``max|k| / 7``; V INT4 with a static per-channel scale
-``V_SCALE`` (V is RMS-normalised, so |v| <~ 4 at 7 steps of 0.57).
+``V_SCALE`` (V is RMS-normalised, so |v| <~ 4 at 7 steps of 0.57), stored
+transposed below a row of ones (the softmax sum, compiler docstring).
 """
 from __future__ import annotations
 

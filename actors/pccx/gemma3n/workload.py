@@ -14,8 +14,12 @@ the prompt runs token by token through the decode path, then greedy decoding;
 ``check`` returns the token ids; the logits stay on the context's HostMath for tests.
 
 ``check`` returns the budget report: tok/s, per-layer and per-stage time,
-utilisations, bandwidths beside the seed §6 budget and the independent bounds,
-and the rule-1 prefetch overlap.
+utilisations, the HP bytes split into weights and KV (and the KV bytes into the
+read-once figure and its overheads), bandwidths beside the seed §6 budget, the
+bounds from weights + KV read once and the one that binds, the seed's budget
+row by row (actors/pccx/gemma3n/budget.py), the GEMV ports' idle time per stage,
+the rule 1-3 overlap figures, and on the rtl profile the instructions the
+machine dropped.
 """
 from __future__ import annotations
 
