@@ -64,6 +64,7 @@ def seed_budget(comp, profile: dict, b: dict, tok_s: float, tok_ps: float, ntok:
     kv_formula = 20 * 512 * kvb * 2 * L / 0.05
     hp_raw = 2 * profile["hp"]["beat_bytes"] * 1e12 / taxi
     biggest = max(comp.mats.values(), key=lambda m: m.nbytes)
+    ffn = comp.mats.get("L0.gate", biggest)   # the seed's example: one FFN GEMV
     tables = {k: comp.ddr.regions[k][1] for k in ("embed_table", "ple_table")}
     tables["lm_head"] = sum(m.nbytes for n, m in comp.mats.items() if n.startswith("lm_head."))
     l2_bytes = profile["l2"]["words"] * 16
@@ -86,7 +87,8 @@ def seed_budget(comp, profile: dict, b: dict, tok_s: float, tok_ps: float, ntok:
          "emulated": r(b["weight_bytes_per_token"] * per_s / GB),
          "note": f"20 tok/s needs {r(20 * b['weight_min_bytes_per_token'] / GB)} GB/s of weights alone"},
         {"row": "weight buffer holds one GEMV's weights (bytes)", "seed": profile["hp"]["fifo_words"] * 16,
-         "seed_implies": biggest.nbytes, "implies_what": f"bytes of the largest GEMV ({biggest.name})",
+         "seed_implies": ffn.nbytes, "implies_what": f"bytes of one FFN GEMV ({ffn.name}; the largest: "
+                                                     f"{biggest.name}, {biggest.nbytes})",
          "emulated": profile["hp"]["fifo_words"] * 16, "note": "a FIFO per HP port; rule 1 overlaps at most that"},
         {"row": "W_embed, PLE table, LM head resident in L2 (bytes)", "seed": l2_bytes,
          "seed_implies": sum(tables.values()), "implies_what": " + ".join(f"{k} {v}" for k, v in tables.items()),
