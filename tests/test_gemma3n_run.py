@@ -216,3 +216,15 @@ def test_rtl_dropped_gemv_is_named_by_the_gemv_that_reads_its_weights(run_with_c
     d = res["dropped_instructions"]
     assert [x["instruction"] for x in d] == [seq] and "reserved opcode 0xF" in d[0]["text"]
     assert d[0]["where"].startswith("token 3 layer")
+
+
+def test_a_kv_stream_of_many_datamover_commands_does_not_stall_the_driver(run_with_context, tmp_path):
+    """FP16 K rows of 128 elements are 16 slices: 16 DataMover commands per K stream, each larger than a 1 KB
+    weight FIFO.  The driver may queue only dm_cmd_depth + 1 of them before the GEMV's push (it would block on
+    a full command FIFO while the port waits for a GEMV not yet pushed: a deadlock); the rest follow the push,
+    and the token finishes, on both profiles."""
+    for prof in ("pccx-v002-documented", "pccx-v002-rtl"):
+        res, _, _ = _run(run_with_context, tmp_path, overrides=", hp: {fifo_words: 64}", context=60,
+                         sets=[f"machine.profile={prof}", "workload.params.model_set.head_dim=128",
+                               "workload.params.model_set.kv={dtype: fp16, max_tokens: 64}"])
+        assert res["status"] == "finished", (prof, res["status"], res.get("error"))

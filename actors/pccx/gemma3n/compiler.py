@@ -465,16 +465,31 @@ class Compiler:
         kslot = self._slot(0, K)
         nslot = self._slot(1, (N, stride) if heads else N)
         tag = len(self.where)                    # this GEMV's instruction number: the DataMover commands' TAG
-        hp = [("hp", port, sid, addr, nb, dest, tag) for dest, port, addr, nb in blocks]
+        early, late = self._dm_split([("hp", port, sid, addr, nb, dest, tag) for dest, port, addr, nb in blocks])
         if self.prefetch:
-            self.steps.append(("_hp", hp))     # placed by _place_prefetch (rule 1)
+            self.steps.append(("_hp", early))   # placed by _place_prefetch (rule 1)
         else:
             self.wait("no_prefetch")
-            self.steps.extend(hp)
+            self.steps.extend(early)
         self.stream_seq.append(tag)
         self._push("GEMV", dest_reg=dst, src_addr=src, findemax=findemax, accm=accm, w_scale=1,
                    size_ptr_addr=nslot, shape_ptr_addr=kslot,
                    parallel_lane=(isa.HEAD_AXIS | heads) if heads else self.parallel_lane)
+        self.steps.extend(late)
+
+    def _dm_split(self, hp: list) -> tuple[list, list]:
+        """A stream's DataMover commands before its GEMV's push and after it.  A port takes ``hp.dm_cmd_depth``
+        commands into its FIFO and one more into its fetcher; the driver blocks on the next one until the port
+        has room, and a port whose weight FIFO is full waits for the GEMV.  So at most depth + 1 commands per
+        port may precede the push: the rest (a K stream of FP16 entries: 32 slices of up to 128 KB each) go
+        right after it, or the driver would wait for a GEMV it has not pushed."""
+        room = self.profile["hp"]["dm_cmd_depth"] + 1
+        seen: Counter = Counter()
+        early, late = [], []
+        for st in hp:
+            seen[st[1]] += 1
+            (early if seen[st[1]] <= room else late).append(st)
+        return early, late
 
     def cvo(self, func: str, src: int, dst: int, length: int, *, sub_emax: int = 0, recip_scale: int = 0,
             sync: int = 0, scalar_nonzero: bool = False) -> None:
@@ -524,7 +539,8 @@ class Compiler:
     @staticmethod
     def _place_prefetch(steps: list) -> list:
         """Rule 1: each GEMV's stream (``_hp`` marker, emitted just before its push) moves up to right after
-        the previous GEMV's push, never above a ``_barrier`` (a host write of data it streams)."""
+        the previous GEMV's push (and the commands of its stream that follow the push, :meth:`_dm_split`),
+        never above a ``_barrier`` (a host write of data it streams)."""
         out: list = []
         anchor = 0
         for st in steps:
@@ -538,8 +554,8 @@ class Compiler:
                 anchor = len(out)
             else:
                 out.append(st)
-                if st[0] == "push" and (st[1] >> 60) == isa.OPCODES["GEMV"]:
-                    anchor = len(out)
+                if (st[0] == "push" and (st[1] >> 60) == isa.OPCODES["GEMV"]) or (st[0] == "hp" and anchor == len(out) - 1):
+                    anchor = len(out)   # after a GEMV's push and the DataMover commands that follow it
         return out
 
     # -- the program -------------------------------------------------------------------------------------
