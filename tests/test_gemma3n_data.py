@@ -204,19 +204,19 @@ def test_logits_and_greedy_tokens_match_the_reference(emulated):
 
 
 def test_tiny_kv_entries_are_quantised_right(run_with_context, tmp_path):
-    """``tiny`` (GQA 4:1 on the lanes, 5 KV-owning layers), 3 steps: the quantiser is exact on the host's own
+    """``tiny`` (GQA 4:1 on the lanes, 5 KV-owning layers), 2 steps: the quantiser is exact on the host's own
     values, every stored entry is within the bound its value difference allows (module docstring; measured up
     to 1.22 steps where the values differ by ~10 %), and the logits stay within 3 % with the same greedy
     tokens."""
-    res, hm = _data_run(run_with_context, tmp_path / "t.yaml", "tiny", 3)
+    res, hm = _data_run(run_with_context, tmp_path / "t.yaml", "tiny", 2)
     _check_quantiser(hm)
     ref = Reference(hm.c, hm.W, hm.gamma, hm.kv_log)
-    for step in range(3):
+    for step in range(2):
         z = ref.step(PROMPT[step])
         got = hm.logits[step].astype(np.float64)
         assert np.abs(got - z).max() / np.abs(z).max() < 0.03
         assert int(np.argmax(got)) == int(np.argmax(z))
-    assert len(ref.kv_steps) == 3 * 5
+    assert len(ref.kv_steps) == 2 * 5 and max(ref.kv_steps) > 1.05   # position 1: the 1.22-step entry
     assert all(d <= b + 1e-9 for d, b in zip(ref.kv_steps, ref.kv_bound)), list(zip(ref.kv_steps, ref.kv_bound))
 
 
