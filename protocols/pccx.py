@@ -68,17 +68,23 @@ class Irq:
     text: str
 
 
-@message(tag=507, version=2)
+@message(tag=507, version=3)
 class DmCmd:
     """A DataMover command (HP or ACP page, reference §2.2): stream ``nbytes`` from DDR ``addr``.
 
     ``dest`` is the AXI-Stream TDEST the bursts carry: the GEMV lane they are for
-    (0 for the GEMM ports); a weight switch routes a shared FIFO's bursts by it.
+    (0 for the GEMM ports), or ``gemv.MULTICAST | lane mask`` for a head-parallel
+    GEMV (every lane of the mask takes every burst); a weight switch routes a
+    shared FIFO's bursts by it.  ``tag``: the instruction number (push order) of
+    the GEMV / GEMM the stream was issued for, -1 if unknown (the DataMover's
+    command TAG, reference §2.2, widened by the emulator so that a consumer
+    reading another instruction's weights can name it; no RTL unit checks it).
     """
     stream: int
     addr: int
     nbytes: int
     dest: int
+    tag: int
 
 
 @message(tag=508)
@@ -107,14 +113,16 @@ class Ack:
     req: int
 
 
-@message(tag=512, version=2)
+@message(tag=512, version=3)
 class WeightBurst:
-    """One burst of a weight stream in a weight FIFO (``beats`` x 128 bit); ``dest`` = the DataMover command's TDEST."""
+    """One burst of a weight stream in a weight FIFO (``beats`` x 128 bit); ``dest`` / ``tag`` = the DataMover
+    command's TDEST / TAG (:class:`DmCmd`)."""
     stream: int
     index: int
     beats: int
     data: object
     dest: int
+    tag: int
 
 
 @message(tag=513)
@@ -152,18 +160,23 @@ class AcpJob:
     words: int
 
 
-@message(tag=517)
+@message(tag=517, version=2)
 class EMax:
-    """The e_max a GEMV/GEMM with ``findemax`` hands to the CVO unit (as BF16 bits)."""
+    """The e_max a GEMV/GEMM with ``findemax`` hands to the CVO unit (as BF16 bits), with the L2 element range
+    ``[elem, elem + nelem)`` of the result it was found in (a head-parallel GEMV has one per lane)."""
     bits: int
+    elem: int
+    nelem: int
 
 
-@message(tag=518)
+@message(tag=518, version=2)
 class LaneJob:
     """GEMV front -> lane: compute output rows ``[row0, row0 + rows)`` of GEMV ``seq`` over K inputs.
 
-    ``x`` is the activation (BF16 bits in data mode) broadcast to the lane;
-    ``w_scale`` says whether the lane's weight stream ends with ``rows`` BF16 scales.
+    ``x`` is the lane's activation (BF16 bits in data mode: the broadcast vector, or the lane's own head in a
+    head-parallel GEMV); ``w_scale`` says whether the weight stream ends with ``rows`` BF16 scales;
+    ``quota`` = ``[[HP port, bytes], ...]``: what the lane takes from each weight input, in stream order
+    (one port for a row-parallel GEMV; the GEMV ports in a head-parallel one, actors/pccx/gemv.py).
     """
     seq: int
     row0: int
@@ -171,6 +184,7 @@ class LaneJob:
     K: int
     w_scale: bool
     x: object
+    quota: list
 
 
 @message(tag=519)
@@ -180,6 +194,21 @@ class LaneResult:
     lane: int
     stream: int
     y: object
+
+
+@message(tag=526)
+class FifoPiece:
+    """GEMV front -> SFU on the direct FIFO link: one piece (a lane's result in a head-parallel GEMV, else the
+    whole result) of GEMV ``seq``, ``nelem`` BF16 elements at L2 element ``elem``.
+
+    ``written`` False: a FIFO entry (``data`` = the elements), sent as the piece's L2 write-back starts;
+    ``written`` True: a notice that the piece is now in L2 (``data`` None).  ``last``: the GEMV's last piece."""
+    seq: int
+    elem: int
+    nelem: int
+    data: object
+    written: bool
+    last: bool
 
 
 @message(tag=524)

@@ -235,6 +235,18 @@ def assemble(text: str) -> list[int]:
     return words
 
 
+#: GEMV ``parallel_lane`` bit 4: head parallelism (pccx docs gemv_core.rst §4: the field "selects the number of
+#: active cores and the partition axis"; which bit is an ASSUMPTION); bits [3:0]: lanes used (1..lanes, else all)
+HEAD_AXIS = 0x10
+
+
+def gemv_mode(parallel_lane: int, lanes: int, head_parallel: bool) -> tuple[bool, int]:
+    """(head-parallel?, lanes used) of a GEMV's ``parallel_lane`` on a machine of ``lanes`` lanes that has
+    (``head_parallel``) or lacks the head axis (the RTL: bit 4 then means nothing)."""
+    n = parallel_lane & 0xF
+    return bool(head_parallel and parallel_lane & HEAD_AXIS), (n if 1 <= n <= lanes else lanes)
+
+
 def memcpy_route(from_device: int, to_device: int) -> int:
     """The RTL's MEMCPY translation (§1.4): (from=HOST, to=NPU) -> 0x01, every other combination -> 0x10."""
     return ROUTES["HOST_TO_L2"] if (from_device, to_device) == (1, 0) else ROUTES["L2_TO_HOST"]

@@ -64,12 +64,12 @@ def test_shared_layers_issue_no_kv_gemvs_and_read_their_producer():
         assert src == kv_source(c, layer)
         assert (src == layer) == (layer < first)
     # the attention of a shared layer streams its producer's ring region
-    addrs = {v for k, v in comp.kv_addr.items()}
-    assert len(addrs) == first * c["num_kv_heads"] * 2
+    assert {layer for layer, _h in comp.kvl.k} == set(range(first)) == {layer for layer, _h, _b in comp.kvl.v}
+    assert len(set(comp.kvl.k.values())) == first * c["num_kv_heads"]
 
 
 def test_l2_overflow_names_the_tensor():
-    with pytest.raises(CompileError, match="'exp'.*CVO addresses"):
+    with pytest.raises(CompileError, match="'scores'.*CVO addresses"):
         _compile("tiny", kv={"max_tokens": 40000})
     with pytest.raises(CompileError, match=r"tensor '[^']+' \(\d+ elements, \d+ words\) does not fit"):
         _compile("tiny", vocab=1_000_000)
@@ -136,3 +136,56 @@ def test_host_sampling_top_p_and_repetition_penalty():
     assert len(set(wide)) > 1 and wide == [HostMath(c, s, {"mode": "top_p", "top_p": 0.9,
                                                             "repetition_penalty": 1.0}).sample(z) for s in range(8)]
     assert HostMath(c, 1).sample(z) == 63                            # greedy by default
+
+
+def _e4b(profile: str, context: int, **over):
+    comp = Compiler(load_config("e4b", over or None), load_profile(profile))
+    for _ in range(context):
+        comp.ring.append()
+    steps = comp.setup() + comp.token(context)
+    return comp, steps
+
+
+@pytest.mark.parametrize("context", [1023, 8191])
+def test_e4b_streams_each_kv_head_once_and_only_the_attended_slots(context):
+    """E4B, one token at the end of the context: documented (head-parallel lanes), every layer's K and V are
+    streamed once per KV head and only the L valid slots, so the KV bytes are the read-once figure (35 layers
+    x 2 KV heads x (K, V) x L x 256 x 0.5 B) plus the K per-token and V^T per-row scales and the V^T sum row,
+    no re-read and no padding; as built (one fmap LUT, no head axis) each of the 4 query heads streams them."""
+    L = context + 1
+    once = 35 * 2 * 2 * L * 256 // 2
+    overhead = 35 * 2 * (2 * L + 2 * 257) + 35 * 2 * L // 2      # scales (K per slot, V^T per row) + sum row
+    doc, _ = _e4b("pccx-v002-documented", context)
+    assert doc.kv_bytes == once + overhead
+    assert doc.kv_once == once and doc.kv_pad_bytes == 0 and doc.pass_heads == 4
+    rtl, _ = _e4b("pccx-v002-rtl", context)
+    assert rtl.kv_bytes == 4 * (once + overhead) and rtl.kv_once == once and rtl.pass_heads == 1
+
+
+def _attention_pieces(comp, steps, layer: int) -> list[tuple[int, int]]:
+    """(DDR address, bytes) of the DataMover commands of layer ``layer``'s attention GEMVs, in order."""
+    sids = {sid for sid, (_t, lay, st) in enumerate(comp.stream_where) if lay == layer and st == "attention"}
+    return [(s[3], s[4]) for s in steps if s[0] == "hp" and s[2] in sids]
+
+
+def test_sliding_window_streams_the_newest_slots():
+    """kv.sliding_window at 8K: a local layer attends (and streams) slots 7680-8191, the newest 512; its first
+    K piece starts at slot 7680 of slice 0 and its V^T piece at slice 240 (slot 7680 / 32); global layers
+    still stream the whole ring."""
+    comp, steps = _e4b("pccx-v002-documented", 8191, kv={"sliding_window": True})
+    att = comp.attended_ranges()
+    assert att == {"local": {"ranges": [[7680, 8192]], "slots": 512}, "full": {"ranges": [[0, 8192]], "slots": 8192}}
+    assert comp.kv_once == (7 * 8192 + 28 * 512) * 2 * 2 * 128
+    pieces = _attention_pieces(comp, steps, 0)
+    kv = comp.kvl
+    assert pieces[0] == (kv.k[(0, 0)] + 7680 * 16, 512 * 16)
+    vbase = kv.v[(0, 0, 0)] + 240 * 257 * 16
+    assert [p for p in pieces if kv.v[(0, 0, 0)] <= p[0] < kv.v[(0, 0, 0)] + kv.vc * 257 * 16][0][0] == vbase
+
+
+def test_sliding_window_after_the_ring_wrapped_zeroes_the_slots_it_does_not_write():
+    """tiny (ring of 32, sinks 4, window 16), position 33: the window's slots are 4-5 and 18-31 (the newest 16
+    positions); the V^T slices hold other slots too, so the EXP output goes to the zeroed exp_window."""
+    comp, steps = _compile("tiny", tokens=4, context=30, kv={"sliding_window": True})
+    assert comp.attended_ranges()["local"] == {"ranges": [[4, 6], [18, 32]], "slots": 16}
+    assert sum(1 for s in steps if s[0] == "wait" and s[1].endswith("exp_window")) == 6 * 4   # local: 0-3, 5, 6

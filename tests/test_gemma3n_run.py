@@ -121,16 +121,20 @@ def test_sfu_fifo_rule2_cvo_takes_gemv_results_without_a_poll(runs, run_with_con
     """Rule 2 (documented profile: ``cvo.gemv_fifo_words`` 1024; 0 = off): the scheduler tags a CVO reading
     the last GEMV's output, the SFU waits for that result on the direct FIFO, and the V GEMV waits for the
     EXPs writing its operand (reverse direction), so the program drops its DONE polls between the score
-    GEMV and the EXP, the softmax and the V GEMV, and the V GEMV and the SCALE: 3 polls fewer per head
-    and layer, every EXP streams its scores from the FIFO, and the token ends earlier than without it."""
+    GEMV and the EXP, the softmax and the V GEMV, and the V GEMV and the SCALE: 3 polls fewer per attention
+    pass (a KV head's query heads on the lanes: one pass per KV head and layer here), every EXP streams its
+    scores and every SCALE its [sum, context] from the FIFO, and the token ends earlier than without it."""
     (on, _, ctx), _ = runs
     plain, system0, _ = _run(run_with_context, tmp_path, overrides=", cvo: {gemv_fifo_words: 0}")
     assert plain["status"] == "finished"
-    c = ctx.compiler.c
+    comp = ctx.compiler
+    c = comp.c
     heads = c["num_layers"] * c["num_heads"]
-    assert on["sfu_fifo_hits"] == heads
+    passes = c["num_layers"] * c["num_kv_heads"] * -(-(c["num_heads"] // c["num_kv_heads"]) // comp.pass_heads)
+    assert comp.pass_heads == 2 and passes == 4
+    assert on["sfu_fifo_hits"] == {"EXP": heads, "SCALE": heads}
     assert "fifo_hits" not in system0.reports.get("pccx/cvo", {})
-    assert plain["polls_per_token"] - on["polls_per_token"] == 3 * heads
+    assert plain["polls_per_token"] - on["polls_per_token"] == 3 * passes
     assert on["end_time_ps"] < plain["end_time_ps"]
 
 
@@ -155,3 +159,72 @@ def test_sfu_fifo_keeps_the_data_exact(run_with_context, tmp_path):
         assert res["status"] == "finished", res.get("error")
         logits.append(np.stack(ctx.compiler.hm.logits))
     assert np.array_equal(logits[0], logits[1])
+
+
+def test_sfu_fifo_serves_every_head_of_tiny(run_with_context, tmp_path):
+    """tiny (4 query heads per KV head on the lanes), one token: the scheduler claims the scores GEMV and the
+    V GEMV of every pass before either retires; the GEMV unit keeps both claims in order, so every EXP and
+    every SCALE reads the FIFO (7 layers x 4 heads each)."""
+    f = tmp_path / "t.yaml"
+    f.write_text("name: t\nseed: 1\nmode: timing\nmachine: {profile: pccx-v002-documented}\n"
+                 "workload: {kind: gemma3n, params: {model: tiny, tokens: 1, context: 8}}\n")
+    res, _, ctx = run_with_context(load_scenario(str(f), registry, []))
+    assert res["status"] == "finished"
+    heads = 7 * 4
+    assert res["sfu_fifo_hits"] == {"EXP": heads, "SCALE": heads}
+    assert res["sfu_fifo_entries"] == 2 * heads        # one piece per head of each scores and V GEMV
+
+
+def test_report_separates_weight_and_kv_bytes_and_names_the_binding_bound(runs):
+    """The HP bytes split into weights and KV; the KV bytes into the read-once figure, scales, the sum row,
+    padding and re-reads (none with the heads on the lanes); the bounds use weights + KV read once; the seed's
+    budget rows carry what its own numbers imply (two 128-bit HP ports at 250 MHz: 8 GB/s)."""
+    (on, _, ctx), _ = runs
+    comp, b = ctx.compiler, on["bounds"]
+    assert b["hp_bytes_per_token"] == b["weight_bytes_per_token"] + b["kv_bytes_per_token"]
+    over = b["kv_overhead_bytes_per_token"]
+    assert over["reread"] == 0 and b["kv_bytes_per_token"] == b["kv_read_once_bytes_per_token"] + sum(over.values())
+    assert b["bound_bytes_per_token"] == (comp.weight_min + comp.kv_once + comp.kv_scale_once)
+    assert b["binding"] == "weight_stream" and b["tok_s_bound"] == b["tok_s_bound_weight_stream"]
+    assert on["budget"][0]["bound"] == b["tok_s_bound"] and on["budget"][0]["binding"] == "weight_stream"
+    rows = {r["row"]: r for r in on["seed_budget"]}
+    assert rows["weight stream (GB/s)"]["seed_implies"] == 8.0
+    assert rows["KV read at 4 slots (GB/s)"]["seed_implies"] == round(20 * 512 * 0.5 * 2 * 4 / 0.05 / 1e9, 3)
+    assert rows["weight buffer holds one GEMV's weights (bytes)"]["seed_implies"] == comp.mats["L0.gate"].nbytes
+    assert sum(on["hp_idle_per_stage_us"].values()) > 0 and on["l2_words_used"] == comp.l2.used_words()
+
+
+def test_rtl_dropped_gemv_is_named_by_the_gemv_that_reads_its_weights(run_with_context, tmp_path):
+    """As built (errors: rtl), a GEMV word with a reserved opcode is dropped by the decoder while its weights
+    are streamed: the next GEMV's lane finds them and the error names the dropped instruction, which the
+    report lists with its place and word."""
+    from actors.pccx.gemma3n.compiler import Compiler
+    from actors.pccx.gemma3n.config import load_config
+    from actors.pccx.profile import load_profile
+
+    comp = Compiler(load_config("micro", {"hidden": 128, "ffn": 1024}), load_profile("pccx-v002-rtl"))
+    for _ in range(3):
+        comp.ring.append()
+    comp.setup()
+    comp.token(3)
+    seq = comp.stream_seq[5]          # the 6th GEMV of token 3
+    res, _, _ = _run(run_with_context, tmp_path, sets=["machine.profile=pccx-v002-rtl"],
+                     params=f", corrupt_enabled: true, corrupt: {{seq: {seq}, kind: opcode}}")
+    assert res["status"] == "error"
+    assert f"which the driver streamed for instruction #{seq}: instruction #{seq} never reached the GEMV unit" \
+        in res["error"] and "wrong byte count" not in res["error"]
+    d = res["dropped_instructions"]
+    assert [x["instruction"] for x in d] == [seq] and "reserved opcode 0xF" in d[0]["text"]
+    assert d[0]["where"].startswith("token 3 layer")
+
+
+def test_a_kv_stream_of_many_datamover_commands_does_not_stall_the_driver(run_with_context, tmp_path):
+    """FP16 K rows of 128 elements are 16 slices: 16 DataMover commands per K stream, each larger than a 1 KB
+    weight FIFO.  The driver may queue only dm_cmd_depth + 1 of them before the GEMV's push (it would block on
+    a full command FIFO while the port waits for a GEMV not yet pushed: a deadlock); the rest follow the push,
+    and the token finishes, on both profiles."""
+    for prof in ("pccx-v002-documented", "pccx-v002-rtl"):
+        res, _, _ = _run(run_with_context, tmp_path, overrides=", hp: {fifo_words: 64}", context=60,
+                         sets=[f"machine.profile={prof}", "workload.params.model_set.head_dim=128",
+                               "workload.params.model_set.kv={dtype: fp16, max_tokens: 64}"])
+        assert res["status"] == "finished", (prof, res["status"], res.get("error"))

@@ -133,20 +133,27 @@ wait results
 """
 
 
+def _asm_run(run_with_context, tmp_path, program: str, out: str, words: int, poll: str | None):
+    """Run ``program`` (``{poll}`` replaced by ``wait <poll>`` or nothing) in data mode with a FIFO of ``words``;
+    (system, the BF16 values of output ``out``)."""
+    name = f"{out}{words}{poll}"
+    src = tmp_path / f"{name}.pasm"
+    src.write_text(program.format(poll=f"wait {poll}" if poll else ""))
+    f = tmp_path / f"{name}.yaml"
+    f.write_text(f"name: r\nseed: 3\nmode: data\nmachine: {{profile: pccx-v002-documented, overrides: "
+                 f"{{cvo: {{gemv_fifo_words: {words}}}}}}}\nworkload: {{kind: asm, params: {{source: {src}}}}}\n")
+    res, system, outs = run_with_context(load_scenario(str(f), registry, []))
+    assert res["status"] == "finished", res.get("error")
+    a, n = outs[out]
+    return system, from_bf16(system.actors["pccx/ddr"].mem[a:a + n].view(np.uint16))
+
+
 def test_reverse_direction_gemv_waits_for_the_cvo_writing_its_activation(run_with_context, tmp_path):
     """A GEMV reading exp(x) that a busy SFU has not produced yet, with no DONE poll in between: with the
     FIFO's scoreboard the GEMV unit waits for that CVO (same values as with a poll); without it the GEMV
     reads the L2 words before the EXP wrote them (other values)."""
     def run(words: int, poll: bool):
-        src = tmp_path / f"r{words}{poll}.pasm"
-        src.write_text(REVERSE.format(poll="wait softmax" if poll else ""))
-        f = tmp_path / f"r{words}{poll}.yaml"
-        f.write_text(f"name: r\nseed: 3\nmode: data\nmachine: {{profile: pccx-v002-documented, overrides: "
-                     f"{{cvo: {{gemv_fifo_words: {words}}}}}}}\nworkload: {{kind: asm, params: {{source: {src}}}}}\n")
-        res, system, outs = run_with_context(load_scenario(str(f), registry, []))
-        assert res["status"] == "finished", res.get("error")
-        a, n = outs["y"]
-        return system, from_bf16(system.actors["pccx/ddr"].mem[a:a + n].view(np.uint16))
+        return _asm_run(run_with_context, tmp_path, REVERSE, "y", words, "softmax" if poll else None)
 
     ref = run(0, True)[1]
     system, on = run(1024, False)
@@ -154,3 +161,75 @@ def test_reverse_direction_gemv_waits_for_the_cvo_writing_its_activation(run_wit
     assert np.array_equal(on, ref)
     assert system.reports["pccx/gemv"]["cvo_wait_ps"] > 0
     assert not np.array_equal(stale, ref)
+
+
+EARLY = """\
+data x len=512
+weights wa n=512 k=512 scale=1 seed=2
+out e bytes=1024
+MEMSET dest_cache=0 dest_addr=0 a_value=512 b_value=1 c_value=1
+MEMSET dest_cache=1 dest_addr=1 a_value=512 b_value=1 c_value=1
+MEMSET dest_cache=0 dest_addr=2 a_value=512 b_value=1 c_value=1
+MEMCPY from_device=1 to_device=0 dest_addr=0 src_addr=0 aux_addr=@x shape_ptr_addr=0 async=0
+stream gemv wa
+GEMV dest_reg=64 src_addr=0 findemax=1 accm=0 w_scale=1 size_ptr_addr=1 shape_ptr_addr=0
+{poll}
+CVO cvo_func=EXP src_addr=512 dst_addr=1536 length=512 sub_emax=1 recip_scale=0 accm=0 async=1
+wait done
+MEMCPY from_device=0 to_device=1 dest_addr=0 src_addr=192 aux_addr=@e shape_ptr_addr=2 async=0
+wait results
+"""
+
+
+def test_the_sfu_starts_on_the_fifo_while_the_gemv_writes_back(run_with_context, tmp_path):
+    """A 512-row GEMV result (64 L2 words) read by an EXP with no poll in between: the entry enters the FIFO as
+    the write-back starts, so the EXP starts before the GEMV retires, at most the 64-cycle write-back earlier
+    (it reads one word per clock, the write-back writes one), and its values are those of a polled run."""
+    def run(words: int, poll: bool):
+        return _asm_run(run_with_context, tmp_path, EARLY, "e", words, "gemv" if poll else None)
+
+    system, on = run(1024, False)
+    tc = 2500   # 400 MHz
+    gemv_end = _gemv_ends(system)[0]
+    exp_start = _cvo_starts(system)[0]
+    assert system.reports["pccx/cvo"]["fifo_hits"] == 1
+    assert gemv_end - 64 * tc <= exp_start < gemv_end
+    assert np.array_equal(on, run(0, True)[1])
+
+
+LATE = """\
+data x len=512
+weights wa n=64 k=512 scale=1 seed=2
+weights wb n=64 k=512 scale=1 seed=3
+out ea bytes=128
+MEMSET dest_cache=0 dest_addr=0 a_value=512 b_value=1 c_value=1
+MEMSET dest_cache=1 dest_addr=1 a_value=64 b_value=512 c_value=1
+MEMSET dest_cache=0 dest_addr=2 a_value=64 b_value=1 c_value=1
+MEMCPY from_device=1 to_device=0 dest_addr=0 src_addr=0 aux_addr=@x shape_ptr_addr=0 async=0
+GEMV dest_reg=64 src_addr=0 findemax=0 accm=0 w_scale=1 size_ptr_addr=1 shape_ptr_addr=0
+CVO cvo_func=EXP src_addr=512 dst_addr=1024 length=64 sub_emax=0 recip_scale=0 accm=0 async=1
+GEMV dest_reg=80 src_addr=0 findemax=0 accm=0 w_scale=1 size_ptr_addr=1 shape_ptr_addr=0
+CVO cvo_func=EXP src_addr=640 dst_addr=1152 length=64 sub_emax=0 recip_scale=0 accm=0 async=1
+sleep 5us
+stream gemv wa
+stream gemv wb
+wait sfu
+MEMCPY from_device=0 to_device=1 dest_addr=0 src_addr=128 aux_addr=@ea shape_ptr_addr=2 async=0
+wait results
+"""
+
+
+# the same computation with the streams first and a DONE poll before the EXPs (no FIFO needed)
+LATE_POLLED = "\n".join(LATE.splitlines()[:8] + ["stream gemv wa", "stream gemv wb"]
+                         + [ln for ln in LATE.splitlines() if ln.startswith("GEMV")] + ["wait gemv"]
+                         + [ln for ln in LATE.splitlines() if ln.startswith("CVO")] + LATE.splitlines()[-3:]) + "\n"
+
+
+def test_every_pending_claim_keeps_its_fifo_slot(run_with_context, tmp_path):
+    """Both GEMVs and both EXPs are issued while GEMV a still waits for its weights, so the claims of a and of b
+    are both pending when a's result is ready: the GEMV unit keeps them in order and both results enter the
+    FIFO (both EXPs hit), the values those of a program that streams first and polls before the EXPs."""
+    system, on = _asm_run(run_with_context, tmp_path, LATE, "ea", 16, None)
+    assert system.reports["pccx/cvo"]["fifo_hits"] == 2
+    assert system.reports["pccx/gemv"]["sfu_fifo_entries"] == 2
+    assert np.array_equal(on, _asm_run(run_with_context, tmp_path, LATE_POLLED, "ea", 0, None)[1])

@@ -432,6 +432,8 @@ BAD = {
     "l2_range": (lambda: isa.encode("GEMV", dest_reg=114688), 3),
     "l2_extent": (lambda: isa.encode("MEMCPY", from_device=1, dest_addr=114687, shape_ptr_addr=0), 3),
     "cvo_length": (lambda: isa.encode("CVO", length=2049), 4),
+    # a 17-bit field, but the CVO stream bridge keeps 16 bits of an element address (reference §1.6)
+    "cvo_address": (lambda: isa.encode("CVO", src_addr=70000, length=8), 3),
 }
 
 
@@ -715,10 +717,21 @@ def test_gemv_weight_routing_errors_are_clear():
 
 
 def test_a_halted_driver_makes_the_run_an_error(emu):
-    p = emu("run", ROOT / "scenarios" / "pccx" / "program.yaml", "--no-bundle", "--quiet",
+    # one GEMV: its lost DataMover command leaves it waiting for weights no later stream reveals
+    p = emu("run", ROOT / "scenarios" / "pccx" / "program.yaml", "--no-bundle", "--quiet", "--set", "workload.params.gemvs=1",
             "--set", "faults=[{kind: drop, link: '*hp2*', count: 1}]", "--set", "machine.overrides.driver.wait_timeout=50us")
     assert p.returncode == 1 and "pccx-program: error" in p.stdout
     assert "pccx/driver halted" in p.stderr and "timeout" in p.stderr
+
+
+def test_a_lost_weight_stream_is_named_by_the_gemv_that_reads_the_next_one(emu):
+    """Three GEMVs, the first DataMover command on HP2 dropped: lane 0 of GEMV#6 (the first GEMV) finds the bursts
+    of the stream tagged for instruction #7 (the second GEMV) and says its own weights never came."""
+    p = emu("run", ROOT / "scenarios" / "pccx" / "program.yaml", "--no-bundle", "--quiet",
+            "--set", "faults=[{kind: drop, link: '*hp2*', count: 1}]", "--set", "machine.overrides.driver.wait_timeout=50us")
+    assert p.returncode == 1
+    assert "GEMV#6 reads weight stream 1, which the driver streamed for the later instruction #7" in p.stderr
+    assert "GEMV#6's own weights never reached the FIFO" in p.stderr
 
 
 def test_program_check_handles_results_that_do_not_fill_whole_words(emu):
@@ -727,3 +740,39 @@ def test_program_check_handles_results_that_do_not_fill_whole_words(emu):
             "--set", "workload.params.N=37", check=0)
     import json as _json
     assert _json.loads(p.stdout)["max_abs_err"] == 0
+
+
+@pytest.mark.parametrize("mode", ["timing", "data"])
+def test_head_parallel_gemv_runs_each_lane_on_its_own_head(mode):
+    """Documented profile (gemv.head_parallel): parallel_lane = bit 4 | 4 gives lane i the activation at
+    src + i * ceil(K/8) words and its result at dest + i * S (S = max(ceil(N/8), weight-shape Z) = 16 words);
+    the one weight stream, dealt over HP2/HP3 (first half on HP2), reaches every lane (multicast); each lane's
+    result has its own e_max (an EXP with sub_emax on head 2 gives exp(0) = 1 at head 2's maximum)."""
+    prof = load_profile("pccx-v002-documented")
+    K, N, G, Z = 512, 64, 4, 16
+    rng = np.random.default_rng(11)
+    x = bf(rng.normal(size=G * K))
+    W = rng.integers(-8, 8, (N, K))
+    sc = bf(rng.uniform(0.002, 0.02, N))
+    b = ProgramBuilder(prof)
+    load_vector(b, x, 0)
+    b.push("MEMSET", dest_cache=0, dest_addr=1, a_value=K, b_value=1, c_value=1)
+    b.push("MEMSET", dest_cache=1, dest_addr=1, a_value=N, b_value=1, c_value=Z)
+    b.stream_gemv(W, sc, isa.HEAD_AXIS | G)
+    b.push("GEMV", dest_reg=300, src_addr=0, w_scale=1, findemax=1, size_ptr_addr=1, shape_ptr_addr=1,
+           parallel_lane=isa.HEAD_AXIS | G)
+    b.wait("gemv")
+    b.push("CVO", cvo_func=isa.CVO_FUNCS["EXP"], src_addr=(300 + 2 * Z) * 8, dst_addr=4000 * 8, length=N, sub_emax=1,
+           **{"async": 0})
+    b.wait("exp")
+    s = run(b, prof, mode)
+    hp = {p: sum(e - t for t, e, _st in s.actors[f"pccx/hp{p}"].spans) for p in (2, 3)}
+    assert hp[2] == hp[3] > 0                                   # the stream split in halves over the two ports
+    assert [r["text"] for r in records(s, "GEMV")] == ["lane0:w0 lane1:w0 lane2:w0 lane3:w0"]
+    if mode == "data":
+        for i in range(G):
+            want = bf(gemv_ref(W, x[i * K:(i + 1) * K], sc))
+            assert np.array_equal(l2(s, (300 + i * Z) * 8, N), want), i
+        y2 = f(l2(s, (300 + 2 * Z) * 8, N))
+        e = f(l2(s, 4000 * 8, N))
+        assert e[int(np.argmax(y2))] == 1.0 and e.max() == 1.0

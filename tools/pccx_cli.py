@@ -64,6 +64,7 @@ def cmd_compile(args) -> int:
 
     from actors.pccx.gemma3n.compiler import STAGES, CompileError, Compiler
     from actors.pccx.gemma3n.config import load_config
+    from actors.pccx.gemv import MULTICAST
     from actors.pccx.profile import load_profile
     from emulator.errors import EmulatorError
 
@@ -88,7 +89,10 @@ def cmd_compile(args) -> int:
             lines.append(f"{isa.disasm_word(st[1])}   # t{tok} L{layer} {stage}")
             seq += 1
         elif st[0] == "hp":
-            lines.append(f"# stream port={st[1]} id={st[2]} ddr=0x{st[3]:X} bytes={st[4]} lane={st[5]}")
+            dest = st[5] if len(st) > 5 else 0
+            to = f"lanes=0x{dest & 0xF:X}" if dest & MULTICAST else f"lane={dest}"
+            lines.append(f"# stream port={st[1]} id={st[2]} ddr=0x{st[3]:X} bytes={st[4]} {to}"
+                         + (f" for=#{st[6]}" if len(st) > 6 and st[6] >= 0 else ""))
         elif st[0] == "wait":
             lines.append(f"wait {st[1]}")
         elif st[0] == "host":
@@ -111,8 +115,10 @@ def cmd_compile(args) -> int:
         if per[stage]:
             ops = [comp.counts.get((stage, op), 0) for op in ("GEMV", "GEMM", "MEMCPY", "MEMSET", "CVO")]
             print(f"{stage:16s} {per[stage]:7d} " + " ".join(f"{n:5d}" for n in ops))
-    print(f"{'total':16s} {sum(per.values()):7d}   weight bytes/token {comp.weight_bytes_per_token() // args.tokens}"
-          f"  L2 words used {comp.l2.used_words()} of {comp.l2.words}  host DDR {comp.ddr.top} bytes")
+    hp, kv = comp.weight_bytes_per_token() // args.tokens, comp.kv_bytes // args.tokens
+    print(f"{'total':16s} {sum(per.values()):7d}   HP bytes/token {hp} (weights {hp - kv}, KV {kv}; KV read once "
+          f"{comp.kv_once // args.tokens})  L2 words used {comp.l2.used_words()} of {comp.l2.words}  host DDR "
+          f"{comp.ddr.top} bytes")
     return 0
 
 

@@ -7,7 +7,8 @@ host driver that runs ``steps`` (see actors/pccx/driver.py)::
        |  <--axil-- axil_stat <-- status of every unit          \\--> cvo
        +--DataMover cmds--> hp0..hp3 --weight FIFOs(4096x128b)--> gemm (gemm.hp_ports: HP0, HP1)
                                                              \\--> gemv/lane0..3 (gemv.lane_ports; a port
-                                                                  feeding several lanes goes through gemv/wsw<p>)
+                                                                  feeding several lanes goes through gemv/wsw<p>;
+                                                                  gemv.head_parallel: every port reaches every lane)
     gemv (front) --job/result--> gemv/lane0..3
     ddr <-- hp0..3, acp        l2 <-- acp (port A); gemm > gemv > cvo (port B)
 
@@ -67,9 +68,12 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
         add(f"hp{p}", HpPort(f"pccx/hp{p}", **kw(HpPort)))
     add("acp", Acp("pccx/acp", **kw(Acp)))
     add("gemv", GemvFront("pccx/gemv", data_mode=data, **kw(GemvFront)))
+    # which lanes each GEMV port reaches: its own lanes; with head parallelism every wired lane (gemv.py)
+    wired = [i for i, p in enumerate(lane_ports) if p is not None]
+    fed = {p: (wired if g["head_parallel"] else [i for i, q in enumerate(lane_ports) if q == p]) for p in gemv_ports}
     for i, p in enumerate(lane_ports):
-        add(f"lane{i}", GemvLane(f"pccx/gemv/lane{i}", index=i, wired=p is not None, data_mode=data, **kw(GemvLane)))
-    fed = {p: [i for i, q in enumerate(lane_ports) if q == p] for p in gemv_ports}
+        inputs = [q for q in gemv_ports if i in fed[q]] if p is not None else []
+        add(f"lane{i}", GemvLane(f"pccx/gemv/lane{i}", index=i, inputs=inputs, data_mode=data, **kw(GemvLane)))
     for p, lanes in fed.items():
         if len(lanes) > 1:
             add(f"wsw{p}", WeightSwitch(f"pccx/gemv/wsw{p}", port=p, lanes=lanes))
@@ -119,11 +123,11 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
         c(a[f"hp{p}"].fifo, a["gemm"].w[i], capacity=fifo_bursts, name=f"wfifo{p}.gemm")
     for p, lanes in fed.items():
         if len(lanes) == 1:
-            c(a[f"hp{p}"].fifo, a[f"lane{lanes[0]}"].w, capacity=fifo_bursts, name=f"wfifo{p}.gemv.lane{lanes[0]}")
+            c(a[f"hp{p}"].fifo, a[f"lane{lanes[0]}"].w[p], capacity=fifo_bursts, name=f"wfifo{p}.gemv.lane{lanes[0]}")
         else:   # the switch's output links hold one burst each (an AXIS register slice, assumption)
             c(a[f"hp{p}"].fifo, a[f"wsw{p}"].inp, capacity=fifo_bursts, name=f"wfifo{p}.gemv.wsw{p}")
             for i in lanes:
-                c(a[f"wsw{p}"].out[i], a[f"lane{i}"].w, capacity=1, name=f"gemv.wsw{p}.lane{i}")
+                c(a[f"wsw{p}"].out[i], a[f"lane{i}"].w[p], capacity=1, name=f"gemv.wsw{p}.lane{i}")
     for i in range(g["lanes"]):
         c(a["gemv"].job[i], a[f"lane{i}"].job, capacity=1, name=f"gemv.job.lane{i}")
         c(a[f"lane{i}"].res, a["gemv"].res[i], capacity=1, name=f"gemv.res.lane{i}")

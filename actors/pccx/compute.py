@@ -40,16 +40,25 @@ the µop's arrival (weights already in the FIFO, ports idle)::
 
 Direct GEMV->SFU FIFO (profile ``cvo.gemv_fifo_words`` = depth D > 0; the pccx docs' Gemma 3N
 pipeline: "the SFU consumes GEMV output via a direct FIFO"; the RTL top has no such path, reference
-§3): a CVO the scheduler tagged ``fifo_seq`` (its source is the output of the last GEMV issued before
-it) waits for that GEMV's result on the FIFO instead of the program polling DONE, and streams it from
-there: the read phase costs ``words(src, L)`` cycles (1 word/clk, ASSUMPTION: the FIFO pops one
-128-bit word per clock, as the bridge's documented 1 elem/clk x 8) instead of ``words * Crd``.
-Only claimed results that fit enter the FIFO (GemvFront); every other GEMV sends a data-less notice,
-so a CVO whose GEMV's result is not in the FIFO (too deep, not covering its operand) reads L2 after
-the same wait.  Release (credit return to the GEMV unit): when the SFU starts a CVO tagged with a
-later GEMV, every older entry is released (ASSUMPTION: the scheduler tags in issue order, so no CVO
-after that one can read an older entry; several CVOs may read one entry, e.g. the EXP chunks of one
-score vector).  Entries are released before the CVO waits, so the FIFO cannot deadlock.
+§3): a CVO the scheduler tagged ``fifo_seq`` (its source reaches the output of the last GEMV issued
+before it) waits for that GEMV's result instead of the program polling DONE.  The GEMV sends each
+result piece (a lane's result in a head-parallel GEMV, else the whole result) as a FIFO entry when
+its L2 write-back starts (claimed results that fit) and a ``written`` notice when the piece is in L2
+(actors/pccx/gemv.py).  A tagged CVO with ``fifo_data`` whose operand lies inside one entry streams
+it from the FIFO as soon as the entry is there: the read phase costs ``words(src, L)`` cycles (1
+word/clk, ASSUMPTION: the FIFO pops one 128-bit word per clock, as the bridge's documented 1
+elem/clk x 8) instead of ``words * Crd``; any other tagged CVO (operand not in one entry, or partly
+rewritten by a CVO after the GEMV: ``fifo_data`` false) reads L2 once the pieces up to its operand's
+end are written.  Release (credit return to the GEMV unit): when the SFU starts a tagged CVO, every
+entry of an older GEMV and every entry of the same GEMV that ends at or before the operand's start is
+released (ASSUMPTION: a program reads a result's pieces in order, the scheduler tags in issue order,
+so no later CVO reads them; several CVOs may read one entry, e.g. the EXP chunks of one score
+vector); an entry that overlaps the operand without covering it is released too (no single entry can
+serve it).  Entries are released before the SFU waits, so the FIFO cannot deadlock.
+
+``e_max`` (``sub_emax``): each findemax result comes with its L2 range (:class:`EMax`); an EXP uses the
+newest one whose range holds its first source element, else the newest of all (the single register of
+the RTL, which takes it from the GEMM normaliser, reference §1.3).
 
 ``Crd`` = ``cvo.read_cycles_per_word`` (RTL bridge ≈17 per 8 elements; docs
 1 elem/clk = 8), ``Cwr`` = ``cvo.write_cycles_per_element`` (RTL 1, docs 0:
@@ -70,7 +79,7 @@ from emulator.actor import Actor
 from emulator.declare import In, Out, Param
 from protocols import pccx_isa as isa
 from protocols.codec import TensorDesc
-from protocols.pccx import EMax, FifoCredit, L2Read, L2Write, Status, Uop, WeightBurst
+from protocols.pccx import EMax, FifoCredit, FifoPiece, L2Read, L2Write, Status, Uop, WeightBurst
 
 __all__ = ["MatEngine", "Cvo", "mat_cycles", "mac_cycles", "cvo_cycles"]
 
@@ -104,7 +113,8 @@ async def read_operands(engine: Actor, f: dict, K: int, N: int):
     """The activation (K elements at ``src_addr``) and, with ``accm``, the old result (N at ``dest_reg``).
 
     Each is one L2 port-B read plus the L2 read latency (the ``ceil(K/8) + Lrd``
-    and ``accm * (ceil(N/8) + Lrd)`` terms of the module formula).  ``engine``
+    and ``accm * (ceil(N/8) + Lrd)`` terms of the module formula; a head-parallel
+    GEMV reads all its lanes' activations / old results in one span each).  ``engine``
     has ports ``l2_req``/``l2_resp`` and ``read_latency_ps`` (MatEngine, GemvFront).
     """
     async def read(elem: int, n: int):
@@ -173,6 +183,12 @@ class MatEngine(Actor):
             while got < total:
                 b = await self.w[self.next_port].recv()
                 self.next_port = (self.next_port + 1) % len(self.w)
+                if b.tag >= 0 and b.tag != u.seq:
+                    raise RuntimeError(f"{self.name}: {self.op}#{u.seq} reads weight stream {b.stream}, which the "
+                                       f"driver streamed for instruction #{b.tag} (" + (
+                                           f"instruction #{b.tag} never reached the {self.op} unit: dropped or "
+                                           f"rejected on its way, see the status block)" if b.tag < u.seq else
+                                           f"{self.op}#{u.seq}'s own weights never reached the FIFO)"))
                 if stream is None:
                     stream = b.stream
                     label = f"{self.op}#{u.seq} w{stream}"
@@ -198,7 +214,7 @@ class MatEngine(Actor):
             await self.l2_resp.recv()
             if f["findemax"]:
                 bits = int(to_bf16(from_bf16(out).max())) if self.data_mode else 0
-                await self.emax.send(EMax(bits))
+                await self.emax.send(EMax(bits, f["dest_reg"] * 8, N))
             await self.status.send(Status("retire", self.op, u.seq, 0, start, self.now, f"w{stream}"))
 
     @staticmethod
@@ -221,7 +237,7 @@ class Cvo(Actor):
              In("emax", EMax, doc="e_max from the GEMV / GEMM"),
              *L2_CLIENT_PORTS,
              Out("status", Status, doc="retirement / drop, to the scheduler"),
-             In("fifo", L2Write, doc="GEMV results on the direct FIFO (cvo.gemv_fifo_words > 0)"),
+             In("fifo", FifoPiece, doc="GEMV result pieces / written notices on the direct FIFO (cvo.gemv_fifo_words > 0)"),
              Out("credit", FifoCredit, doc="direct-FIFO words released, to the GEMV front (credit return)"),
              Out("retired", Status, doc="a copy of each retirement, to the GEMV front (reverse direction)"))
     PARAMS = (*declare("cycle_ps"),
@@ -238,14 +254,16 @@ class Cvo(Actor):
         self.cycle_ps = cycle_ps
         self.cfg = cfg
         self.data_mode = data_mode
-        self.emax_bits = 0
         self.fifo = self.in_port("fifo") if cfg.get("gemv_fifo_words") else None
         self.credit = self.out_port("credit") if cfg.get("gemv_fifo_words") else None
         self.retired = self.out_port("retired") if cfg.get("gemv_fifo_words") else None   # -> GEMV unit
-        self.fifo_entries: dict[int, L2Write] = {}   # GEMV seq -> its result held in the direct FIFO
-        self.fifo_seen = -1                     # newest GEMV seq the FIFO announced (entry or notice)
+        self.fifo_entries: dict[tuple[int, int], FifoPiece] = {}   # (GEMV seq, elem) -> entry held in the FIFO
+        self.written: dict[int, int] = {}       # GEMV seq -> end element of its last piece written to L2
+        self.done_seq = -1                      # newest GEMV seq whose last piece is written
         self.fifo_arrived = trio.Event()
         self.fifo_hits = 0
+        self.fifo_hits_by: dict[str, int] = {}
+        self.emax_log: list[tuple[int, int, int]] = []   # (elem, nelem, bits) of recent findemax results, newest last
 
     async def run(self) -> None:
         if self.fifo is None:
@@ -258,27 +276,51 @@ class Cvo(Actor):
     async def _drain(self) -> None:
         while True:
             m = await self.fifo.recv()
-            if m.nelem:
-                self.fifo_entries[m.req] = m
-            self.fifo_seen = max(self.fifo_seen, m.req)
+            if not m.written:
+                self.fifo_entries[(m.seq, m.elem)] = m
+            else:
+                self.written[m.seq] = m.elem + m.nelem
+                if m.last:
+                    self.done_seq = max(self.done_seq, m.seq)
+                    for k in [k for k in self.written if k < m.seq]:
+                        del self.written[k]
             self.fifo_arrived.set()
             self.fifo_arrived = trio.Event()
 
-    async def _from_fifo(self, seq: int, src: int, L: int):
-        """Release older entries, wait for GEMV ``seq``'s result; its elements [src, src+L) or None (read L2)."""
-        freed = sum(-(-self.fifo_entries.pop(k).nelem // 8) for k in [k for k in self.fifo_entries if k < seq])
+    async def _release(self, keep) -> None:
+        freed = 0
+        for k in [k for k, m in self.fifo_entries.items() if not keep(m)]:
+            freed += -(-self.fifo_entries.pop(k).nelem // 8)
         if freed:
             await self.credit.send(FifoCredit(freed))
-        while self.fifo_seen < seq:
+
+    async def _from_fifo(self, seq: int, src: int, L: int, use_data: bool, func: str):
+        """Rule 2 (module docstring): release passed entries, then wait for GEMV ``seq``'s result; its
+        elements [src, src+L) from the FIFO, or None once they are in L2 (read there)."""
+        await self._release(lambda m: m.seq > seq or (m.seq == seq and m.elem + m.nelem > src))
+        while True:
+            mine = [m for m in self.fifo_entries.values() if m.seq == seq]
+            hit = next((m for m in mine if m.elem <= src and src + L <= m.elem + m.nelem), None) if use_data else None
+            if hit is not None:
+                self.fifo_hits += 1
+                self.report("fifo_hits", self.fifo_hits)
+                self.fifo_hits_by[func] = self.fifo_hits_by.get(func, 0) + 1
+                self.report("fifo_hits_by_func", dict(self.fifo_hits_by))
+                if self.data_mode:
+                    return np.asarray(hit.data)[src - hit.elem:src - hit.elem + L]
+                return TensorDesc.of((L,), "u2")
+            if any(m.elem < src + L for m in mine):   # overlaps the operand without covering it: of no use
+                await self._release(lambda m: m.seq != seq or m.elem >= src + L)
+            if self.done_seq >= seq or self.written.get(seq, -1) >= src + L:
+                return None
             await self.fifo_arrived.wait()
-        m = self.fifo_entries.get(seq)
-        if m is None or not (m.elem <= src and src + L <= m.elem + m.nelem):
-            return None
-        self.fifo_hits += 1
-        self.report("fifo_hits", self.fifo_hits)
-        if self.data_mode:
-            return np.asarray(m.data)[src - m.elem:src - m.elem + L]
-        return TensorDesc.of((L,), "u2")
+
+    def _emax(self, src: int) -> int:
+        """e_max for an EXP reading from element ``src`` (module docstring)."""
+        for elem, n, bits in reversed(self.emax_log):
+            if elem <= src < elem + n:
+                return bits
+        return self.emax_log[-1][2] if self.emax_log else 0
 
     async def _serve(self) -> None:
         cfg = self.cfg
@@ -287,9 +329,11 @@ class Cvo(Actor):
             f = u.fields
             direct = None
             if "fifo_seq" in f:   # rule 2: the operand comes from the GEMV's result, no DONE poll before
-                direct = await self._from_fifo(f["fifo_seq"], f["src_addr"], f["length"])
+                direct = await self._from_fifo(f["fifo_seq"], f["src_addr"], f["length"], f["fifo_data"],
+                                               isa.CVO_NAMES.get(f["cvo_func"], "TANH"))
             while (e := self.emax_in.poll()) is not None:
-                self.emax_bits = e.bits
+                self.emax_log = self.emax_log[-15:] + [(e.elem, e.nelem, e.bits)]
+            emax_bits = self._emax(f["src_addr"]) if f["sub_emax"] else None
             start = self.now
             func = isa.CVO_NAMES.get(f["cvo_func"])
             if func is None and cfg["tanh"] and f["cvo_func"] == isa.CVO_EXT_FUNCS["TANH"]:
@@ -311,7 +355,7 @@ class Cvo(Actor):
                 c += L * cfg["reduce_cycles_per_element"]
             await self.busy(c * self.cycle_ps, f"CVO#{u.seq} {func}")
             if self.data_mode:
-                out = cvo_apply(func, data, emax_bits=self.emax_bits if f["sub_emax"] else None,
+                out = cvo_apply(func, data, emax_bits=emax_bits,
                                 recip_scale=bool(f["recip_scale"]), gelu_form=cfg["gelu_form"])
             else:
                 out = TensorDesc.of((out_n,), "u2")

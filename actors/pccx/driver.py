@@ -53,7 +53,7 @@ class DriverHalt(Exception):
 
 class HostDriver(Actor):
     """Runs ``steps`` (any iterable, e.g. a compiler generator): ``("open",)``, ``("kv_init", n)``,
-    ``("start",)``, ``("push", word)``, ``("kick",)``, ``("hp", port, stream, addr, nbytes[, dest])``,
+    ``("start",)``, ``("push", word)``, ``("kick",)``, ``("hp", port, stream, addr, nbytes[, dest[, tag]])``,
     ``("wait", label)``, ``("sleep", ps)``, ``("host", label, ps[, reads, fn])`` (host CPU work: busy ``ps``),
     ``("mark", name, value)`` (a trace mark, e.g. where a prefetch is issued).
 
@@ -126,11 +126,13 @@ class HostDriver(Actor):
     async def kick(self) -> None:
         await self.axil_w.send(AxiWrite(REG_KICK, isa.KICK_WORD))
 
-    async def stream_weights(self, port: int, stream: int, addr: int, nbytes: int, dest: int = 0) -> None:
+    async def stream_weights(self, port: int, stream: int, addr: int, nbytes: int, dest: int = 0,
+                             tag: int = -1) -> None:
         """Push a DataMover command to HP ``port``: stream ``nbytes`` at DDR ``addr`` into its weight FIFO,
-        tagged with TDEST ``dest`` (the GEMV lane the bursts are for; 0 for the GEMM ports)."""
+        with TDEST ``dest`` (the GEMV lane(s) the bursts are for; 0 for the GEMM ports) and TAG ``tag`` (the
+        instruction the stream is for, -1 unknown: protocols.pccx.DmCmd)."""
         self._check_irq()
-        await self.hp[port].send(DmCmd(stream, addr, nbytes, dest))
+        await self.hp[port].send(DmCmd(stream, addr, nbytes, dest, tag))
 
     async def read_status(self) -> int:
         await self.axil_r.send(AxiRead(REG_STATUS))

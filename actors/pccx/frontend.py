@@ -26,8 +26,9 @@ overwriting a µop.
 Errors (``errors`` profile switch, reference §1.7 / seed §5):
 
 * ``strict``: reserved opcode, non-zero reserved bits / undefined enumerated
-  value (decoder), L2 base address >= ``l2.words`` and CVO length > ``cvo.max_length``
-  (scheduler), L2 extent out of range (dispatcher) -> the instruction is not
+  value (decoder), L2 base address >= ``l2.words``, CVO length > ``cvo.max_length``
+  and a CVO element address beyond the 16 bits the stream bridge keeps (the fields
+  have 17; reference §1.6) (scheduler), L2 extent out of range (dispatcher) -> the instruction is not
   executed, the status block sets ERROR and raises the error interrupt;
 * ``rtl``: the same instructions are dropped silently (counted as dropped).
 
@@ -66,6 +67,7 @@ from protocols.pccx_isa import ERR_CVO_LENGTH, ERR_L2_RANGE
 from actors.pccx.profile import clocks, declare
 
 BUSY_BIT, DONE_BIT, ERROR_BIT = 1, 2, 4
+CVO_ELEM_MAX = 0xFFFF   # mem_CVO_stream_bridge.sv: CVO src/dst are 16-bit element addresses (reference §1.6)
 
 
 def status_fields(word: int) -> dict:
@@ -211,12 +213,16 @@ class GlobalScheduler(Actor):
 
     With ``gemv_fifo`` (profile ``cvo.gemv_fifo_words`` > 0, seed §3.2 rule 2: a direct GEMV->SFU FIFO)
     the scheduler keeps a one-entry scoreboard: the sequence number and destination word of the last
-    GEMV it issued (N is known only after the dispatcher's shape lookup).  A CVO whose source reaches
-    at or above that word is tagged ``fifo_seq``: the SFU waits for that GEMV's result on the FIFO and
-    takes its operand from it (or, if the result does not cover the operand, reads L2 after it), so the
-    program needs no DONE poll between them.  The first such CVO also sends the GEMV unit a claim
-    (``fifo_claim``): only a claimed result enters the FIFO (and takes credits there, see GemvFront).
-    Conservative: a CVO reading other data above that word waits for the GEMV too.  The pccx docs
+    GEMV it issued (N is known only after the dispatcher's shape lookup), and the element ranges the
+    CVOs issued since then write.  A CVO whose source reaches at or above that word is tagged
+    ``fifo_seq``: the SFU waits for that GEMV's result and, with ``fifo_data``, takes its operand from
+    the FIFO (or, if the result does not cover the operand, reads L2 once it is written), so the
+    program needs no DONE poll between them.  A source those later CVOs rewrote (an in-place EXP's
+    output) is not the GEMV's result: wholly rewritten, the CVO is not tagged (the SFU is in order, the
+    writer waited for the GEMV); partly, it is tagged without ``fifo_data`` (waits, reads L2).  The first
+    ``fifo_data`` CVO of a GEMV also sends the GEMV unit a claim (``fifo_claim``): only a claimed result
+    enters the FIFO (and takes credits there, see GemvFront).  Conservative: a CVO reading other data
+    above that word waits for the GEMV too.  The pccx docs
     describe the FIFO, the RTL top has no such path and no hazard tracking (reference §1.2, §3).
     Reverse direction (the docs' "SFU results go back to L2 while the next GEMV starts"): the
     scheduler also keeps the L2 word ranges the in-flight CVOs write (``[dst, dst + out)`` elements,
@@ -254,6 +260,7 @@ class GlobalScheduler(Actor):
         self.gemv_fifo = gemv_fifo
         self.last_gemv: tuple[int, int] | None = None   # (seq, dest word) of the last GEMV issued
         self.claimed = -1                                 # last GEMV whose result a CVO claimed
+        self.since_gemv: list[tuple[int, int]] = []       # element ranges CVOs issued after the last GEMV write
         self.cvo_writes: dict[int, tuple[int, int]] = {}  # in-flight CVO seq -> L2 words [lo, hi) it writes
         self.fifo_claim = self.out_port("fifo_claim") if gemv_fifo else None
 
@@ -270,6 +277,10 @@ class GlobalScheduler(Actor):
         elif u.op == "CVO":
             if f["length"] > self.cvo_max:
                 return ERR_CVO_LENGTH, f"CVO length={f['length']} > {self.cvo_max} elements"
+            for k in ("src_addr", "dst_addr"):   # 17-bit fields, but the stream bridge keeps 16 bits (ref §1.6)
+                if f[k] > CVO_ELEM_MAX:
+                    return ERR_L2_RANGE, (f"CVO {k}={f[k]} beyond the {CVO_ELEM_MAX + 1} elements a CVO can address "
+                                          f"(16-bit element addresses of the CVO stream bridge)")
         return None
 
     async def _forward(self, m) -> None:
@@ -277,11 +288,42 @@ class GlobalScheduler(Actor):
             self.cvo_writes.pop(m.seq, None)
         await self.status.send(m)
 
-    def _cvo_range(self, f: dict) -> tuple[int, int]:
-        """L2 words a CVO writes: ``out`` elements from ``dst_addr`` (1 REDUCE_SUM, L-1 SCALE, else L)."""
+    @staticmethod
+    def _cvo_out(f: dict) -> int:
+        """Elements a CVO writes from ``dst_addr``: 1 REDUCE_SUM, L-1 SCALE, else L."""
         name, L = isa.CVO_NAMES.get(f["cvo_func"]), f["length"]
-        out = 1 if name == "REDUCE_SUM" else max(L - 1, 0) if name == "SCALE" else L
-        return f["dst_addr"] // 8, -(-(f["dst_addr"] + out) // 8)
+        return 1 if name == "REDUCE_SUM" else max(L - 1, 0) if name == "SCALE" else L
+
+    def _cvo_range(self, f: dict) -> tuple[int, int]:
+        """L2 words a CVO writes."""
+        return f["dst_addr"] // 8, -(-(f["dst_addr"] + self._cvo_out(f)) // 8)
+
+    def _rewritten(self, lo: int, hi: int) -> int:
+        """Elements of ``[lo, hi)`` that CVOs issued since the last GEMV write."""
+        marks = sorted((max(a, lo), min(b, hi)) for a, b in self.since_gemv if a < hi and lo < b)
+        n, end = 0, lo
+        for a, b in marks:
+            a = max(a, end)
+            if b > a:
+                n += b - a
+                end = b
+        return n
+
+    async def _tag(self, u: Uop) -> Uop:
+        """A CVO reading the last GEMV's result: ``fifo_seq`` (+ ``fifo_data``), and the claim (class docstring)."""
+        f = u.fields
+        lo, hi = f["src_addr"], f["src_addr"] + f["length"]
+        if not self.last_gemv or hi <= 8 * self.last_gemv[1]:
+            return u
+        rewritten = self._rewritten(lo, hi)
+        if rewritten == hi - lo:
+            return u
+        g = self.last_gemv[0]
+        u = Uop(u.op, {**f, "fifo_seq": g, "fifo_data": rewritten == 0}, u.seq)
+        if rewritten == 0 and g != self.claimed:   # the GEMV unit puts only claimed results into the FIFO
+            self.claimed = g
+            await self.fifo_claim.send(FifoClaim(g))
+        return u
 
     async def run(self) -> None:
         while True:
@@ -300,18 +342,15 @@ class GlobalScheduler(Actor):
             if self.gemv_fifo:
                 if u.op == "GEMV":
                     self.last_gemv = (u.seq, u.fields["dest_reg"])
+                    self.since_gemv = []
                     if self.cvo_writes:   # reverse direction: the GEMV unit orders itself after them
                         u = Uop(u.op, {**u.fields, "after_cvo": [[k, lo, hi] for k, (lo, hi)
                                                                    in self.cvo_writes.items()]}, u.seq)
-                elif (u.op == "CVO" and self.last_gemv
-                      and u.fields["src_addr"] + u.fields["length"] > 8 * self.last_gemv[1]):
-                    g = self.last_gemv[0]
-                    u = Uop(u.op, {**u.fields, "fifo_seq": g}, u.seq)
-                    if g != self.claimed:   # the GEMV unit puts only claimed results into the FIFO
-                        self.claimed = g
-                        await self.fifo_claim.send(FifoClaim(g))
+                elif u.op == "CVO":
+                    u = await self._tag(u)
             if self.gemv_fifo and u.op == "CVO":
                 self.cvo_writes[u.seq] = self._cvo_range(u.fields)
+                self.since_gemv.append((u.fields["dst_addr"], u.fields["dst_addr"] + self._cvo_out(u.fields)))
             await (self.cvo if u.op == "CVO" else self.mem).send(u)
             if (u.op in ("MEMCPY", "CVO") and not u.fields["async"]) or (self.sync_gemx and u.op in ("GEMV", "GEMM")):
                 while True:   # synchronous op: wait for its retirement

@@ -18,7 +18,7 @@ Service times (every figure is a profile parameter; sources in the profile YAML)
   ``hp.burst_beats`` x 16 B with up to ``hp.outstanding`` reads in flight, and moves
   each burst into its weight FIFO in ``beats x Taxi`` (one 128-bit beat per AXI
   cycle, ``mem_HP_buffer.sv``), tagged with the command's TDEST (``dest``: the GEMV
-  lane the bursts are for).  The weight FIFO is the link to the consumer with
+  lane(s) the bursts are for) and TAG (the instruction the stream is for).  The weight FIFO is the link to the consumer with
   capacity ``hp.fifo_words / hp.burst_beats`` bursts (4096 x 128 bit = 64 KB), so a
   full FIFO blocks the port's transfer: back-pressure, not a script.
   **Chunks** (``hp.chunk_bursts`` = c, default 1): for speed a DDR read and a FIFO
@@ -44,7 +44,8 @@ Service times (every figure is a profile parameter; sources in the profile YAML)
   ``ceil(X*Y*Z / 8)`` words from the fmap RAM at ``shape_ptr_addr``; zero-length
   MEMCPYs are dropped (RTL).  Assumption: GEMV/GEMM take their output rows N
   from the weight-shape RAM X at ``size_ptr_addr`` (the RTL uses the raw 6-bit
-  field as a count and leaves that RAM unread, reference §1.6).
+  field as a count and leaves that RAM unread, reference §1.6); a head-parallel
+  GEMV its result stride ``max(ceil(N/8), Z)`` words from Z (actors/pccx/gemv.py).
 """
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ from emulator.actor import Actor
 from emulator.declare import In, Out, Param
 from emulator.units import transfer_ps
 from protocols import pccx_isa as isa
+from protocols.pccx_isa import gemv_mode
 from protocols.codec import TensorDesc
 from protocols.pccx import (Ack, AcpJob, DdrData, DdrRead, DdrWrite, DmCmd, L2Data, L2Read, L2Write, Status, Uop,
                             WeightBurst)
@@ -206,19 +208,19 @@ class HpPort(Actor):
             c = await self.cmd.recv()
             for i, off in enumerate(range(0, c.nbytes, self.burst_bytes)):
                 n = min(self.burst_bytes, c.nbytes - off)
-                await ahead.send((c.stream, i, n, c.dest))
+                await ahead.send((c.stream, i, n, c.dest, c.tag))
                 await self.ddr_req.send(DdrRead(req, c.addr + off, n, i == 0))
                 req += 1
 
     async def _move(self, behind) -> None:
         while True:
-            stream, index, n, dest = await behind.receive()
+            stream, index, n, dest, tag = await behind.receive()
             d = await self.ddr_resp.recv()
             beats = -(-n // self.beat_bytes)
             t = self.now
             await self.busy(beats * self.beat_ps, f"w{stream}")
             self.spans.append((t, self.now, stream))
-            await self.fifo.send(WeightBurst(stream, index, beats, d.data, dest))
+            await self.fifo.send(WeightBurst(stream, index, beats, d.data, dest, tag))
             self.bursts += 1
 
     async def run(self) -> None:
@@ -320,10 +322,12 @@ class MemDispatcher(Actor):
     PARAMS = (*declare("cycle_ps", "strict", "l2_words"),
               Param("len_lookup_cycles", "dispatcher.len_lookup_cycles", "cycles", "shape-RAM lookup pipeline"),
               Param("memset_cycles", "dispatcher.memset_cycles", "cycles", "one MEMSET"),
-              Param("gemm_rows", "gemm.rows", "count", "GEMM array rows"))
+              Param("gemm_rows", "gemm.rows", "count", "GEMM array rows"),
+              Param("gemv_lanes", "gemv.lanes", "count", "GEMV lanes (a head-parallel GEMV's extent)"),
+              Param("head_parallel", "gemv.head_parallel", "bool", "parallel_lane bit 4 selects head parallelism"))
 
     def __init__(self, name: str, *, cycle_ps: int, len_lookup_cycles: int, memset_cycles: int, strict: bool,
-                 l2_words: int, gemm_rows: int):
+                 l2_words: int, gemm_rows: int, gemv_lanes: int = 4, head_parallel: bool = False):
         super().__init__(name)
         self.inp = self.in_port("in", idle=True)
         self.acp = self.out_port("acp")
@@ -336,6 +340,8 @@ class MemDispatcher(Actor):
         self.strict = strict
         self.l2_words = l2_words
         self.gemm_rows = gemm_rows
+        self.gemv_lanes = gemv_lanes
+        self.head_parallel = head_parallel
         # two 64 x {X, Y, Z} shape RAMs (reference §1.6); index 0 = fmap_shape, 1 = weight_shape
         self.ram = [[[0, 0, 0] for _ in range(64)] for _ in range(2)]
 
@@ -381,13 +387,17 @@ class MemDispatcher(Actor):
                     continue
                 await self.acp.send(AcpJob(u.seq, start, route, l2_word, f["aux_addr"] * 16, words))
                 continue
-            # GEMV / GEMM: K from the fmap shape, N from the weight shape (GEMM: the array's 32 columns)
+            # GEMV / GEMM: K from the fmap shape, N from the weight shape (GEMM: the array's 32 columns); a
+            # head-parallel GEMV spans G activations and G results at a stride S (actors/pccx/gemv.py)
             k = self.fmap_len(f["shape_ptr_addr"])
-            n = self.ram[1][f["size_ptr_addr"]][0] if u.op == "GEMV" else self.gemm_rows
-            bad = (self._range(f"{u.op} src", f["src_addr"], -(-k // 8))
-                   or self._range(f"{u.op} dest", f["dest_reg"], -(-n // 8)))
+            n, _y, z = self.ram[1][f["size_ptr_addr"]] if u.op == "GEMV" else (self.gemm_rows, 1, 1)
+            head, used = gemv_mode(f["parallel_lane"], self.gemv_lanes, self.head_parallel)
+            g = used if head and u.op == "GEMV" else 1
+            stride = max(-(-n // 8), z)
+            bad = (self._range(f"{u.op} src", f["src_addr"], g * -(-k // 8))
+                   or self._range(f"{u.op} dest", f["dest_reg"], (g - 1) * stride + -(-n // 8)))
             if bad or k == 0 or n == 0:
                 await self._fail(u, bad or f"{u.op}: empty shape (K={k}, N={n})")
                 continue
-            out = dict(f, K=k, N=n)
+            out = dict(f, K=k, N=n, S=stride) if g > 1 else dict(f, K=k, N=n)
             await (self.gemv if u.op == "GEMV" else self.gemm).send(Uop(u.op, out, u.seq))

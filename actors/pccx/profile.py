@@ -47,7 +47,11 @@ PROFILE_SCHEMA = Map({
     "l2": Map({"words": Int(min=1, default=114688), "read_latency_cycles": Int(min=0, default=3)}),
     "gemv": Map({"lanes": Int(min=1, default=4), "macs_per_lane": Int(min=1), "pipeline_cycles": Int(min=0),
                  "lane_ports": List(OneOf(Int(min=0), _Null()), min_len=1,
-                                    doc="per lane: the HP port whose weight FIFO feeds it, or null (no weights)")}),
+                                    doc="per lane: the HP port whose weight FIFO feeds it, or null (no weights)"),
+                 "head_parallel": Bool(default=False, doc="parallel_lane bit 4 selects head parallelism: each lane on "
+                                       "its own activation (a query head), one weight stream multicast to the lanes "
+                                       "through a GEMV-port x lane interconnect (pccx docs gemv_core.rst §4; not in "
+                                       "the RTL, whose lanes share one fmap LUT)")}),
     "gemm": Map({"macs_per_cycle": Int(min=1), "fill_cycles": Int(min=0), "rows": Int(min=1, default=32),
                  "hp_ports": List(Int(min=0), min_len=1, default=[0, 1])}),
     "cvo": Map({"max_length": Int(min=1, default=2048), "read_cycles_per_word": Int(min=1),

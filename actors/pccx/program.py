@@ -23,10 +23,12 @@ mode) and returns the per-opcode latency table and the measured prefetch overlap
 """
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from actors.pccx.builder import build_machine
-from actors.pccx.gemv import lane_rows, lanes_used
+from actors.pccx.gemv import MULTICAST, gemv_mode, gemv_ports, lane_blob, lane_rows, lanes_used, port_split
 from actors.pccx.numerics import from_bf16, pack_int4, round_bf16, to_bf16
 from actors.pccx.report import latency_table
 from emulator import numerics
@@ -48,6 +50,8 @@ class ProgramBuilder:
         self.rr = {"gemm": 0}
         self.streams = 0
         self.burst = profile["hp"]["burst_beats"] * profile["hp"]["beat_bytes"]
+        self.pushes = 0                                  # instructions pushed so far (the AXI-Lite push order)
+        self.pending = {"GEMV": deque(), "GEMM": deque()}   # streams queued, not yet given their instruction
 
     def put(self, blob: bytes) -> int:
         """Place ``blob`` in host DDR (16-byte aligned); returns its address."""
@@ -63,11 +67,18 @@ class ProgramBuilder:
 
     def push(self, op: str, **fields) -> int:
         w = isa.encode(op, **fields)
-        self.steps.append(("push", w))
+        self.raw(w)
         return w
 
     def raw(self, word: int) -> None:
+        """Push ``word``; the k-th GEMV (GEMM) pushed is the instruction the k-th GEMV (GEMM) stream queued is
+        for: its DataMover commands get that instruction number as their TAG (protocols.pccx.DmCmd)."""
+        op = isa.MNEMONICS.get(word >> 60)
+        if op in self.pending and self.pending[op]:
+            for i in self.pending[op].popleft():
+                self.steps[i] = self.steps[i][:6] + (self.pushes,)
         self.steps.append(("push", word))
+        self.pushes += 1
 
     def wait(self, label: str) -> None:
         self.steps.append(("wait", label))
@@ -75,20 +86,35 @@ class ProgramBuilder:
     def stream_gemv(self, W: np.ndarray, scales_bf16: np.ndarray | None, parallel_lane: int) -> int:
         """Stream the GEMV weights ``W`` [N, K] (+ BF16 scales) for a GEMV using ``parallel_lane``.
 
-        Each lane in use gets its block of rows (actors/pccx/gemv.py ``lane_rows``)
-        as one DataMover command, TDEST = the lane, on the HP port ``gemv.lane_ports``
-        wires it to.  A lane without a port (RTL lanes C/D) gets nothing: the
-        hardware computes its rows on zero weights.  Returns the stream id.
+        Row-parallel: each lane in use gets its block of rows (actors/pccx/gemv.py
+        ``lane_rows``, chunk-major ``lane_blob``) as one DataMover command, TDEST =
+        the lane, on the HP port ``gemv.lane_ports`` wires it to; a lane without a
+        port (RTL lanes C/D) gets nothing: the hardware computes its rows on zero
+        weights.  Head-parallel (``gemv.head_parallel``, parallel_lane bit 4): the
+        whole matrix once, dealt over the GEMV ports (``port_split``), TDEST = the
+        multicast mask of the lanes in use.  Returns the stream id.
         """
         g = self.profile["gemv"]
         sid = self.streams
         self.streams += 1
-        for lane, (r0, n) in enumerate(lane_rows(W.shape[0], lanes_used(parallel_lane, g["lanes"]))):
+        cmds = []
+        head, used = gemv_mode(parallel_lane, g["lanes"], g["head_parallel"])
+        if head:
+            blob = lane_blob(W, scales_bf16)
+            addr, ports = self.put(blob), gemv_ports(g)
+            for port, n in zip(ports, port_split(len(blob), len(ports))):
+                if n:
+                    cmds.append(len(self.steps))
+                    self.steps.append(("hp", port, sid, addr, n, MULTICAST | ((1 << used) - 1), -1))
+                addr += n
+        for lane, (r0, n) in ([] if head else enumerate(lane_rows(W.shape[0], used))):
             port = g["lane_ports"][lane]
             if n == 0 or port is None:
                 continue
-            blob = weight_blob(W[r0:r0 + n], None if scales_bf16 is None else scales_bf16[r0:r0 + n])
-            self.steps.append(("hp", port, sid, self.put(blob), len(blob), lane))
+            blob = lane_blob(W[r0:r0 + n], None if scales_bf16 is None else scales_bf16[r0:r0 + n])
+            cmds.append(len(self.steps))
+            self.steps.append(("hp", port, sid, self.put(blob), len(blob), lane, -1))
+        self.pending["GEMV"].append(cmds)
         return sid
 
     def stream_weights(self, unit: str, blob: bytes) -> int:
@@ -104,15 +130,19 @@ class ProgramBuilder:
         self.rr[unit] = i % len(ports)
         sid = self.streams
         self.streams += 1
+        cmds = []
         for p in ports:
             if per_port[p]:
                 data = b"".join(per_port[p])
-                self.steps.append(("hp", p, sid, self.put(data), len(data)))
+                cmds.append(len(self.steps))
+                self.steps.append(("hp", p, sid, self.put(data), len(data), 0, -1))
+        self.pending["GEMM"].append(cmds)
         return sid
 
 
 def weight_blob(W: np.ndarray, scales_bf16: np.ndarray | None) -> bytes:
-    """Packed INT4 ``W`` followed by the BF16 scales (actors/pccx/numerics.py layout)."""
+    """Packed INT4 ``W`` row-major followed by the BF16 scales: the GEMM's layout (actors/pccx/numerics.py;
+    a GEMV stream is chunk-major, actors/pccx/gemv.py ``lane_blob``)."""
     blob = pack_int4(W).tobytes()
     return blob + (scales_bf16.astype(np.uint16).tobytes() if scales_bf16 is not None else b"")
 

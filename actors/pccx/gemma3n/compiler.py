@@ -1,37 +1,63 @@
 """Compile a Gemma 3N config into a pccx v002 program: layouts, shape RAMs, one decode token per call.
 
 **Host DDR** (byte addresses, :class:`DdrLayout`): every weight matrix as INT4
-rows + one BF16 scale per row, laid out per GEMV lane (each lane's rows are one
-contiguous block, the block one DataMover command streams); the embedding /
-PLE / LM head tables (LM head = tied embedding, read as GEMV weights); the KV
-ring of every KV-producing layer (per KV head: K as ``[max_tokens x head_dim]``
-rows with one BF16 scale per token — the GEMV's per-row ``w_scale`` — and V
-stored transposed ``[head_dim x max_tokens]`` with static per-channel scales,
-so ``scores = K q`` and ``ctx = V^T p`` are both plain GEMVs; the latter streams
-whole ring rows, the EXP output beyond the valid length being 0); the ACP
-staging area for the round trips and the logits (first 2 MiB: MEMCPY
++ one BF16 scale per row, laid out per GEMV lane in the lane's chunk-major beat
+order (actors/pccx/gemv.py; each lane's rows are one contiguous block, the block
+one DataMover command streams); the embedding / PLE / LM head tables (LM head =
+tied embedding, read as GEMV weights); the KV ring of every KV-producing layer
+(actors/pccx/gemma3n/kvlayout.py: per KV head K rows, one per slot, with one BF16
+scale per token — the GEMV's per-row ``w_scale`` — and V^T rows, one per channel
+over the slots, with static per-row scales, so ``scores = K q`` and ``ctx = V^T
+p`` are both plain GEMVs, and a set of slots is a few contiguous pieces); the
+ACP staging area for the round trips and the logits (first 2 MiB: MEMCPY
 ``aux_addr`` reach).
 
 **L2** (128-bit words, :class:`L2Layout`): the seed §1 working set.  Tensors a
 CVO touches must lie in the first 8,192 words (CVO addresses are 16-bit
 element addresses, reference §1.6); everything must fit the 114,688 words.
-Either failure is a :class:`CompileError` naming the tensor.
+Either failure is a :class:`CompileError` naming the tensor.  The EXP and the
+GELU write their results in place (a KV group's scores take 4,096 words of the
+window at 8K).
 
-**Shape RAMs**: GEMV K and MEMCPY lengths in the fmap RAM, GEMV N in the weight
-RAM (64 slots each, reference §1.6); a slot cache issues a MEMSET when a value
-is missing (the constants of seed §2 step 3 are preloaded once at setup).
+**Shape RAMs**: GEMV K and MEMCPY lengths in the fmap RAM, GEMV N (and a
+head-parallel GEMV's result stride in Z) in the weight RAM (64 slots each,
+reference §1.6); a slot cache issues a MEMSET when a value is missing; the
+model's common shapes are preloaded at setup.  The seed's §2 step 3 constants
+(RoPE θ, the sparsity z = 1.6448536, the LAuReL 1/√2) are not: the RTL's
+constant memory holds shapes only (reference §1.6: no scale/θ/cutoff registers)
+and every operation that uses them runs on the host here (RoPE, the sparsity
+cutoff, the LAuReL merge: see below), so the host holds them.
 
 **Stages** (seed §3, reference §4.2), per token :meth:`Compiler.token`:
 ``embed`` (host dequantises the embedding + PLE rows, MEMCPY in, 3 AltUp
 projection GEMVs), ``ple`` (PLE projection GEMV, once per token), per layer
 ``altup_router``, ``altup_predict``, ``qkv`` (K/V GEMVs only for layers that
-own a cache), ``qk_norm_rope``, ``attention`` (per query head: scores GEMV
-with ``findemax``, EXP with ``sub_emax`` and REDUCE_SUM in chunks of
-``cvo.max_length``, a REDUCE_SUM of the partial sums, the ``V^T p`` GEMV, CVO
-SCALE ``recip_scale`` by the sum — the softmax normalisation moved after
-``·V``: 256 elements instead of L, same result), ``o_laurel``, ``ffn_up``,
+own a cache), ``qk_norm_rope``, ``attention``, ``o_laurel``, ``ffn_up``,
 ``ffn_act``, ``ffn_down``, ``altup_correct``, ``ple_inject``; then ``unembed``,
 ``lm_head`` (+ ``softcap``) and ``sample``.
+
+**Attention** (grouped-query: the ``num_heads / num_kv_heads`` query heads of a KV
+head read the same K and V).  Per KV head, passes of ``pass_heads`` query heads:
+with ``gemv.head_parallel`` (documented profile; pccx docs ``gemv_core.rst`` §4)
+one pass holds up to ``gemv.lanes`` heads, one per lane, so K and V are streamed
+once per KV head and reused by its query heads; without it (the RTL: one fmap LUT
+for all lanes) a pass is one head and a KV head is streamed once per query head.
+Only the attended slots are streamed (:meth:`KvRing.ranges`: the valid part of the
+ring; a local layer's sliding window, ``kv.sliding_window``, the newest
+``sliding_window`` positions): K their rows, V^T the 32-slot slices that hold them.
+A pass: the scores GEMV (``findemax``: one e_max per head) writes each head's
+scores at a 32-slot-aligned stride; per head the EXP (``sub_emax``, chunks of
+``cvo.max_length``) writes in place; the ``[1; V^T] p`` GEMV (a row of ones before
+the channels: its first output is the softmax sum, the rest the unnormalised
+context; the REDUCE_SUMs the SFU would take, 2 cycles per element and serial in
+front of the next pass's instructions, are not needed); per head a CVO SCALE with
+``recip_scale`` by that sum (the normalisation after ``·V``: head_dim elements
+instead of L; the sum is >= 1 because ``exp(max - max) = 1``, so the compiler can
+prove the SCALE scalar non-zero — a SCALE with ``recip_scale`` whose scalar it
+cannot prove non-zero is refused with a ``CompileError``).  A slot range that does
+not start at slot 0 (a window) has V slice positions the EXP does not write: the
+EXP then writes into ``exp_window`` at the slots' slice positions, zeroed by a
+MEMCPY from a zero area after a DONE poll (its previous reader must be done).
 
 **What the CVO lacks** (reference §1.3: no TANH, MAX, ADD, MUL), decided per use:
 
@@ -71,10 +97,11 @@ the driver polls DONE before issuing a GEMV's weight stream (no overlap).
 
 **SFU FIFO** (seed §3.2 rule 2, profile ``cvo.gemv_fifo_words`` > 0: documented 1024, RTL 0): the
 scheduler makes a CVO that reads the last GEMV's output wait for it (direct
-FIFO, actors/pccx/compute.py), so the polls between the score GEMV and its EXP
-(when the scores fit the FIFO) and between the V GEMV and its SCALE are dropped;
-in the reverse direction the V GEMV waits for the EXPs that write its operand
-(the scheduler's CVO scoreboard), so the poll between the softmax and ·V goes too.
+FIFO, actors/pccx/compute.py), so the polls between the scores GEMV and its EXPs
+(when a head's scores fit the FIFO) and between the V GEMV and its SCALEs are
+dropped; in the reverse direction the V GEMV waits for the EXPs that write its
+operand (the scheduler's CVO scoreboard), so the poll between the softmax and ·V
+goes too.
 
 **PLE off the critical path** (seed §3.2 rule 3, ``ple_overlap``): ``pli_all``
 is computed once per token (layer 0); layer i's PLE injection (shadow streams
@@ -93,9 +120,10 @@ from dataclasses import dataclass, field
 
 from actors.pccx.gemma3n.config import global_layer, kv_source
 from actors.pccx.gemma3n.kv import KvRing, kv_elem_bits
+from actors.pccx.gemma3n.kvlayout import KvLayout, deal, row_blocks
 from actors.pccx.gemma3n.hostmath import V_SCALE
-from actors.pccx.gemv import lane_bytes, lane_rows, lanes_used
-from actors.pccx.numerics import from_bf16, pack_int4, round_bf16, to_bf16
+from actors.pccx.gemv import MULTICAST, gemv_ports, k_chunks, lane_blob, lane_bytes, lane_rows, lanes_used, port_split
+from actors.pccx.numerics import from_bf16, round_bf16, to_bf16
 from protocols import pccx_isa as isa
 
 import numpy as np
@@ -195,6 +223,11 @@ class Compiler:
         # lanes without a weight port compute zeros (as built: C/D): use only the leading wired lanes
         self.parallel_lane = 0 if wired == g["lanes"] else wired
         self.lanes = lanes_used(self.parallel_lane, g["lanes"])
+        self.ports = gemv_ports(g)
+        # GQA on the lanes: a head-parallel GEMV per KV head and pass of up to `lanes` of its query heads
+        group = c["num_heads"] // c["num_kv_heads"]
+        self.head = bool(g["head_parallel"]) and group > 1 and wired == g["lanes"]
+        self.pass_heads = min(group, self.lanes) if self.head else 1
         self.tanh = profile["cvo"]["tanh"]
         self.sfu_fifo = profile["cvo"]["gemv_fifo_words"] * 8   # elements; 0: no direct GEMV->SFU FIFO
         self.cvo_max = profile["cvo"]["max_length"]
@@ -206,13 +239,21 @@ class Compiler:
         self.where: list[tuple[int, int, str]] = []          # per pushed instruction: (token, layer, stage)
         self.counts: Counter = Counter()                    # (stage, op) -> instructions
         self.stream_bytes: Counter = Counter()              # stage -> HP bytes
-        self.kv_bytes = 0                                   # HP bytes of KV reads
+        self.kv_bytes = 0                                   # HP bytes of KV reads (all of them)
+        self.kv_once = 0                                    # K/V element bytes of every attended slot, once per
+                                                            # layer and KV head (the read-once figure)
+        self.kv_scale_bytes = 0                             # HP bytes of K / V quantisation scales
+        self.kv_pad_bytes = 0                               # HP bytes of V slice / K beat padding
+        self.kv_sum_bytes = 0                               # HP bytes of the V^T softmax-sum row
+        self.kv_scale_once = 0                              # the scales of one read of every attended entry
+        self.weight_min = 0                                 # INT4 + row-scale bytes of the weight matrices used
         self.macs = 0                                       # GEMV multiply-accumulates (real K)
         self.l2_bytes = 0                                   # L2 activation traffic (GEMV x/y, CVO in/out, MEMCPY)
         self.stream_where: list[tuple[int, int, str]] = []  # per weight stream id: (token, layer, stage)
         self.stream_seq: list[int] = []                     # per weight stream id: its GEMV's instruction number
         self.kv_gemvs: list[tuple[int, int, str]] = []      # (token, layer, "K"/"V" projection) issued
         self.kv_reads: list[tuple[int, int, int]] = []      # (token, layer, source layer) attention reads
+        self.attended: dict[tuple[int, str], list] = {}     # (token, "full" / "local" window) -> slot ranges
         self.token_ix, self.layer, self.stage = -1, -1, "setup"
         self.sid = 0
         self.slots = {0: {}, 1: {}}
@@ -232,7 +273,7 @@ class Compiler:
                 addr = self.ddr.alloc(f"{name}.lane{lane}", nb)
                 m.blocks.append((lane, g["lane_ports"][lane], addr, nb))
                 if self.data:
-                    self.ddr_init[addr] = pack_int4(W[r0:r0 + n]).tobytes() + sc[r0:r0 + n].tobytes()
+                    self.ddr_init[addr] = lane_blob(W[r0:r0 + n], sc[r0:r0 + n])
         self.mats[name] = m
         return m
 
@@ -244,8 +285,12 @@ class Compiler:
         self.ddr, self.mats = DdrLayout(), {}
         # MEMCPY aux_addr is 17 bits of 16-byte units: the ACP staging area must sit in the first 2 MiB
         self.host_stage = self.ddr.alloc("host_staging", 2 * max(V, 2 * F, NL * P, A * D + A * A) + 4096)
+        if c["kv"]["sliding_window"]:   # zeros for the window's V activation (see _attention), words per head
+            self.win_words = 4 * (k_chunks(c["sliding_window"] * self.kv_bits // 4) + 2)
+            self.zeros = self.ddr.alloc("zeros", self.pass_heads * 16 * self.win_words)
         if self.ddr.top > (1 << 17) * 16:
-            raise CompileError(f"host staging area ({self.ddr.top} bytes) exceeds the 2 MiB MEMCPY aux_addr reach")
+            raise CompileError(f"host staging and zero areas ({self.ddr.top} bytes) exceed the 2 MiB MEMCPY "
+                               f"aux_addr reach")
         for k in range(1, A):
             self._matrix(f"altup_proj{k}", D, D)
             self._matrix(f"altup_unproj{k}", D, D)
@@ -276,30 +321,29 @@ class Compiler:
         self.ddr.alloc("embed_table", (V * D) // 2 + 2 * V)             # INT4 rows + scales (host dequantises)
         self.ddr.alloc("ple_table", (c["ple_vocab"] * NL * P) // 2 + 2 * c["ple_vocab"])
         # KV ring per producing layer and KV head (K rows + per-token scales, V^T rows + per-channel scales)
-        kslots = hd * self.kv_bits // 4                                   # INT4 nibble slots per K row
-        self.kv_addr = {}
-        for i in range(NL):
-            if kv_source(c, i) != i:
-                continue
-            for h in range(KVH):
-                self.kv_addr[(i, h, "K")] = self.ddr.alloc(f"kv.L{i}.h{h}.K", lane_bytes(T, kslots, True))
-                self.kv_addr[(i, h, "V")] = self.ddr.alloc(f"kv.L{i}.h{h}.V", lane_bytes(hd, T * self.kv_bits // 4, True))
-                if self.data:   # static per-channel V scales, written once at load
-                    vs = to_bf16(np.full(hd, V_SCALE, np.float32))
-                    self.ddr_init[self.kv_addr[(i, h, "V")] + hd * T // 2] = vs.tobytes()
+        producers = [i for i in range(NL) if kv_source(c, i) == i]
+        self.kvl = KvLayout(self.ddr, c, self.kv_bits, row_blocks(hd + 1, self.lanes, self.head), producers)
+        if self.data:   # static per-row V^T scales (1 for the sum row 0), written once at load
+            scales = np.full(hd + 1, V_SCALE, np.float32)
+            scales[0] = 1.0
+            for i in producers:
+                for h in range(KVH):
+                    for addr, r0, n in self.kvl.v_scale_addr(i, h):
+                        self.ddr_init[addr] = to_bf16(scales[r0:r0 + n]).tobytes()
         # L2: the CVO window first, then the rest
         l2 = self.l2 = L2Layout(self.profile["l2"]["words"])
-        Lmax = T   # every layer's scores span the whole ring (global layers attend all of it; sliding ones too)
+        Lmax = T   # a global layer's scores span the whole ring
+        G = self.pass_heads
         self.a = a = {}
-        a["scores"] = l2.alloc("scores", Lmax, cvo=True)
-        a["exp"] = l2.alloc("exp", Lmax, cvo=True)
-        a["partials"] = l2.alloc("partials", -(-Lmax // self.cvo_max) + 8, cvo=True, pad_before=1)
-        a["ctx"] = l2.alloc("ctx", H * (hd + 8), cvo=True)
+        # a pass's scores, one head per 32-slot-aligned stride; the EXP writes them in place (the V GEMV's input)
+        a["scores"] = l2.alloc("scores", G * 32 * k_chunks(Lmax), cvo=True)
+        if c["kv"]["sliding_window"]:   # a window's EXP output on the V slices' positions, zeroed first
+            a["exp_win"] = l2.alloc("exp_window", G * 8 * self.win_words, cvo=True)
+        a["ctx"] = l2.alloc("ctx", 8 * H * -(-(hd + 1) // 8), cvo=True)   # per head [sum, context vector]
         a["attn_out"] = l2.alloc("attn_out", H * hd, cvo=True)
         a["router"] = l2.alloc("router", 8 * A, cvo=True)
         a["router_tanh"] = l2.alloc("router_tanh", 8 * A, cvo=True)
-        a["gate_raw"] = l2.alloc("gate_raw", F, cvo=True)
-        a["gate_act"] = l2.alloc("gate_act", F, cvo=True)
+        a["gate_raw"] = l2.alloc("gate_raw", F, cvo=True)     # the GELU writes it in place
         if self.tanh and c["softcap"]:
             a["logits_win"] = l2.alloc("logits_window", chunk, cvo=True)
             a["logits_tanh"] = l2.alloc("logits_tanh", chunk, cvo=True)
@@ -348,13 +392,14 @@ class Compiler:
         self.slot_next[cache] = (slot + 1) % 64
         for v in [v for v, sl in s.items() if sl == slot]:
             del s[v]
-        if cache == 1:
-            a, b = value, 1
+        z = 1
+        if cache == 1:   # weight shape: N, or (N, Z = a head-parallel GEMV's result stride in words)
+            (a, z), b = (value if isinstance(value, tuple) else (value, 1)), 1
         else:
             a, b = (value, 1) if value <= 0xFFFF else (8, -(-value // 8))
             if b > 0xFFFF:
                 raise CompileError(f"length {value} does not fit a shape tuple (16-bit X, Y)")
-        self._push("MEMSET", dest_cache=cache, dest_addr=slot, a_value=a, b_value=b, c_value=1)
+        self._push("MEMSET", dest_cache=cache, dest_addr=slot, a_value=a, b_value=b, c_value=z)
         s[value] = slot
         return slot
 
@@ -396,34 +441,55 @@ class Compiler:
         return fn
 
     def gemv(self, m: Matrix | tuple, src: int, dst: int, *, findemax: int = 0, accm: int = 0,
-             kv: tuple | None = None, real_k: int | None = None) -> None:
+             kv: tuple | None = None, real_k: int | None = None, heads: int = 0, stride: int = 0) -> None:
         """Push one GEMV; its weight stream is queued per the prefetch rule (module docstring).
 
-        ``m`` is a Matrix or, for attention, ``(N, K_slots, [(lane, port, addr, nbytes)])``."""
+        ``m`` is a Matrix or, for attention, ``(N, K_slots, [(TDEST, port, addr, nbytes)])``.  ``heads`` > 0: a
+        head-parallel GEMV on that many lanes (lane i: activation at ``src + i * ceil(K/8)``, result at ``dst + i *
+        stride`` words; actors/pccx/gemv.py), else row-parallel over the compiler's lanes."""
         if isinstance(m, Matrix):
             N, K, blocks = m.N, m.K, m.blocks
+            self.weight_min += (N * K + 1) // 2 + 2 * N
         else:
             N, K, blocks = m
+        G = max(heads, 1)
         sid = self.sid
         self.sid += 1
         self.stream_where.append((self.token_ix, self.layer, self.stage))
-        self.macs += N * (real_k or K)
-        self.l2_bytes += 2 * ((real_k or K) + N * (1 + accm))
-        hp = [("hp", port, sid, addr, nb, lane) for lane, port, addr, nb in blocks]
+        self.macs += G * N * (real_k or K)
+        self.l2_bytes += 2 * G * ((real_k or K) + N * (1 + accm))
         nbytes = sum(b[3] for b in blocks)
         self.stream_bytes[self.stage] += nbytes
         if kv is not None:
             self.kv_bytes += nbytes
+        kslot = self._slot(0, K)
+        nslot = self._slot(1, (N, stride) if heads else N)
+        tag = len(self.where)                    # this GEMV's instruction number: the DataMover commands' TAG
+        early, late = self._dm_split([("hp", port, sid, addr, nb, dest, tag) for dest, port, addr, nb in blocks])
         if self.prefetch:
-            self.steps.append(("_hp", hp))     # placed by _place_prefetch (rule 1)
+            self.steps.append(("_hp", early))   # placed by _place_prefetch (rule 1)
         else:
             self.wait("no_prefetch")
-            self.steps.extend(hp)
-        kslot = self._slot(0, K)
-        nslot = self._slot(1, N)
-        self.stream_seq.append(len(self.where))
+            self.steps.extend(early)
+        self.stream_seq.append(tag)
         self._push("GEMV", dest_reg=dst, src_addr=src, findemax=findemax, accm=accm, w_scale=1,
-                   size_ptr_addr=nslot, shape_ptr_addr=kslot, parallel_lane=self.parallel_lane)
+                   size_ptr_addr=nslot, shape_ptr_addr=kslot,
+                   parallel_lane=(isa.HEAD_AXIS | heads) if heads else self.parallel_lane)
+        self.steps.extend(late)
+
+    def _dm_split(self, hp: list) -> tuple[list, list]:
+        """A stream's DataMover commands before its GEMV's push and after it.  A port takes ``hp.dm_cmd_depth``
+        commands into its FIFO and one more into its fetcher; the driver blocks on the next one until the port
+        has room, and a port whose weight FIFO is full waits for the GEMV.  So at most depth + 1 commands per
+        port may precede the push: the rest (a K stream of FP16 entries: 32 slices of up to 128 KB each) go
+        right after it, or the driver would wait for a GEMV it has not pushed."""
+        room = self.profile["hp"]["dm_cmd_depth"] + 1
+        seen: Counter = Counter()
+        early, late = [], []
+        for st in hp:
+            seen[st[1]] += 1
+            (early if seen[st[1]] <= room else late).append(st)
+        return early, late
 
     def cvo(self, func: str, src: int, dst: int, length: int, *, sub_emax: int = 0, recip_scale: int = 0,
             sync: int = 0, scalar_nonzero: bool = False) -> None:
@@ -473,7 +539,8 @@ class Compiler:
     @staticmethod
     def _place_prefetch(steps: list) -> list:
         """Rule 1: each GEMV's stream (``_hp`` marker, emitted just before its push) moves up to right after
-        the previous GEMV's push, never above a ``_barrier`` (a host write of data it streams)."""
+        the previous GEMV's push (and the commands of its stream that follow the push, :meth:`_dm_split`),
+        never above a ``_barrier`` (a host write of data it streams)."""
         out: list = []
         anchor = 0
         for st in steps:
@@ -487,13 +554,14 @@ class Compiler:
                 anchor = len(out)
             else:
                 out.append(st)
-                if st[0] == "push" and (st[1] >> 60) == isa.OPCODES["GEMV"]:
-                    anchor = len(out)
+                if (st[0] == "push" and (st[1] >> 60) == isa.OPCODES["GEMV"]) or (st[0] == "hp" and anchor == len(out) - 1):
+                    anchor = len(out)   # after a GEMV's push and the DataMover commands that follow it
         return out
 
     # -- the program -------------------------------------------------------------------------------------
     def setup(self) -> list:
-        """``pccx_open``, constant MEMSETs, ``pccx_kv_init``, ``pccx_start`` (seed §2)."""
+        """``pccx_open``, ``pccx_kv_init``, ``pccx_start``, the common shapes' MEMSETs (seed §2; module docstring:
+        the seed's step 3 constants are the host's)."""
         c = self.c
         self.steps = [("open",), ("kv_init", c["kv"]["max_tokens"]), ("start",)]
         self.stage = "setup"
@@ -634,19 +702,19 @@ class Compiler:
         outs = [(a["q"], H * hd)] + ([(a["k"], KVH * hd), (a["v"], KVH * hd)] if src == i else [])
         theta = c["rope_theta_global"] if global_layer(c, i) else c["rope_theta_local"]
         slot = self.slot
-        kbase = {(i, h): self.kv_addr[(i, h, "K")] for h in range(KVH)} if src == i else {}
-        vbase = {(i, h): self.kv_addr[(i, h, "V")] for h in range(KVH)} if src == i else {}
-        T = c["kv"]["max_tokens"]
+        kvl = self.kvl
 
         def kv_extra(data):
             if src != i:
                 return []
             if data is None:   # timing mode: the same writes, as byte counts
-                per = [(kbase[(i, h)] + slot * hd // 2, hd // 2) for h in range(KVH)]
-                per += [(kbase[(i, h)] + T * hd // 2 + 2 * slot, 2) for h in range(KVH)]
-                per += [(vbase[(i, h)] + r * T // 2 + slot // 2, 1) for h in range(KVH) for r in range(hd)]
+                per = []
+                for h in range(KVH):
+                    beats, saddr = kvl.k_cells(i, h, slot)
+                    per += [(b, 16) for b in beats] + [(saddr, 2)]
+                    per += [(b, max(1, kvl.nib // 2)) for b, _ch in kvl.v_cells(i, h, slot)]
                 return per
-            return hm.kv_writes(kbase, vbase, slot)
+            return hm.kv_writes(kvl, slot)
         work = 4 * H * hd + (8 * KVH * hd if src == i else 0)
         self.round_trip("qkv_norm+rope+kv_write", outs, work, [(a["q"], H * hd)],
                         hm and bind(hm.qkv, i, theta, src == i, slot), kv_extra)
@@ -655,35 +723,7 @@ class Compiler:
         # attention over the producer layer's ring
         self.stage = "attention"
         self.kv_reads.append((t, i, src))
-        local = not global_layer(c, i)
-        win = c["sliding_window"] if (local and c["kv"]["sliding_window"]) else None
-        L = self.ring.attended(win)
-        kslots = hd * self.kv_bits // 4
-        vslots = T * self.kv_bits // 4          # V^T rows span the whole ring (slots >= L hold zeros / are
-        group = H // KVH                        # multiplied by exp = 0: the EXP output beyond L stays 0)
-        for h in range(H):
-            g = h // group
-            kb = self._kv_blocks(src, g, "K", L, kslots, T)
-            self.gemv((L, kslots, kb), a["q"] + h * hd // 8, a["scores"], findemax=1, kv=(src, g, "K"), real_k=hd)
-            if L > self.sfu_fifo:   # rule 2: with the direct FIFO the EXP takes the scores from it, no poll
-                self.wait(f"scores{h}")
-            nchunks = -(-L // self.cvo_max)
-            ctx_w = a["ctx"] + h * (hd + 8) // 8 + 1
-            for ch in range(nchunks):
-                e0, n = ch * self.cvo_max, min(self.cvo_max, L - ch * self.cvo_max)
-                self.cvo("EXP", a["scores"] * 8 + e0, a["exp"] * 8 + e0, n, sub_emax=1)
-                dst = (ctx_w * 8 - 1) if nchunks == 1 else a["partials"] * 8 + ch
-                self.cvo("REDUCE_SUM", a["exp"] * 8 + e0, dst, n)
-            if nchunks > 1:
-                self.cvo("REDUCE_SUM", a["partials"] * 8, ctx_w * 8 - 1, nchunks)
-            if not self.sfu_fifo:   # with the FIFO's scoreboard the V GEMV waits for the EXPs writing exp
-                self.wait(f"softmax{h}")
-            vb = self._kv_blocks(src, g, "V", hd, vslots, hd)
-            self.gemv((hd, vslots, vb), a["exp"], ctx_w, kv=(src, g, "V"), real_k=L)
-            if not self.sfu_fifo:   # with the FIFO the scheduler makes the SCALE wait for this GEMV's result
-                self.wait(f"pv{h}")
-            # exp(s - max) includes exp(0) = 1: the sum is >= 1, never 0 (SCALE recip_scale is safe)
-            self.cvo("SCALE", ctx_w * 8 - 1, a["attn_out"] * 8 + h * hd, hd + 1, recip_scale=1, scalar_nonzero=True)
+        self._attention(i, src)
         # W_o + LAuReL
         self.stage = "o_laurel"
         self.wait("attn_out")
@@ -705,8 +745,8 @@ class Compiler:
             self.wait("gate")
             for e0 in range(0, F, self.cvo_max):
                 n = min(self.cvo_max, F - e0)
-                self.cvo("GELU", a["gate_raw"] * 8 + e0, a["gate_act"] * 8 + e0, n)
-            self.round_trip("gelu*up", [(a["gate_act"], F), (a["up_out"], F)], F, [(a["hidden"], F)],
+                self.cvo("GELU", a["gate_raw"] * 8 + e0, a["gate_raw"] * 8 + e0, n)   # in place
+            self.round_trip("gelu*up", [(a["gate_raw"], F), (a["up_out"], F)], F, [(a["hidden"], F)],
                             hm and hm.mul)
         self.stage = "ffn_down"
         self.gemv(M[pre + "down"], a["hidden"], a["mlp_out"])
@@ -751,23 +791,122 @@ class Compiler:
         else:
             self.round_trip(label, [(src, n)], n, [(dst, n)], self.hm.tanh if self.data else None)
 
-    def _kv_blocks(self, layer: int, head: int, which: str, rows: int, kslots: int, total_rows: int) -> list:
-        """DataMover commands streaming the first ``rows`` rows of a KV region (rows of ``kslots`` INT4 slots,
-        then ``total_rows`` BF16 row scales): per lane, its rows' packed bytes, then its rows' scales."""
-        g = self.profile["gemv"]
-        base = self.kv_addr[(layer, head, which)]
-        out = []
-        for lane, (r0, n) in enumerate(lane_rows(rows, self.lanes)):
-            if n:
-                port = g["lane_ports"][lane]
-                out.append((lane, port, base + (r0 * kslots) // 2, (n * kslots) // 2))
-                out.append((lane, port, base + (total_rows * kslots) // 2 + 2 * r0, 2 * n))
-        return out
+    def _ctx_word(self, h: int) -> int:
+        """L2 word of query head ``h``'s ``[softmax sum, context vector]`` (the V GEMV's hd + 1 outputs)."""
+        return self.a["ctx"] + h * -(-(self.c["head_dim"] + 1) // 8)
+
+    def _attention(self, i: int, src: int) -> None:
+        """Layer ``i``'s attention over producer ``src``'s ring (module docstring, "Attention"): per KV head, passes
+        of ``pass_heads`` query heads, each streaming the attended K rows and V^T slices once."""
+        c = self.c
+        H, KVH = c["num_heads"], c["num_kv_heads"]
+        window = c["sliding_window"] if (not global_layer(c, i) and c["kv"]["sliding_window"]) else None
+        ranges = self.ring.ranges(window)
+        self.attended[(self.token_ix, "local" if window else "full")] = ranges
+        group = H // KVH
+        for g in range(KVH):
+            heads = list(range(g * group, (g + 1) * group))
+            for p0 in range(0, group, self.pass_heads):
+                self._attend(src, g, heads[p0:p0 + self.pass_heads], ranges, window, first=p0 == 0)
+
+    def _kv_stream(self, pieces: list, lanes_of) -> list:
+        """TDEST/port blocks of a KV stream: head-parallel, the pieces dealt over the GEMV ports and multicast to
+        ``lanes_of`` lanes; row-parallel, ``lanes_of`` = [(lane, pieces of that lane)]."""
+        if self.head:
+            parts = deal(pieces, port_split(sum(n for _a, n in pieces), len(self.ports)))
+            mask = MULTICAST | ((1 << lanes_of) - 1)
+            return [(mask, port, a, n) for port, part in zip(self.ports, parts) for a, n in part]
+        lp = self.profile["gemv"]["lane_ports"]
+        return [(lane, lp[lane], a, n) for lane, ps in lanes_of for a, n in ps]
+
+    def _account(self, blocks: list, elems: int, scales: int, first: bool, sums: int = 0) -> None:
+        """KV bytes of one stream: ``elems`` of attended entries (read once on a KV head's first pass, re-read on
+        later ones), ``scales``, ``sums`` (the V^T sum row's attended entries) and the rest padding (V slices
+        beyond the attended slots, K rows' last beat)."""
+        self.kv_scale_bytes += scales
+        self.kv_sum_bytes += sums
+        self.kv_pad_bytes += sum(b[3] for b in blocks) - elems - scales - sums
+        if first:
+            self.kv_once += elems
+            self.kv_scale_once += scales
+
+    def _attend(self, src: int, g: int, hs: list[int], ranges: list, window, first: bool) -> None:
+        """One pass: scores GEMV over the attended K rows (a head-parallel GEMV for the query heads ``hs``, or one
+        head), per head the EXPs (``sub_emax``), the ``[1; V^T] p`` GEMV over the V slices, per head the SCALE."""
+        c, a, kvl = self.c, self.a, self.kvl
+        hd, n = c["head_dim"], len(hs)
+        heads = n if self.head else 0
+        L = sum(r1 - r0 for r0, r1 in ranges)
+        elems = L * hd * self.kv_bits // 8                    # K (or V) bytes of the attended slots
+        kslots = hd * self.kv_bits // 4
+        slices = kvl.slices(ranges)
+        vk = 32 * sum(c1 - c0 for c0, c1 in slices)          # V GEMV's K: nibble slots of the streamed slices
+        in_place = len(ranges) == 1 and ranges[0][0] == 0     # score index == V activation position
+        s_stride = 4 * k_chunks(L)                            # words per head's scores (32-slot aligned)
+        x_stride = -(-vk // 8)                                # words per head's V activation
+        # K rows: head-parallel, all of them to every lane; row-parallel, the lanes split them
+        if self.head:
+            kb = self._kv_stream(kvl.k_pieces(src, g, ranges), n)
+        else:
+            kb = self._kv_stream([], [(lane, kvl.k_pieces(src, g, _sub(ranges, r0, rows)))
+                                      for lane, (r0, rows) in enumerate(lane_rows(L, self.lanes)) if rows])
+        self._account(kb, elems, 2 * L, first)
+        if not in_place:   # the V activation has slots the EXPs do not write: zero it (after its last reader)
+            self.wait("exp_window")
+            self.memcpy_in(a["exp_win"], n * x_stride * 8, self.zeros)
+        self.gemv((L, kslots, kb), a["q"] + hs[0] * hd // 8, a["scores"], findemax=1, kv=(src, g, "K"), real_k=hd,
+                  heads=heads, stride=s_stride)
+        if L > self.sfu_fifo:   # rule 2: with the direct FIFO the EXPs take the scores from it, no poll
+            self.wait(f"scores{hs[0]}")
+        for j in range(n):
+            s_base = (a["scores"] + j * s_stride) * 8
+            e_base = s_base if in_place else (a["exp_win"] + j * x_stride) * 8
+            k = 0
+            for r0, r1 in ranges:
+                pos = k if in_place else kvl.position(r0, slices)
+                for e0 in range(0, r1 - r0, self.cvo_max):
+                    self.cvo("EXP", s_base + k + e0, e_base + pos + e0, min(self.cvo_max, r1 - r0 - e0), sub_emax=1)
+                k += r1 - r0
+        if not self.sfu_fifo:   # with the FIFO's scoreboard the V GEMV waits for the EXPs writing its input
+            self.wait(f"softmax{hs[0]}")
+        if self.head:
+            vb = self._kv_stream(kvl.v_pieces(src, g, 0, slices), n)
+        else:
+            lp = self.profile["gemv"]["lane_ports"]
+            vb = [(b, lp[b], a0, m) for b in range(len(kvl.blocks)) for a0, m in kvl.v_pieces(src, g, b, slices)]
+        self._account(vb, elems, 2 * (hd + 1), first, sums=L * self.kv_bits // 8)
+        # rows: the sum row (sum p, the SCALE's scalar), then the hd channels (V^T p): [sum, ctx] per head
+        self.gemv((hd + 1, vk, vb), a["scores"] if in_place else a["exp_win"], self._ctx_word(hs[0]),
+                  kv=(src, g, "V"), real_k=L, heads=heads, stride=-(-(hd + 1) // 8))
+        if not self.sfu_fifo:   # with the FIFO the scheduler makes the SCALE wait for this GEMV's result
+            self.wait(f"pv{hs[0]}")
+        for h in hs:
+            # exp(s - max) includes exp(0) = 1: the sum is >= 1, never 0 (SCALE recip_scale is safe)
+            self.cvo("SCALE", self._ctx_word(h) * 8, a["attn_out"] * 8 + h * hd, hd + 1, recip_scale=1,
+                     scalar_nonzero=True)
 
     # -- summaries ---------------------------------------------------------------------------------------
     def weight_bytes_per_token(self) -> int:
         return sum(self.stream_bytes.values())
 
+    def attended_ranges(self) -> dict:
+        """The last token's attended slot ranges (what its attention streams): ``full`` layers, ``local`` (the
+        sliding window, when on), each with the slot count."""
+        last = max((t for t, _k in self.attended), default=-1)
+        return {k: {"ranges": [list(r) for r in v], "slots": sum(b - a for a, b in v)}
+                for (t, k), v in self.attended.items() if t == last}
+
     def describe(self, t: int) -> str:
         tok, layer, stage = self.where[t]
         return f"token {tok} layer {layer} stage {stage}"
+
+
+def _sub(ranges: list[tuple[int, int]], r0: int, rows: int) -> list[tuple[int, int]]:
+    """The slot ranges of rows ``[r0, r0 + rows)`` of the concatenation of ``ranges``."""
+    out, k = [], 0
+    for a, b in ranges:
+        lo, hi = max(r0, k), min(r0 + rows, k + b - a)
+        if lo < hi:
+            out.append((a + lo - k, a + hi - k))
+        k += b - a
+    return out

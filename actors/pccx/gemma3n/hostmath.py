@@ -10,7 +10,8 @@ Parameters (seeded): every GEMV matrix is INT4 with one BF16 scale per row
 (scale ~ 1 / (4.6 sqrt(K)) so rows have unit gain), norm weights ~ 1 + 0.1 N(0,1),
 the tied embedding is the LM head.  KV cache: K rows INT4 with a per-token
 BF16 scale ``max|k| / 7``; V INT4 with a static per-channel scale
-``V_SCALE`` (V is RMS-normalised, so |v| <~ 4 at 7 steps of 0.57).
+``V_SCALE`` (V is RMS-normalised, so |v| <~ 4 at 7 steps of 0.57), stored
+transposed below a row of ones (the softmax sum, compiler docstring).
 """
 from __future__ import annotations
 
@@ -58,9 +59,10 @@ class HostMath:
         self.ple_table = self.matrix("ple_table", c["ple_vocab"], NL * P)
         T = c["kv"]["max_tokens"]
         self.kv_k = {}    # (layer, kv head) -> (int4 [T, hd], scale bits [T])
-        self.kv_v = {}    # (layer, kv head) -> int4 [hd, T]  (V transposed)
+        self.kv_v = {}    # (layer, kv head) -> int4 [1 + hd, T]  (the sum row, then V transposed)
         self.pos = 0
-        self.kv_log: list[tuple] = []    # (position, layer, kv head, K int4, K scale bits, V int4) per write
+        self.kv_log: list[tuple] = []    # per write: (position, layer, kv head, K int4, K scale bits, V int4,
+                                         #             K and V before quantisation, float32)
         self.tokens: list[int] = []
         self.logits: list[np.ndarray] = []
         self.x0 = self.pli = None
@@ -131,28 +133,31 @@ class HostMath:
                 kr = self._rope(rms_norm(k[h], self.gamma["k"][i], eps), theta)
                 ks = to_bf16(np.float32(max(np.abs(kr).max(), 1e-6) / 7.0))
                 kq = np.clip(np.round(kr / from_bf16(ks)), -8, 7).astype(np.int8)
-                vq = np.clip(np.round(rms_norm(v[h], None, eps) / np.float32(V_SCALE)), -8, 7).astype(np.int8)
+                vn = rms_norm(v[h], None, eps)
+                vq = np.clip(np.round(vn / np.float32(V_SCALE)), -8, 7).astype(np.int8)
                 K, S = self.kv_k.setdefault((i, h), (np.zeros((T, hd), np.int8), np.zeros(T, np.uint16)))
                 K[slot], S[slot] = kq, ks
-                Vt = self.kv_v.setdefault((i, h), np.zeros((hd, T), np.int8))
-                Vt[:, slot] = vq
+                Vt = self.kv_v.setdefault((i, h), np.zeros((hd + 1, T), np.int8))
+                Vt[0, slot] = 1          # the softmax-sum row (compiler docstring)
+                Vt[1:, slot] = vq
                 self.kv_written.append((i, h))
-                self.kv_log.append((self.pos, i, h, kq.copy(), int(ks), vq.copy()))
+                self.kv_log.append((self.pos, i, h, kq.copy(), int(ks), vq.copy(), kr.copy(), vn.copy()))
         return [qr]
 
-    def kv_writes(self, base_k: dict, base_v: dict, slot: int) -> list:
-        """DDR writes of the entries :meth:`qkv` just made: the K row + its scale, the V^T rows' bytes."""
-        c = self.c
-        hd, T = c["head_dim"], c["kv"]["max_tokens"]
+    def kv_writes(self, kvl, slot: int) -> list:
+        """DDR writes of the entries :meth:`qkv` just made (the ring's layout: ``kvl``, a KvLayout): the K row's
+        beats + its scale, the byte of every V^T row that holds the slot (with its pair slot)."""
         out = []
         for (i, h) in self.kv_written:
             K, S = self.kv_k[(i, h)]
-            out.append((base_k[(i, h)] + slot * hd // 2, pack_int4(K[slot][None, :])))
-            out.append((base_k[(i, h)] + T * hd // 2 + 2 * slot, np.frombuffer(S[slot:slot + 1].tobytes(), np.uint8)))
+            beats, saddr = kvl.k_cells(i, h, slot)
+            row = np.zeros(32 * len(beats), np.int8)
+            row[:K.shape[1]] = K[slot]
+            out += [(a, pack_int4(row[32 * c:32 * c + 32][None, :])) for c, a in enumerate(beats)]
+            out.append((saddr, np.frombuffer(S[slot:slot + 1].tobytes(), np.uint8)))
             Vt = self.kv_v[(i, h)]
             b = slot // 2
-            for r in range(hd):
-                out.append((base_v[(i, h)] + r * T // 2 + b, pack_int4(Vt[r, 2 * b:2 * b + 2][None, :])))
+            out += [(a, pack_int4(Vt[ch, 2 * b:2 * b + 2][None, :])) for a, ch in kvl.v_cells(i, h, slot)]
         return out
 
     def merge(self, i: int, outs):

@@ -17,6 +17,8 @@ ride along as the GEMV's per-row ``w_scale``).
 """
 from __future__ import annotations
 
+from actors.pccx.gemma3n.kvlayout import slot_ranges
+
 __all__ = ["KvRing", "kv_elem_bits"]
 
 
@@ -52,13 +54,22 @@ class KvRing:
         return s
 
     def valid(self, window: int | None = None) -> list[int]:
-        """Token positions attended to (slot order); ``window`` limits them to the sinks + the last ``window``
-        positions (the HF sliding window of local layers when enabled)."""
+        """Token positions attended to (slot order); ``window`` limits them to the last ``window`` positions (the
+        HF sliding window of local layers when enabled: the newest entries, the sinks are not among them)."""
         pos = [p for p in self.slots if p is not None]
         if window is not None:
             last = self.written - 1
             pos = [p for p in pos if p > last - window]
         return pos
+
+    def ranges(self, window: int | None = None) -> list[tuple[int, int]]:
+        """The slots of :meth:`valid`, as sorted contiguous ``[a, b)`` slot ranges (what the attention streams)."""
+        key = (self.written, window)
+        if getattr(self, "_ranges_key", None) != key:
+            last = self.written - 1
+            slots = [s for s, p in enumerate(self.slots) if p is not None and (window is None or p > last - window)]
+            self._ranges_key, self._ranges = key, slot_ranges(slots)
+        return self._ranges
 
     def attended(self, window: int | None = None) -> int:
         n = min(self.written, self.max_tokens)

@@ -1,7 +1,7 @@
 """The ``gemma3n`` workload: Gemma 3N decode tokens on the pccx machine, from the compiled instruction stream.
 
 ``build`` compiles the config (actors/pccx/gemma3n/compiler.py) and hands the
-driver a generator: setup (``pccx_open``, constant MEMSETs, ``pccx_kv_init``,
+driver a generator: setup (``pccx_open``, shape MEMSETs, ``pccx_kv_init``,
 ``pccx_start``), then per token the compiled steps (token id, embedding row,
 layer instructions pushed async, polls, logits back, host sampling).  Token
 ``t`` is compiled when the driver reaches it, so the KV ring's valid range is
@@ -14,8 +14,12 @@ the prompt runs token by token through the decode path, then greedy decoding;
 ``check`` returns the token ids; the logits stay on the context's HostMath for tests.
 
 ``check`` returns the budget report: tok/s, per-layer and per-stage time,
-utilisations, bandwidths beside the seed §6 budget and the independent bounds,
-and the rule-1 prefetch overlap.
+utilisations, the HP bytes split into weights and KV (and the KV bytes into the
+read-once figure and its overheads), bandwidths beside the seed §6 budget, the
+bounds from weights + KV read once and the one that binds, the seed's budget
+row by row (actors/pccx/gemma3n/budget.py), the GEMV ports' idle time per stage,
+the rule 1-3 overlap figures, and on the rtl profile the instructions the
+machine dropped.
 """
 from __future__ import annotations
 
@@ -23,11 +27,12 @@ import bisect
 from collections import defaultdict
 
 from actors.pccx.builder import build_machine
+from actors.pccx.gemma3n.budget import bounds, hp_idle_per_stage, seed_budget
 from actors.pccx.gemma3n.compiler import STAGES, CompileError, Compiler
 from actors.pccx.gemma3n.config import load_config
 from emulator.errors import BuildError
 from emulator.schema import Bool, Enum, Float, Int, List, Map, Str
-from emulator.units import ClockDomain
+from protocols import pccx_isa as isa
 
 __all__ = ["PARAMS", "build", "check", "Context"]
 
@@ -183,7 +188,8 @@ def sfu_overlap(system, comp: Compiler) -> dict:
             i += 1
     rep = system.reports
     return {"total_ps": sum(per_layer.values()), "per_layer_ps": dict(per_layer),
-            "fifo_hits": rep.get("pccx/cvo", {}).get("fifo_hits", 0),
+            "fifo_hits": rep.get("pccx/cvo", {}).get("fifo_hits_by_func", {}),
+            "entries": rep.get("pccx/gemv", {}).get("sfu_fifo_entries", 0),
             "stall_ps": rep.get("pccx/gemv", {}).get("sfu_fifo_stall_ps", 0)}
 
 
@@ -230,6 +236,11 @@ def check(system, profile: dict, p: dict, result, context: Context) -> dict:
     if driver.halted:
         out["error"] = (f"pccx/driver halted at t={driver.halted['at_ps']} ps: {driver.halted['text']} "
                         f"[{driver.halted.get('instruction')}; {driver.halted.get('where')}]")
+    dropped = [{"instruction": r["seq"], "where": comp.describe(r["seq"]),
+                "word": isa.disasm_word(driver.words[r["seq"]]) if r["seq"] < len(driver.words) else None,
+                "text": r["text"]} for r in stat.records if r["kind"] == "drop" and 0 <= r["seq"] < len(comp.where)]
+    if dropped:   # rtl profile: instructions the machine dropped silently (a later error may stem from them)
+        out["dropped_instructions"] = dropped
     if result.status != "finished" or driver.halted:
         return out
     end = result.end_time_ps
@@ -284,34 +295,29 @@ def check(system, profile: dict, p: dict, result, context: Context) -> dict:
     util["pccx/cvo (SFU)"] = round(cvo / span, 4)
     util["pccx/gemm (systolic array)"] = round(_busy(system.actors["pccx/gemm"].spans, T0, T1) / span, 4)
     util["host CPU"] = round(sum(e - s for s, e, _ in driver.host_spans if s >= T0) / span, 4)
-    # bandwidths and bounds
-    wbytes = comp.weight_bytes_per_token() / ntok
-    tc = ClockDomain(profile["clocks"]["core"], "core").ps(1)
-    taxi = ClockDomain(profile["clocks"]["axi"], "axi").ps(1)
-    g = profile["gemv"]
-    ports = len({g["lane_ports"][i] for i in range(comp.lanes)})
-    hp_bw = ports * profile["hp"]["beat_bytes"] * 1e12 / taxi
-    mac_rate = comp.lanes * g["macs_per_lane"] * 1e12 / tc
-    bound_w = hp_bw / wbytes
-    bound_mac = mac_rate / (comp.macs / ntok)
-    ddr_bound = profile["ddr"]["bandwidth"] / wbytes
-    bound = min(bound_w, bound_mac, ddr_bound)
+    # bytes, bandwidths and bounds (actors/pccx/gemma3n/budget.py)
+    b = bounds(comp, profile, ntok)
     ov = prefetch_overlap(system, comp)
+    gbps = lambda nbytes: round(nbytes * 1e3 / tok_ps, 3)   # noqa: E731  bytes per token -> GB/s
     out["budget"] = [
         {"metric": "decode throughput (tok/s)", "emulated": out["tok_per_s"], "seed_budget": 20,
-         "bound": round(bound, 3), "ratio_to_bound": round(out["tok_per_s"] / bound, 4)},
-        {"metric": "weight stream (GB/s)", "emulated": round(wbytes * 1e3 / tok_ps, 3), "seed_budget": 3,
-         "bound": round(hp_bw / 1e9, 3), "ratio_to_bound": round(wbytes * 1e3 / tok_ps / (hp_bw / 1e9), 4)},
-        {"metric": "KV read (GB/s)", "emulated": round(comp.kv_bytes / ntok * 1e3 / tok_ps, 3), "seed_budget": 6,
+         "bound": b["tok_s_bound"], "ratio_to_bound": round(out["tok_per_s"] / b["tok_s_bound"], 4),
+         "binding": b["binding"]},
+        {"metric": "HP2/HP3 stream, weights + KV (GB/s)", "emulated": gbps(b["hp_bytes_per_token"]),
+         "seed_budget": None, "bound": b["hp_gemv_bandwidth_GBps"],
+         "ratio_to_bound": round(gbps(b["hp_bytes_per_token"]) / b["hp_gemv_bandwidth_GBps"], 4)},
+        {"metric": "weight stream, weights only (GB/s)", "emulated": gbps(b["weight_bytes_per_token"]),
+         "seed_budget": 3, "bound": None, "ratio_to_bound": None},
+        {"metric": "KV read (GB/s)", "emulated": gbps(b["kv_bytes_per_token"]), "seed_budget": 6,
          "bound": None, "ratio_to_bound": None},
-        {"metric": "L2 activation traffic (GB/s)", "emulated": round(comp.l2_bytes / ntok * 1e3 / tok_ps, 3),
+        {"metric": "L2 activation traffic (GB/s)", "emulated": gbps(comp.l2_bytes / ntok),
          "seed_budget": 1.6, "bound": None, "ratio_to_bound": None},
     ]
-    out["bounds"] = {"weight_bytes_per_token": int(wbytes), "kv_bytes_per_token": int(comp.kv_bytes / ntok),
-                     "gemv_macs_per_token": int(comp.macs / ntok),
-                     "hp_gemv_bandwidth_GBps": round(hp_bw / 1e9, 3), "gemv_mac_rate_GMACps": round(mac_rate / 1e9, 3),
-                     "tok_s_bound_weight_stream": round(bound_w, 3), "tok_s_bound_macs": round(bound_mac, 3),
-                     "tok_s_bound_ddr": round(ddr_bound, 3)}
+    out["bounds"] = b
+    out["seed_budget"] = seed_budget(comp, profile, b, out["tok_per_s"], tok_ps, ntok)
+    out["hp_idle_per_stage_us"] = hp_idle_per_stage(system, comp, T0, T1, ntok)
+    out["l2_words_used"] = comp.l2.used_words()
+    out["kv_slots_attended"] = comp.attended_ranges()
     out["prefetch_overlap_us"] = round(ov["total_ps"] / 1e6, 3)
     out["weight_transfer_us"] = round(ov["transfer_ps"] / 1e6, 3)
     out["prefetch_overlap_per_layer_us"] = {k: round(v / 1e6 / ntok, 3) for k, v in sorted(ov["per_layer_ps"].items())}
@@ -324,6 +330,7 @@ def check(system, profile: dict, p: dict, result, context: Context) -> dict:
                                       for k, v in sorted(po["window_per_layer_ps"].items())}
     so = sfu_overlap(system, comp)
     out["sfu_fifo_hits"] = so["fifo_hits"]
+    out["sfu_fifo_entries"] = so["entries"]
     out["sfu_fifo_stall_us"] = round(so["stall_ps"] / 1e6, 3)
     out["sfu_gemv_overlap_us"] = round(so["total_ps"] / 1e6, 3)
     out["sfu_gemv_overlap_per_layer_us"] = {k: round(v / 1e6 / ntok, 3) for k, v in sorted(so["per_layer_ps"].items())}
@@ -336,5 +343,6 @@ def check(system, profile: dict, p: dict, result, context: Context) -> dict:
                       "attended": comp.ring.attended()}
     out["tables"] = {"gemma3n per-stage (per token)": rows,
                      "utilisation (emulated tokens)": [{"unit": k, "busy": v} for k, v in util.items()],
-                     "budget vs the pccx Gemma 3N plan and bounds": out["budget"]}
+                     "budget vs the pccx Gemma 3N plan and bounds": out["budget"],
+                     "the seed's budget (§6) row by row": out["seed_budget"]}
     return out
