@@ -187,10 +187,10 @@ def test_report_separates_weight_and_kv_bytes_and_names_the_binding_bound(runs):
     assert b["bound_bytes_per_token"] == (comp.weight_min + comp.kv_once + comp.kv_scale_once)
     assert b["binding"] == "weight_stream" and b["tok_s_bound"] == b["tok_s_bound_weight_stream"]
     assert on["budget"][0]["bound"] == b["tok_s_bound"] and on["budget"][0]["binding"] == "weight_stream"
-    rows = {r["row"]: r for r in on["seed_budget"]}
-    assert rows["weight stream (GB/s)"]["seed_implies"] == 8.0
-    assert rows["KV read at 4 slots (GB/s)"]["seed_implies"] == round(20 * 512 * 0.5 * 2 * 4 / 0.05 / 1e9, 3)
-    assert rows["weight buffer holds one GEMV's weights (bytes)"]["seed_implies"] == comp.mats["L0.gate"].nbytes
+    rows = {r["row"]: r for r in on["design_budget"]}
+    assert rows["weight stream (GB/s)"]["doc_implies"] == 8.0
+    assert rows["KV read at 4 slots (GB/s)"]["doc_implies"] == round(20 * 512 * 0.5 * 2 * 4 / 0.05 / 1e9, 3)
+    assert rows["weight buffer holds one GEMV's weights (bytes)"]["doc_implies"] == comp.mats["L0.gate"].nbytes
     assert sum(on["hp_idle_per_stage_us"].values()) > 0 and on["l2_words_used"] == comp.l2.used_words()
 
 

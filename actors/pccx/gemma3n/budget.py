@@ -21,7 +21,7 @@ from collections import defaultdict
 
 from emulator.units import ClockDomain
 
-__all__ = ["bounds", "seed_budget", "hp_idle_per_stage"]
+__all__ = ["bounds", "design_budget", "hp_idle_per_stage"]
 
 GB = 1e9
 
@@ -54,7 +54,7 @@ def bounds(comp, profile: dict, ntok: int) -> dict:
             "binding": min(tok, key=tok.get), "tok_s_bound": round(min(tok.values()), 3)}
 
 
-def seed_budget(comp, profile: dict, b: dict, tok_s: float, tok_ps: float, ntok: int) -> list[dict]:
+def design_budget(comp, profile: dict, b: dict, tok_s: float, tok_ps: float, ntok: int) -> list[dict]:
     """The seed's §6 rows (and the two capacity claims behind them), module docstring."""
     c = comp.c
     taxi = ClockDomain(profile["clocks"]["axi"], "axi").ps(1)
@@ -70,28 +70,28 @@ def seed_budget(comp, profile: dict, b: dict, tok_s: float, tok_ps: float, ntok:
     l2_bytes = profile["l2"]["words"] * 16
     r = lambda x, n=3: round(x, n)   # noqa: E731
     return [
-        {"row": "decode throughput (tok/s)", "seed": 20,
-         "seed_implies": r(20 * b["bound_bytes_per_token"] / GB),
+        {"row": "decode throughput (tok/s)", "design_doc": 20,
+         "doc_implies": r(20 * b["bound_bytes_per_token"] / GB),
          "implies_what": "GB/s of weight + KV stream 20 tok/s needs (20 x bytes a token reads once)",
          "emulated": tok_s, "note": f"binding bound {b['binding']}: {b['tok_s_bound']} tok/s"},
-        {"row": "L2 activation traffic (GB/s)", "seed": 1.6,
-         "seed_implies": r(20 * comp.l2_bytes / ntok / GB),
+        {"row": "L2 activation traffic (GB/s)", "design_doc": 1.6,
+         "doc_implies": r(20 * comp.l2_bytes / ntok / GB),
          "implies_what": "GB/s at 20 tok/s of this program's L2 activation bytes per token",
          "emulated": r(comp.l2_bytes / ntok * per_s / GB), "note": f"{int(comp.l2_bytes / ntok)} bytes per token"},
-        {"row": f"KV read at {L} slots (GB/s)", "seed": 6, "seed_implies": r(kv_formula / GB),
+        {"row": f"KV read at {L} slots (GB/s)", "design_doc": 6, "doc_implies": r(kv_formula / GB),
          "implies_what": f"the seed's formula 20 layers x 512 x {kvb:g} B x 2 x {L} / 50 ms",
          "emulated": r(b["kv_bytes_per_token"] * per_s / GB),
          "note": f"{b['kv_bytes_per_token']} bytes per token, read once {b['kv_read_once_bytes_per_token']}"},
-        {"row": "weight stream (GB/s)", "seed": 3, "seed_implies": r(hp_raw / GB),
+        {"row": "weight stream (GB/s)", "design_doc": 3, "doc_implies": r(hp_raw / GB),
          "implies_what": "GB/s raw of two 128-bit HP ports at the AXI clock (the seed's own basis)",
          "emulated": r(b["weight_bytes_per_token"] * per_s / GB),
          "note": f"20 tok/s needs {r(20 * b['weight_min_bytes_per_token'] / GB)} GB/s of weights alone"},
-        {"row": "weight buffer holds one GEMV's weights (bytes)", "seed": profile["hp"]["fifo_words"] * 16,
-         "seed_implies": ffn.nbytes, "implies_what": f"bytes of one FFN GEMV ({ffn.name}; the largest: "
+        {"row": "weight buffer holds one GEMV's weights (bytes)", "design_doc": profile["hp"]["fifo_words"] * 16,
+         "doc_implies": ffn.nbytes, "implies_what": f"bytes of one FFN GEMV ({ffn.name}; the largest: "
                                                      f"{biggest.name}, {biggest.nbytes})",
          "emulated": profile["hp"]["fifo_words"] * 16, "note": "a FIFO per HP port; rule 1 overlaps at most that"},
-        {"row": "W_embed, PLE table, LM head resident in L2 (bytes)", "seed": l2_bytes,
-         "seed_implies": sum(tables.values()), "implies_what": " + ".join(f"{k} {v}" for k, v in tables.items()),
+        {"row": "W_embed, PLE table, LM head resident in L2 (bytes)", "design_doc": l2_bytes,
+         "doc_implies": sum(tables.values()), "implies_what": " + ".join(f"{k} {v}" for k, v in tables.items()),
          "emulated": l2_bytes, "note": "kept in host DDR: the host dequantises the rows, the LM head streams"},
     ]
 

@@ -27,7 +27,7 @@ import bisect
 from collections import defaultdict
 
 from actors.pccx.builder import build_machine
-from actors.pccx.gemma3n.budget import bounds, hp_idle_per_stage, seed_budget
+from actors.pccx.gemma3n.budget import bounds, hp_idle_per_stage, design_budget
 from actors.pccx.gemma3n.compiler import STAGES, CompileError, Compiler
 from actors.pccx.gemma3n.config import load_config
 from emulator.errors import BuildError
@@ -300,21 +300,21 @@ def check(system, profile: dict, p: dict, result, context: Context) -> dict:
     ov = prefetch_overlap(system, comp)
     gbps = lambda nbytes: round(nbytes * 1e3 / tok_ps, 3)   # noqa: E731  bytes per token -> GB/s
     out["budget"] = [
-        {"metric": "decode throughput (tok/s)", "emulated": out["tok_per_s"], "seed_budget": 20,
+        {"metric": "decode throughput (tok/s)", "emulated": out["tok_per_s"], "design_budget": 20,
          "bound": b["tok_s_bound"], "ratio_to_bound": round(out["tok_per_s"] / b["tok_s_bound"], 4),
          "binding": b["binding"]},
         {"metric": "HP2/HP3 stream, weights + KV (GB/s)", "emulated": gbps(b["hp_bytes_per_token"]),
-         "seed_budget": None, "bound": b["hp_gemv_bandwidth_GBps"],
+         "design_budget": None, "bound": b["hp_gemv_bandwidth_GBps"],
          "ratio_to_bound": round(gbps(b["hp_bytes_per_token"]) / b["hp_gemv_bandwidth_GBps"], 4)},
         {"metric": "weight stream, weights only (GB/s)", "emulated": gbps(b["weight_bytes_per_token"]),
-         "seed_budget": 3, "bound": None, "ratio_to_bound": None},
-        {"metric": "KV read (GB/s)", "emulated": gbps(b["kv_bytes_per_token"]), "seed_budget": 6,
+         "design_budget": 3, "bound": None, "ratio_to_bound": None},
+        {"metric": "KV read (GB/s)", "emulated": gbps(b["kv_bytes_per_token"]), "design_budget": 6,
          "bound": None, "ratio_to_bound": None},
         {"metric": "L2 activation traffic (GB/s)", "emulated": gbps(comp.l2_bytes / ntok),
-         "seed_budget": 1.6, "bound": None, "ratio_to_bound": None},
+         "design_budget": 1.6, "bound": None, "ratio_to_bound": None},
     ]
     out["bounds"] = b
-    out["seed_budget"] = seed_budget(comp, profile, b, out["tok_per_s"], tok_ps, ntok)
+    out["design_budget"] = design_budget(comp, profile, b, out["tok_per_s"], tok_ps, ntok)
     out["hp_idle_per_stage_us"] = hp_idle_per_stage(system, comp, T0, T1, ntok)
     out["l2_words_used"] = comp.l2.used_words()
     out["kv_slots_attended"] = comp.attended_ranges()
@@ -344,5 +344,5 @@ def check(system, profile: dict, p: dict, result, context: Context) -> dict:
     out["tables"] = {"gemma3n per-stage (per token)": rows,
                      "utilisation (emulated tokens)": [{"unit": k, "busy": v} for k, v in util.items()],
                      "budget vs the pccx Gemma 3N plan and bounds": out["budget"],
-                     "the seed's budget (§6) row by row": out["seed_budget"]}
+                     "the design document's budget (pccx Gemma 3N execution page §6) row by row": out["design_budget"]}
     return out
