@@ -41,7 +41,8 @@ MASKS = [
     (re.compile(r"wall\s+[\d.]+ s \([\d,]+ events/s\)"), "wall <wall> s (<rate> events/s)"),
     (re.compile(r"peak RSS [\d.]+ MiB"), "peak RSS <mem> MiB"),
 ]
-_NUMBER = re.compile(r"\b(0x)?[0-9a-f]*\d[0-9a-f]*(\.\d+)?(e[+-]?\d+)?\b")
+_HEX = re.compile(r"\b(0x)?[0-9a-f]{8,}\b")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*(?:e[+-]?\d+)?")
 
 
 @dataclass
@@ -180,7 +181,9 @@ def normalise(lines: list[str], options: dict) -> list[str]:
         for pattern, repl in MASKS:
             line = pattern.sub(repl, line)
         if "interrupt" in options or "shape" in options:
-            line = _NUMBER.sub("<n>", line)
+            line = _NUMBER.sub("<n>", _HEX.sub("<n>", line))
+        if line.strip() and set(line.strip()) <= {"-", " "}:
+            line = "<rule>"                        # a table's rule: its widths follow the cells
         out.append(" ".join(line.split()))
     return out
 

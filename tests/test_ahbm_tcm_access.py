@@ -7,6 +7,8 @@ in test_ahbm_engines.py and the fidelity tests check the timing).
 """
 import numpy as np
 
+from emulator import numerics
+
 from actors.ahbm.testkit import build
 
 PE = (0, 0, 0)
@@ -143,7 +145,7 @@ async def test_a_composite_moves_each_tcm_block_in_one_message(vclock):
     res = await system.run_async()
     assert res.status == "finished", res.error
     pe = m.pe(*PE)
-    np.testing.assert_allclose(pe.tcm.bufs["C"], a.astype(np.float32) @ b.astype(np.float32), rtol=1e-3)
+    np.testing.assert_allclose(pe.tcm.bufs["C"], numerics.matmul(a, b, acc=np.float64), rtol=1e-3)
     steps = plan(m_, k_, n_, (32, 64, 32))
     sched_req, sched_resp = _link(system, pe.sched, pe.tcm), _link(system, pe.tcm, pe.sched)
     gemm_req, gemm_resp = _link(system, pe.gemm, pe.tcm), _link(system, pe.tcm, pe.gemm)

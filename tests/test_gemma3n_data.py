@@ -27,6 +27,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from emulator import numerics
 from actors import registry
 from emulator.scenario import load_scenario
 
@@ -38,13 +39,21 @@ def _bf16_to_f64(bits):
     return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
+class Weights(np.ndarray):
+    """A float64 weight matrix whose ``@`` sums in a fixed order (emulator.numerics), never through BLAS: the
+    reference gives the same numbers under any OpenBLAS kernel (tests/test_cpu_independence.py)."""
+
+    def __matmul__(self, other):
+        return numerics.matmul(np.asarray(self), np.asarray(other), acc=np.float64)
+
+
 class Reference:
     def __init__(self, c, W, gamma, kv_log=None):
         self.c = c
         self.kv_log = {(pos, i, h): e for pos, i, h, *e in (kv_log or [])}
         self.kv_steps: list[float] = []   # per write: largest |ref - stored| in quantisation steps
         self.kv_bound: list[float] = []   # per write: what the emulator's value difference allows (module doc)
-        self.W = {k: v[0].astype(np.float64) * _bf16_to_f64(v[1])[:, None] for k, v in W.items()}
+        self.W = {k: (v[0].astype(np.float64) * _bf16_to_f64(v[1])[:, None]).view(Weights) for k, v in W.items()}
         self.g = {k: ([np.asarray(x, np.float64) for x in v] if isinstance(v, list) else np.asarray(v, np.float64))
                   for k, v in gamma.items()}
         T, hd = c["kv"]["max_tokens"], c["head_dim"]
@@ -125,9 +134,9 @@ class Reference:
                 g = h // (H // KVH)
                 Ks = np.stack([self.K[(src, g)][sl] for sl in valid])
                 Vs = np.stack([self.V[(src, g)][sl] for sl in valid])
-                sc = Ks @ q[h]
+                sc = numerics.matmul(Ks, q[h], acc=np.float64)
                 p = np.exp(sc - sc.max())
-                out.append((p / p.sum()) @ Vs)
+                out.append(numerics.matmul(p / p.sum(), Vs, acc=np.float64))
             attn = self.W[L + "o"] @ np.concatenate(out)
             laurel = xn + self.norm(self.W[L + "laurel_r"] @ (self.W[L + "laurel_l"] @ xn), self.g["laurel"][i])
             al = (pred[0] + self.norm(attn, self.g["post_attn"][i]) + laurel) / np.sqrt(2)

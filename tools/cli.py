@@ -188,7 +188,7 @@ def format_table(title: str, rows: list[dict]) -> str:
     out = [title, "  " + "  ".join(c.ljust(w) for c, w in zip(cols, widths)),
            "  " + "  ".join("-" * w for w in widths)]
     out += ["  " + "  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(row, widths)) for row in cells]
-    return "\n".join(out)
+    return "\n".join(line.rstrip() for line in out)
 
 
 def _cell(v) -> str:
