@@ -27,20 +27,20 @@ bench-machine: $(STAMP)
 
 # The engine benchmark in instructions per message (valgrind's cachegrind): unmoved by a noisy machine.
 bench-instructions: $(STAMP)
-	$(BIN)/python -m tools.bench_instructions
+	$(BIN)/python -m tools.bench.instructions
 
 # CPU of the 128-rank decode under BASE (a git revision) and this tree, side by side (one per core,
-# same machine phase): tools/bench_ab.py. The default base is issue 13's code, whose run took
+# same machine phase): tools/bench/ab.py. The default base is issue 13's code, whose run took
 # 106-112 s of CPU when the issue was filed: the last line scales that figure by the ratio.
 BASE ?= 308d103
 bench-ab: $(STAMP)
-	$(BIN)/python -m tools.bench_ab --base $(BASE) --runs 3 --base-cpu 109
+	$(BIN)/python -m tools.bench.ab --base $(BASE) --runs 3 --base-cpu 109
 
 # Robustness campaign (issue 15): >= 1,000 mutated scenario files over every shipped
 # scenario, then >= 1,000 random fault plans over the demo, AHBM and pccx families.
 # Outputs under runs/fuzz and runs/campaign/*; exits non-zero on any traceback or hang.
 fuzz-campaign: $(STAMP)
-	$(BIN)/python -m tools.fuzz --mutants 1000 --seed 1 --skip "microbench|16ranks|32ranks|_long|4sip|2sip" --workdir runs/fuzz
+	$(BIN)/python -m tools.robust.fuzz --mutants 1000 --seed 1 --skip "microbench|16ranks|32ranks|_long|4sip|2sip" --workdir runs/fuzz
 	$(BIN)/emu faults campaign scenarios/demo/reduce.yaml --plans 500 --seed 1 --no-minimise --out runs/campaign/reduce
 	$(BIN)/emu faults campaign scenarios/ahbm/attention_decode.yaml --plans 200 --seed 2 --no-minimise --out runs/campaign/attention_decode
 	$(BIN)/emu faults campaign scenarios/pccx/program.yaml --plans 150 --seed 3 --no-minimise --out runs/campaign/pccx

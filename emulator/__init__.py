@@ -2,7 +2,7 @@
 
 Knows nothing of AHBM or pccx.  See DESIGN.md §3 for the contracts.
 """
-__version__ = "0.1.0"
+from emulator.version import __version__
 
 from emulator.actor import Actor
 from emulator.clock import VirtualClock, deterministic_scheduling, now, sleep, sleep_until

@@ -509,7 +509,7 @@ def validate(spec: Spec, doc: Doc, root: tuple = ()) -> Any:
 
 def describe_schema(spec: Spec, indent: int = 0, notes: dict | None = None, path: str = "") -> list[str]:
     """Human-readable listing of a schema (for ``emu validate --schema`` and docs); ``notes``: text appended
-    to the line of a dotted key path (which components read it, tools/components.py)."""
+    to the line of a dotted key path (which components read it, tools/run/components.py)."""
     lines = []
     notes = notes or {}
     if isinstance(spec, Map):

@@ -101,7 +101,7 @@ def versions() -> dict:
     import msgpack
     import numpy
 
-    from emulator import __version__
+    from emulator.version import __version__
 
     return {"emulator": __version__, "python": sys.version.split()[0], "trio": trio.__version__,
             "numpy": numpy.__version__, "msgpack": ".".join(map(str, msgpack.version))}

@@ -28,9 +28,9 @@ def emu(tmp_path):
 
 @pytest.fixture(scope="session")
 def run_with_context():
-    """``run(scenario) -> (result dict, system, context)``: ``tools.runner.run_scenario`` plus the context the
+    """``run(scenario) -> (result dict, system, context)``: ``tools.run.runner.run_scenario`` plus the context the
     workload's ``build`` returned (``RunOutcome.context``; the runner binds it to ``check``)."""
-    from tools import runner
+    from tools.run import runner
 
     def run(scenario):
         outcome = runner.execute(runner.plan_run(scenario, bundle=False))
@@ -45,7 +45,7 @@ def machine_trace_files(tmp_path_factory):
     recorded once per session: ``{"ahbm": path, "pccx": path}``."""
     from actors import registry
     from emulator.scenario import load_scenario
-    from tools.runner import run_scenario
+    from tools.run.runner import run_scenario
 
     d = tmp_path_factory.mktemp("machine-traces")
     out = {}

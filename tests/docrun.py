@@ -155,7 +155,7 @@ def run_block(block: Block, workdir: Path) -> list[list[str]]:
 
 def _cells_masked(lines: list[str], columns: list[str]) -> list[str]:
     """Mask the cells of ``columns`` in the tables of ``lines`` (a header line names them; cells are
-    separated by two or more spaces, as tools.cli.format_table writes them)."""
+    separated by two or more spaces, as tools.table.format_table writes them)."""
     out, idx = [], None
     for line in lines:
         cells = re.split(r"\s{2,}", line.strip())

@@ -18,7 +18,7 @@ from actors.ahbm.testkit import (ALPHA, ATT, CUBE, HBM, HOP_TARGETS, NS, SIP, ba
                                  ceil_div, hop_ladder_scripts, load_profile, log, noc_size, noc_time, read_sizes,
                                  remote_load_store, run_scripts, ser)
 from emulator.trace import TraceOptions, read_trace
-from tools.trace_summary import summarise
+from tools.trace.summary import summarise
 
 TWO_PES = {"pes_per_cube": 2, "pe_grid": {"x": 2, "y": 1}}    # the CUBE mesh as profiled, 2 PEs per CUBE (fast)
 

@@ -39,7 +39,7 @@ async def test_math_ops_make_one_answered_tcm_access_each(vclock):
     # the CPU's free is posted: the TCM never answers the CPU
     assert _link(system, pe.cpu, pe.tcm).messages == 1 and _link(system, pe.tcm, pe.cpu).messages == 0
     # `emu bench machine` counts the same links per pair of component kinds (both directions)
-    from tools.bench import message_pairs
+    from tools.bench.command import message_pairs
     pairs = message_pairs(system)
     assert pairs["math<->tcm"] == req.messages + resp.messages and pairs["cpu<->tcm"] == 1
     assert pairs["cpu<->math"] == 2 * (len(ops) - 1)      # a command and its completion per op

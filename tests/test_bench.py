@@ -1,7 +1,7 @@
 """``emu bench``: the SimPy peer and the emulator agree on every bench workload; the machine report's kinds."""
 import pytest
 
-from tools import bench
+from tools.bench import command as bench
 
 
 def test_engine_bench_runs_both_engines_to_the_same_end_and_reports_ratios():

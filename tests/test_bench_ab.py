@@ -1,9 +1,9 @@
-"""tools.bench_ab: two trees measured side by side; the ratio only when both model the same timing."""
+"""tools.bench.ab: two trees measured side by side; the ratio only when both model the same timing."""
 import json
 
 import pytest
 
-from tools import bench_ab
+from tools.bench import ab as bench_ab
 
 
 def _run(end, cpu, digest="d", messages=10):

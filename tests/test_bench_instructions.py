@@ -1,7 +1,7 @@
-"""The arithmetic of ``make bench-instructions`` (tools/bench_instructions.py); valgrind itself is not run here."""
+"""The arithmetic of ``make bench-instructions`` (tools/bench/instructions.py); valgrind itself is not run here."""
 import pytest
 
-from tools.bench_instructions import parse_refs, per_message
+from tools.bench.instructions import parse_refs, per_message
 
 CACHEGRIND = """==5657== Cachegrind, a high-precision tracing profiler
 ==5657== Command: python -c ...

@@ -35,7 +35,7 @@ _CHILD = """
 import json, sys
 from actors import registry
 from emulator.scenario import load_scenario
-from tools.runner import run_scenario
+from tools.run.runner import run_scenario
 out = {}
 for path in sys.argv[1:]:
     res, _, _ = run_scenario(load_scenario(path, registry))

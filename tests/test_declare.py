@@ -18,8 +18,8 @@ from emulator.errors import BuildError
 from emulator.scenario import load_scenario
 from emulator.system import System
 from protocols.demo import Partial, Token
-from tools.components import family_components
-from tools.runner import build_system, run_scenario
+from tools.run.components import family_components
+from tools.run.runner import build_system, run_scenario
 
 #: small runs that, together, create every declared port of every family (``--set`` overrides switch on the
 #: optional ones: the pccx GEMV->SFU FIFO, the Gemma 3N driver's host DDR port, shared weight FIFOs)

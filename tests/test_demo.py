@@ -10,7 +10,7 @@ from emulator.scenario import load_scenario
 from emulator.units import transfer_ps
 from protocols.codec import TensorDesc, encode
 from protocols.demo import Partial, Token
-from tools.runner import run_scenario
+from tools.run.runner import run_scenario
 
 from conftest import ROOT
 

@@ -43,7 +43,7 @@ def _run(path, monkeypatch, direct: bool):
     from actors import registry
     from conftest import ROOT
     from emulator.scenario import load_scenario
-    from tools.runner import build_system
+    from tools.run.runner import build_system
 
     monkeypatch.setattr(clock_module, "DIRECT_DELIVERY", direct)
     system, _ = build_system(load_scenario(ROOT / path, registry))
@@ -120,7 +120,7 @@ def _run_end(path, monkeypatch, use: bool):
     from actors import registry
     from conftest import ROOT
     from emulator.scenario import load_scenario
-    from tools.runner import build_system
+    from tools.run.runner import build_system
 
     if not use:
         monkeypatch.setattr(clock_module.VirtualClock, "end_parked", lambda self, tasks, codes: 0)

@@ -17,7 +17,7 @@ from emulator.scenario import load_scenario
 from emulator.schema import SchemaError
 from emulator.trace import BUSY, DELIVER, FAULT, SEND, read_trace
 from emulator.units import transfer_ps
-from tools.runner import run_scenario
+from tools.run.runner import run_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTS = ROOT / "scenarios" / "faults"

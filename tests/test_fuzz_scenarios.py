@@ -1,7 +1,7 @@
 """Fuzzing the shipped scenarios (issue 15): a mutated file is rejected with one line per problem
 (exit 2) or runs normally -- never a traceback, never a hang.
 
-Hypothesis draws a shipped scenario, a mutation (tools/fuzz.py: deleted/renamed keys, wrong types,
+Hypothesis draws a shipped scenario, a mutation (tools/robust/fuzz.py: deleted/renamed keys, wrong types,
 stripped/wrong units, extreme numbers, deep nesting, aliases, NUL and non-UTF-8 bytes, truncation)
 and its seed; ``emu validate`` and, if valid, ``emu run`` (virtual-time and wall-clock bounded) run
 in-process.  SIGALRM turns a hang into a failure.  Bounded to a few dozen examples; the long
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tools.fuzz import MUTATIONS, ROOT, check_mutant, mutate
+from tools.robust.fuzz import MUTATIONS, ROOT, check_mutant, mutate
 
 RUNNABLE = sorted((ROOT / "scenarios" / "demo").glob("*.yaml")) + sorted((ROOT / "scenarios" / "faults").glob("*.yaml"))
 VALIDATE_ONLY = [ROOT / "scenarios" / "pccx" / "softmax-asm.yaml", ROOT / "scenarios" / "ahbm" / "attention_decode.yaml"]

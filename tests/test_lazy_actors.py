@@ -19,7 +19,7 @@ def _run(path, lazy: bool, text: str | None = None, tmp_path=None):
     from actors import registry
     from conftest import ROOT
     from emulator.scenario import load_scenario
-    from tools.runner import build_system
+    from tools.run.runner import build_system
 
     if text is None:
         file = ROOT / path

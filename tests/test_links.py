@@ -125,7 +125,7 @@ def test_strict_decode_gives_the_same_digest_as_the_hand_over(path, monkeypatch)
     from conftest import ROOT
     from emulator import link as link_module
     from emulator.scenario import load_scenario
-    from tools.runner import run_scenario
+    from tools.run.runner import run_scenario
 
     out = {}
     for strict in (False, True):

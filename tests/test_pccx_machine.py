@@ -536,7 +536,7 @@ def test_overlap_scenario_trace(scenario, tmp_path):
     from actors import registry
     from emulator.scenario import load_scenario
     from emulator.trace import read_trace
-    from tools.runner import run_scenario
+    from tools.run.runner import run_scenario
 
     sc = load_scenario(str(ROOT / "scenarios" / "pccx" / scenario), registry, [])
     path = tmp_path / "t.emutrace"

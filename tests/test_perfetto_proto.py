@@ -1,4 +1,4 @@
-"""The native Perfetto export (tools/perfetto.py, protobuf): a well-formed Trace, exact times, names interned,
+"""The native Perfetto export (tools/trace/perfetto.py, protobuf): a well-formed Trace, exact times, names interned,
 slices nested per track, flows paired, the same events as the JSON; a cap that says what it cut."""
 import json
 from collections import defaultdict
@@ -8,7 +8,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from conftest import ROOT
 from emulator.trace import BUSY, SEND, TraceStream, read_trace
-from tools.perfetto import export_perfetto
+from tools.trace.perfetto import export_perfetto
 
 T = pb.TrackEvent
 
@@ -17,7 +17,7 @@ T = pb.TrackEvent
 def traced(tmp_path_factory):
     from actors import registry
     from emulator.scenario import load_scenario
-    from tools.runner import run_scenario
+    from tools.run.runner import run_scenario
 
     path = tmp_path_factory.mktemp("pf") / "decode.emutrace"
     res, _, _ = run_scenario(load_scenario(str(ROOT / "scenarios/ahbm/gqa/decode.yaml"), registry),

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tools.plots import binned_busy
+from tools.run.plots import binned_busy
 
 ROOT = Path(__file__).resolve().parents[1]
 

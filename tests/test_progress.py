@@ -1,4 +1,4 @@
-"""The run's progress line (tools/progress.py): share of the work, ETA, phase; wired to the workload's hook."""
+"""The run's progress line (tools/run/progress.py): share of the work, ETA, phase; wired to the workload's hook."""
 import io
 import time
 from types import SimpleNamespace
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 from actors import registry
 from conftest import ROOT
 from emulator.scenario import load_scenario
-from tools.progress import Progress, format_duration
-from tools.runner import run_scenario
+from tools.run.progress import Progress, format_duration
+from tools.run.runner import run_scenario
 
 
 def fake_system(now_ps=13_050_000, events=415_000):

@@ -8,8 +8,8 @@ import pytest
 from actors import registry
 from emulator.scenario import load_scenario
 from emulator.trace import read_trace
-from tools.replay import ReplayError, replay_actor
-from tools.runner import run_scenario
+from tools.trace.replay import ReplayError, replay_actor
+from tools.run.runner import run_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 REDUCE = ROOT / "scenarios" / "demo" / "reduce.yaml"
@@ -149,7 +149,7 @@ def test_cli_replays_an_ahbm_pe_cpu(machine_traces, emu):
 
 
 def _one_of_each_kind(tr) -> list[str]:
-    from tools.trace_summary import component_kind, kind_stems
+    from tools.trace.summary import component_kind, kind_stems
 
     stems, seen = kind_stems(tr.actors), {}
     for a in tr.actors:
@@ -188,7 +188,7 @@ def test_detach_moves_a_built_actor_into_another_system():
     from emulator.system import System
 
     sc = load_scenario(str(REDUCE), registry, SMALL)
-    from tools.runner import build_system
+    from tools.run.runner import build_system
     old, _ = build_system(sc)
     actor = old.actors["cube00/pe1"]
     assert actor.inputs and all(p.links for p in actor.inputs.values())

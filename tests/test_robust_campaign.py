@@ -13,9 +13,9 @@ from actors import registry
 from emulator.faults import FAULT_SCHEMA, KINDS
 from emulator.scenario import load_scenario
 from emulator.schema import Doc, List, validate
-from tools.campaign import classify, draw_plan, target_class
+from tools.robust.campaign import classify, draw_plan, target_class
 from tools.cli import main
-from tools.runner import build_system
+from tools.run.runner import build_system
 
 ROOT = Path(__file__).resolve().parents[1]
 REDUCE = ROOT / "scenarios" / "demo" / "reduce.yaml"
@@ -85,7 +85,7 @@ def test_campaign_command_writes_tables_csv_and_runnable_reproducers(tmp_path, c
 
 
 def test_a_run_past_the_pool_timeout_is_a_hang_and_results_keep_their_order():
-    from tools.campaign import _Pool
+    from tools.robust.campaign import _Pool
 
     jobs = [{"scenario": str(ROOT / "scenarios" / "ahbm" / "attention_decode.yaml"), "sets": []},
             {"scenario": str(REDUCE), "sets": ["workload.params.rounds=1", "trace.enabled=false"]}]

@@ -7,7 +7,7 @@ import pytest
 from actors import registry
 from emulator.scenario import load_scenario
 from emulator.schema import SchemaError
-from tools.sweep_spec import looks_like_sweep
+from tools.sweep.spec import looks_like_sweep
 
 from conftest import ROOT
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tools.cli import main
-from tools.sweep_results import HOST_COLUMNS
-from tools.sweep_spec import load_sweep, looks_like_sweep
+from tools.sweep.results import HOST_COLUMNS
+from tools.sweep.spec import load_sweep, looks_like_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -164,7 +164,7 @@ def test_a_deadlocking_point_is_recorded_and_the_others_finish(tmp_path, capsys)
 
 def test_a_point_whose_worker_dies_fails_alone(tmp_path, monkeypatch):
     """A point whose workload raises, whose worker process dies, or that overruns fails alone."""
-    from tools import sweep_backends
+    from tools.sweep import backends as sweep_backends
 
     class Events:
         records = {}

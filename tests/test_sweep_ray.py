@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tools.cli import main
-from tools.sweep_results import HOST_COLUMNS
+from tools.sweep.results import HOST_COLUMNS
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]'); the Ray backend is untested")
 

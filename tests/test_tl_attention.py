@@ -12,7 +12,8 @@ import pytest
 
 from actors import registry
 from actors.ahbm.testkit import build_workload
-from actors.ahbm.tl.workloads import WORKLOADS, output_of, reference_attention
+from actors.ahbm.tl.baseline_workload import output_of, reference_attention
+from actors.ahbm.tl.workloads import WORKLOADS
 from emulator.testing import run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +94,7 @@ async def test_ranks_beyond_the_cube_is_a_clear_build_error(vclock):
 @pytest.mark.parametrize("name", ["attention_decode.yaml", "attention_prefill.yaml"])
 def test_scenarios_run_and_report_errors_and_tables(name, tmp_path):
     from emulator.scenario import load_scenario
-    from tools import runner
+    from tools.run import runner
     sc = load_scenario(str(ROOT / "scenarios" / "ahbm" / name), registry, [f"output.dir={tmp_path}"])
     out, system, result = runner.run_scenario(sc)
     assert out["status"] == "finished", out.get("error")

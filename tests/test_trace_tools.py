@@ -9,8 +9,8 @@ import pytest
 from actors import registry
 from emulator.scenario import load_scenario
 from emulator.trace import read_trace
-from tools.runner import run_scenario
-from tools.trace_summary import critical_path, summarise
+from tools.run.runner import run_scenario
+from tools.trace.summary import critical_path, summarise
 
 ROOT = Path(__file__).resolve().parents[1]
 REDUCE = ROOT / "scenarios" / "demo" / "reduce.yaml"
@@ -200,7 +200,7 @@ def test_diff_same_seed_identical_other_seed_points_at_first_difference(tmp_path
 
 
 def test_diff_of_different_lengths(tmp_path):
-    from tools.trace_diff import diff_traces
+    from tools.trace.diff import diff_traces
 
     _, a = record(tmp_path / "a.emutrace", sets=SMALL)
     _, b = record(tmp_path / "b.emutrace", sets=SMALL[:-1] + ["workload.params.root=[1,1]",
@@ -211,8 +211,8 @@ def test_diff_of_different_lengths(tmp_path):
 
 
 def test_the_compact_trace_reads_like_the_tuples_in_25_bytes_an_event(machine_trace_files):
-    """emu trace summary streams the trace into columns (tools/trace_compact.py): same events, flat memory."""
-    from tools.trace_compact import compact
+    """emu trace summary streams the trace into columns (tools/trace/compact.py): same events, flat memory."""
+    from tools.trace.compact import compact
     for path in machine_trace_files.values():
         full = read_trace(str(path))
         ct = compact(str(path))

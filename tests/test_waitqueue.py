@@ -49,7 +49,7 @@ def _run(path, patch=None):
     from actors import registry
     from conftest import ROOT
     from emulator.scenario import load_scenario
-    from tools.runner import build_system
+    from tools.run.runner import build_system
 
     spawned = []
     start_soon = actor_module.Subtasks.start_soon

@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import traceback
 
 from emulator.errors import BuildError, EmulatorError
 from emulator.schema import SchemaError
 from emulator.units import format_time
+from tools.table import format_table
 
 __all__ = ["main"]
 
@@ -53,7 +53,7 @@ def cmd_schema(args) -> int:
     if args.scenario:
         from actors import registry
 
-        from tools.components import describe_components, family_components, scenario_schema, schema_notes
+        from tools.run.components import describe_components, family_components, scenario_schema, schema_notes
 
         sc = _load(args.scenario, args.set)
         family = registry.family(sc.family)
@@ -76,12 +76,12 @@ def cmd_validate(args) -> int:
     if not args.scenario:
         print("emu validate: give a scenario file (or --schema)", file=sys.stderr)
         return 2
-    from tools.sweep_spec import looks_like_sweep
+    from tools.sweep.spec import looks_like_sweep
     if looks_like_sweep(args.scenario):
-        from tools.sweep import validate_sweep
+        from tools.sweep.command import validate_sweep
         return validate_sweep(args.scenario)
     sc = _load(args.scenario, args.set)
-    from tools.runner import build_system   # every check short of running: build, resolve fault targets
+    from tools.run.runner import build_system   # every check short of running: build, resolve fault targets
     system, _ = build_system(sc)
     print(f"{args.scenario}: ok (machine {sc.profile_name} [{sc.family}], workload {sc.workload}, "
           f"mode {sc.mode}, seed {sc.seed}, {len(system.actors)} actors, {len(system.links)} links, "
@@ -101,8 +101,8 @@ def _classes(system) -> dict:
 
 
 def cmd_explain(args) -> int:
-    from tools.components import components_json, describe_components, scenario_schema
-    from tools.runner import build_system
+    from tools.run.components import components_json, describe_components, scenario_schema
+    from tools.run.runner import build_system
 
     sc = _load(args.scenario, args.set)
     system, _ = build_system(sc)
@@ -178,40 +178,13 @@ def _summary(res: dict) -> str:
     return "\n".join(lines)
 
 
-def format_table(title: str, rows: list[dict]) -> str:
-    """A plain-text table of ``rows`` (dicts with the same keys), for workload checks."""
-    if not rows:
-        return f"{title}: (empty)"
-    cols = list(rows[0])
-    cells = [[_cell(r.get(c)) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    out = [title, "  " + "  ".join(c.ljust(w) for c, w in zip(cols, widths)),
-           "  " + "  ".join("-" * w for w in widths)]
-    out += ["  " + "  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(row, widths)) for row in cells]
-    return "\n".join(line.rstrip() for line in out)
-
-
-def _cell(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return "" if v is None else str(v)
-
-
-_QUANTITY = re.compile(r"^[<>=]*\s*-?[\d,]*\.?\d+(e[+-]?\d+)?\s*(ps|ns|us|ms|s|%|x)?$")
-
-
-def _numeric(s: str) -> bool:
-    """A cell to right-align: a number, possibly with separators or a time unit (``9,827``, ``4.284us``)."""
-    return bool(_QUANTITY.match(s.strip())) if s.strip() else False
-
-
 def cmd_run(args) -> int:
-    from tools.runner import execute, plan_run
+    from tools.run.runner import execute, plan_run
 
     sc = _load(args.scenario, args.set)
     plan = plan_run(sc, out=args.out, bundle=not args.no_bundle, trace_path=args.trace,
                     plots=True if args.plots else None)
-    from tools.bundle import check_trace_path, prepare_bundle
+    from tools.run.bundle import check_trace_path, prepare_bundle
 
     bundle = None
     if plan.out_dir is not None:
@@ -223,7 +196,7 @@ def cmd_run(args) -> int:
             print(f"note: {note}", file=sys.stderr)
     progress = None
     if sys.stderr.isatty() and not args.json and not args.quiet:
-        from tools.progress import Progress
+        from tools.run.progress import Progress
         progress = Progress(sys.stderr)
 
     def finish(outcome) -> int:
@@ -242,12 +215,12 @@ def cmd_run(args) -> int:
 
 def _report_run(args, plan, bundle, outcome) -> int:
     """Write the bundle and print the outcome of ``emu run``; returns the exit status."""
-    from tools.runner import EXIT_CODES
+    from tools.run.runner import EXIT_CODES
 
     res = outcome.res
     chatty = not args.json and not args.quiet
     if bundle is not None:
-        from tools.progress import step_announcer
+        from tools.run.progress import step_announcer
         res["bundle"] = str(bundle.dir)
         bundle.write(plan, outcome, step=step_announcer(sys.stderr) if chatty else None)
     if args.json:
@@ -269,7 +242,7 @@ def _report_run(args, plan, bundle, outcome) -> int:
 
 
 def cmd_bench(args) -> int:
-    from tools.bench import bench_engine, bench_machine
+    from tools.bench.command import bench_engine, bench_machine
 
     if args.what == "machine":
         return bench_machine(json_out=args.json, repeats=args.repeats, full=args.full)
@@ -280,7 +253,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_trace(args) -> int:
-    from tools import trace_tools
+    from tools.trace import command as trace_tools
 
     return trace_tools.main(args)
 
@@ -325,11 +298,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--full", action="store_true", help="machine: also the 128-rank decode on 4 SIPs")
     b.set_defaults(func=cmd_bench)
 
-    from tools import compare, sweep, trace_tools
+    from tools.trace import compare
+    from tools.sweep import command as sweep
+    from tools.trace import command as trace_tools
     trace_tools.add_parser(sub)
     compare.add_parser(sub)
     sweep.add_parser(sub)
-    from tools import campaign, pccx_cli
+    from tools.robust import campaign
+    from tools import pccx_cli
     campaign.add_parser(sub)   # emu faults campaign
     pccx_cli.add_parser(sub)   # pccx-specific subcommands
     return p
@@ -362,7 +338,7 @@ def main(argv=None) -> int:
 
 
 def _dispatch(args) -> int:
-    from tools.bundle import BundleError
+    from tools.run.bundle import BundleError
 
     try:
         return args.func(args)

@@ -30,7 +30,7 @@ What the plugin provides:
   own Trio run, on its clock (a system's times are absolute from 0, so one such
   run per test); ``emu_sim.run_sync(...)`` (plain ``def`` tests) runs any number
   of scenarios, each in its own Trio run, and ``emu_sim.compare(a, b)`` gives
-  their end-time, per-link and per-actor deltas (:mod:`tools.compare`).
+  their end-time, per-link and per-actor deltas (:mod:`tools.trace.compare`).
 
 A :class:`SimRun` has the run's result (``status``, ``end_time``, ``digest``,
 ``messages``, ``events``, ``seed``, ``deadlock``, ``error``), ``json`` (the
@@ -143,8 +143,8 @@ class SimRun:
         self.trace_path: str | None = None
 
     def record(self):
-        """This run as a :class:`tools.compare.RunRecord` (for :func:`tools.compare.compare_runs`)."""
-        from tools.compare import record_from_run
+        """This run as a :class:`tools.trace.compare.RunRecord` (for :func:`tools.trace.compare.compare_runs`)."""
+        from tools.trace.compare import record_from_run
 
         return record_from_run(self.label, self.system, self.result, self.trace_path, self.trace)
 
@@ -370,7 +370,7 @@ class SimHarness:
     async def run(self, scenario, *, set=(), faults=(), seed: int | None = None, mode: str | None = None,
                   until=None) -> SimRun:
         """Run a scenario (a path or a loaded :class:`Scenario`) on the test's virtual clock."""
-        from tools.runner import build_system, final_status, result_dict
+        from tools.run.runner import build_system, final_status, result_dict
 
         try:
             clock = current_clock()
@@ -406,7 +406,7 @@ class SimHarness:
         Each run is exactly ``emu run`` (its workload check decides the final status) with a full
         trace in the test's temporary directory; ``label`` names it in comparisons.
         """
-        from tools.runner import execute, plan_run
+        from tools.run.runner import execute, plan_run
 
         scenario = self._loaded("run_sync", scenario, set, faults, seed, mode)
         self.runs += 1
@@ -422,8 +422,8 @@ class SimHarness:
 
     @staticmethod
     def compare(a: "SimRun", b: "SimRun"):
-        """``b`` against ``a``: a :class:`tools.compare.Comparison` (end time, per-link and per-actor deltas)."""
-        from tools.compare import compare_runs
+        """``b`` against ``a``: a :class:`tools.trace.compare.Comparison` (end time, per-link and per-actor deltas)."""
+        from tools.trace.compare import compare_runs
 
         return compare_runs(a.record(), b.record())
 

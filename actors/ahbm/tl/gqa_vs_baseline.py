@@ -26,6 +26,7 @@ import numpy as np
 from actors.ahbm.kernels.gqa_attention import decode_tiles
 from actors.ahbm.kernels.gqa_index import GroupLayout, snake
 from actors.ahbm.params import pe_name
+from actors.ahbm.tl import baseline_workload as base   # the baseline's kernel and line geometry
 from actors.ahbm.tl import gqa_workload as gw
 from actors.ahbm.tl.kernel_workload import KernelHooks, KernelLayout, Output, kernel_workload
 from emulator.errors import BuildError
@@ -73,7 +74,6 @@ def _layout(prm, p) -> KernelLayout:
     line = [(0, cubes[c], pe) for c in snake(w, h) for pe in pes]
     rank = {c: r for r, c in enumerate(line)}
     M, d = p["G"], p["d"]
-    from actors.ahbm.tl import workloads as base   # the baseline's line geometry (imports this module)
 
     def args_of(c):
         if c not in rank:
@@ -89,8 +89,7 @@ def _layout(prm, p) -> KernelLayout:
 
 
 def _kernel(c, lay: KernelLayout) -> str:
-    from actors.ahbm.tl.workloads import DECODE   # cycle: workloads imports this module
-    return DECODE if c in set(lay.info["baseline"]) else gw.KERNEL
+    return base.DECODE if c in set(lay.info["baseline"]) else gw.KERNEL
 
 
 def _inputs(rng, lay, p) -> dict:

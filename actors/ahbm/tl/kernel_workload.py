@@ -21,7 +21,7 @@ where the run stopped: the kernel had not finished by then), ``progress`` (the
 share of the kernel's MACs the GEMM engines have done, with the ``work`` hook),
 then the hooks' ``partial_metrics`` (bounds, a table row).
 
-``progress`` (the live display, tools/progress.py): the MACs the launched PEs'
+``progress`` (the live display, tools/run/progress.py): the MACs the launched PEs'
 GEMM engines have done out of the hooks' ``work`` total.
 """
 from __future__ import annotations

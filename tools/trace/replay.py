@@ -13,7 +13,7 @@ actor object itself is the real one):
    (quantities in base units), the edits are applied and it is validated again
    like any scenario -- so the recorded run's own ``--set`` edits are kept and
    a bad edit is reported like ``emu run`` would; the whole machine is then
-   built with :func:`tools.runner.build_system`;
+   built with :func:`tools.run.runner.build_system`;
 2. the actor named NAME is taken out of that system (``Actor.detach``) and put
    alone in a fresh :class:`System` with the same seed and mode;
 3. each of its peers (an actor at the other end of one of its links) is
@@ -149,7 +149,7 @@ def _load_scenario(trace: TraceFile, sets: list[str] | None):
     from actors import registry
     from emulator.faults import FAULT_SCHEMA
     from emulator.scenario import load_scenario
-    from tools.runner import scenario_from_resolved
+    from tools.run.runner import scenario_from_resolved
 
     resolved = trace.header.get("scenario_resolved")
     if not isinstance(resolved, dict) or "machine" not in resolved:
@@ -184,7 +184,7 @@ def _load_scenario(trace: TraceFile, sets: list[str] | None):
 
 def replay_actor(trace: TraceFile, name: str, *, sets: list[str] | None = None) -> ReplayResult:
     """Replay actor ``name`` of ``trace`` alone; see the module docstring."""
-    from tools.runner import build_system
+    from tools.run.runner import build_system
 
     if name not in trace.actors:
         close = difflib.get_close_matches(name, trace.actors, n=3)

@@ -7,7 +7,7 @@ in them.  This counts the instructions each side executes instead
 (``valgrind --tool=cachegrind --cache-sim=no``, the ``I refs`` total), which
 is the same on every run of the same code (``PYTHONHASHSEED=0``).
 
-Per message: each workload of :mod:`tools.bench` runs once at full scale and
+Per message: each workload of :mod:`tools.bench.command` runs once at full scale and
 once at a tenth, each in its own process; the difference of the two counts
 divided by the difference of their message counts removes the start-up
 (imports, building the model) and leaves what one more message costs.  Two
@@ -32,15 +32,16 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
-from tools import bench
+from tools.bench import command as bench
 
-#: the two scales of :func:`tools.bench._workloads` whose difference is measured
+#: the two scales of :func:`tools.bench.command._workloads` whose difference is measured
 SCALES = (1.0, 0.1)
 
 _CHILD = """
 import sys
-from tools import bench
+from tools.bench import command as bench
 name, kind, params, mode = bench._workloads(float(sys.argv[2]))[int(sys.argv[1])]
 out = bench._emu(kind, params, mode) if sys.argv[3] == "emu" else bench._simpy(kind, params, mode)
 print("messages", out["messages"])
@@ -55,7 +56,7 @@ import sys
 from pathlib import Path
 from actors import registry
 from emulator.scenario import load_scenario
-from tools.runner import build_system
+from tools.run.runner import build_system
 scenario = load_scenario(Path(sys.argv[1]), registry, sys.argv[3:])
 system, _ = build_system(scenario)
 print("messages", system.run(until=1 if sys.argv[2] == "stopped" else None).messages)
@@ -83,7 +84,7 @@ def _valgrind(args: list[str], what: str) -> tuple[int, int]:
     env = dict(os.environ, PYTHONHASHSEED="0")
     proc = subprocess.run(
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", sys.executable, *args],
-        capture_output=True, text=True, env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        capture_output=True, text=True, env=env, cwd=str(Path(__file__).resolve().parents[2]))
     if proc.returncode != 0:
         raise RuntimeError(f"{what} failed under valgrind:\n{proc.stderr[-2000:]}")
     messages = int(re.search(r"messages (\d+)", proc.stdout).group(1))

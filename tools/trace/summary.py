@@ -56,7 +56,7 @@ import numpy as np
 
 from emulator.trace import BLOCK, BUSY, DELIVER, DONE, ERROR, FAULT, KIND_CODES, MARK, SEND, TAKE, TraceFile
 from emulator.units import format_time
-from tools.trace_compact import CompactTrace, compact
+from tools.trace.compact import CompactTrace, compact
 
 __all__ = ["summarise", "format_summary", "critical_path", "path_by_kind", "event_actor", "component_kind",
            "kind_stems", "link_class", "missing_parts"]
@@ -154,8 +154,8 @@ def missing_parts(trace: TraceFile) -> dict[str, str]:
 def summarise(trace, *, top: int = 10, critical: bool = True) -> dict:
     """The summary as a JSON-friendly dict; parts the trace cannot give are ``None`` and named in ``missing``.
 
-    ``trace``: a path (read streaming, in columns: tools/trace_compact.py), a :class:`TraceFile` or a
-    :class:`~tools.trace_compact.CompactTrace`.  ``critical=False`` skips the critical path (``None``).
+    ``trace``: a path (read streaming, in columns: tools/trace/compact.py), a :class:`TraceFile` or a
+    :class:`~tools.trace.compact.CompactTrace`.  ``critical=False`` skips the critical path (``None``).
     Each part is computed by a function of its own, so its temporaries are gone before the next.
     """
     ct = compact(trace)

@@ -35,7 +35,7 @@ def plot_sweep(directory: Path, rows: list[dict], keys: list[str], metrics: list
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from tools.sweep_results import metric_label, short_names, time_scale, varying_metrics
+    from tools.sweep.results import metric_label, short_names, time_scale, varying_metrics
 
     out_dir = directory / "plots"
     written = []

@@ -12,7 +12,7 @@ wall-clock guard, and says what happened:
 * ``traceback`` - an exception escaped ``emu`` (a bug);
 * ``hang``      - no answer within the wall bound (a bug; only the campaign's pool can see it).
 
-``python -m tools.fuzz --mutants N`` runs the campaign (``make fuzz-campaign``)
+``python -m tools.robust.fuzz --mutants N`` runs the campaign (``make fuzz-campaign``)
 on a local process pool and prints the counts per mutation and outcome.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted(p for d in ("demo", "faults", "ahbm", "pccx") for p in (ROOT / "scenarios" / d).glob("*.yaml"))
 
 __all__ = ["MUTATIONS", "mutate", "check_mutant", "SCENARIOS"]
@@ -245,7 +245,7 @@ def campaign(n: int, seed: int, jobs: int, workdir: Path, timeout: float = 120.0
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.fuzz", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.robust.fuzz", description=__doc__.splitlines()[0])
     p.add_argument("--mutants", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=2)

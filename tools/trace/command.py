@@ -1,8 +1,8 @@
 """``emu trace``: tools over binary traces (perfetto, summary, diff, replay).
 
 This module only parses the command line and prints; the work is done in
-``tools/perfetto.py``, ``tools/trace_summary.py``, ``tools/trace_diff.py`` and
-``tools/replay.py`` so that tests and notebooks can call it directly.  Every
+``tools/trace/perfetto.py``, ``tools/trace/summary.py``, ``tools/trace/diff.py`` and
+``tools/trace/replay.py`` so that tests and notebooks can call it directly.  Every
 user error (missing or corrupt file, bad filter, unknown actor) is a clear
 one-line message with a non-zero exit status, never a traceback.
 
@@ -88,7 +88,7 @@ def _read(path: str):
 
 
 def cmd_perfetto(args) -> int:
-    from tools.perfetto import PerfettoTooLarge, export_perfetto
+    from tools.trace.perfetto import PerfettoTooLarge, export_perfetto
 
     kinds = [k.strip() for item in args.kinds for k in item.split(",") if k.strip()]
     bad = [k for k in kinds if k not in KIND_CODES]
@@ -122,9 +122,9 @@ def cmd_perfetto(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    from tools.trace_summary import format_summary, summarise
+    from tools.trace.summary import format_summary, summarise
 
-    from tools.trace_compact import compact
+    from tools.trace.compact import compact
 
     if os.path.isdir(args.trace):
         raise ValueError(f"{args.trace}: is a directory, not a trace file")
@@ -137,7 +137,7 @@ def cmd_summary(args) -> int:
 
 
 def cmd_diff(args) -> int:
-    from tools.trace_diff import diff_traces, format_diff
+    from tools.trace.diff import diff_traces, format_diff
 
     res = diff_traces(_read(args.a), _read(args.b), context=max(0, args.context))
     print(format_diff(res))
@@ -145,7 +145,7 @@ def cmd_diff(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from tools.replay import ReplayError, replay_actor
+    from tools.trace.replay import ReplayError, replay_actor
 
     try:
         res = replay_actor(_read(args.trace), args.actor, sets=args.set)

@@ -15,8 +15,8 @@ A sweep file names a base scenario and the keys to vary::
     metrics: [end_time_ps, max_abs_err] # keys of result.json or of a workload report
     timeout: 600s                      # wall-clock limit of one point
     point_plots: false                 # per-point bundle plots (off: sweeps stay fast)
-    best: {minimize: end_time_ps, over: [workload.params.G]}   # the winner per case (tools.sweep_best)
-    panel: {x: workload.params.G, y: end_time_ps, lines: seed}  # plots/panel.png (tools.sweep_plots)
+    best: {minimize: end_time_ps, over: [workload.params.G]}   # the winner per case (tools.sweep.best)
+    panel: {x: workload.params.G, y: end_time_ps, lines: seed}  # plots/panel.png (tools.sweep.plots)
 
 A key of ``vary``, ``zip`` or ``set`` is any ``emu run --set`` path.  Every point is
 resolved through the same loader and schemas as ``emu run`` (emulator.scenario),
@@ -121,14 +121,14 @@ SWEEP_SCHEMA = Map({
         "minimize": Str(doc="the metric to minimise"),
         "over": List(Str(), min_len=1, doc="the varied keys whose values are the choices compared"),
         "per": List(Str(), default=None, doc="one winner per combination of these varied keys (default: the others)"),
-    }, default=None, doc="name the best choice per case (tools/sweep_best.py), written to best.csv"),
+    }, default=None, doc="name the best choice per case (tools/sweep/best.py), written to best.csv"),
     "panel": Map({
         "x": Str(doc="the varied key on the x axis"),
         "y": Str(doc="the metric (log y axis); each line point is the best row over the other keys"),
         "lines": Str(default=None, doc="a varied key: one line per value"),
         "split": Str(default=None, doc="a varied key: one column of axes per value"),
         "bound": Str(default=None, doc="a metric drawn dashed, with a second row of axes for y / bound"),
-    }, default=None, doc="one summary figure, plots/panel.png (tools/sweep_plots.py)"),
+    }, default=None, doc="one summary figure, plots/panel.png (tools/sweep/plots.py)"),
 })
 
 SWEEP_ONLY_KEYS = {"base", "vary", "zip", "seeds", "metrics", "point_plots"}

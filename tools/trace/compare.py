@@ -111,7 +111,7 @@ def _from_bundle(d: Path) -> RunRecord:
 
 def _from_trace(path: Path) -> RunRecord:
     from emulator.trace import read_trace
-    from tools.trace_summary import summarise
+    from tools.trace.summary import summarise
 
     tr = read_trace(str(path))
     s = summarise(tr, top=0, critical=False)
@@ -214,7 +214,7 @@ def compare_runs(a: RunRecord, b: RunRecord, *, divergence: bool = True) -> Comp
         c.notes.append(f"{len(only)} actor(s) exist in one run only (different machines?)")
     if divergence and a.trace_path and b.trace_path and not c.identical:
         from emulator.trace import read_trace
-        from tools.trace_diff import diff_traces, format_diff
+        from tools.trace.diff import diff_traces, format_diff
 
         res = diff_traces(read_trace(a.trace_path), read_trace(b.trace_path), context=0)
         c.divergence = format_diff(res)

@@ -24,7 +24,7 @@ Both trees must model the same thing: the two sides' end times must agree (the
 digest may differ: a tree that sends fewer messages has another trace).  A side
 whose run fails, or whose end time differs, is an error, not a ratio.
 
-``python -m tools.bench_ab --base 308d103`` (a git revision: checked out with
+``python -m tools.bench.ab --base 308d103`` (a git revision: checked out with
 ``git worktree`` into a temporary directory, removed afterwards) or ``--base
 DIR`` (a tree already on disk); ``--head`` defaults to this tree.
 """
@@ -42,10 +42,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: what a child runs, in the tree's directory: build and run one scenario, print one JSON line.  Not
-#: the tree's own ``tools.bench._machine_run``: a private helper whose results differ between
+#: the tree's own ``tools.bench.command._machine_run``: a private helper whose results differ between
 #: versions and which takes no ``--set`` overrides; this uses only the entry points every version has
 #: (load_scenario, build_system, System.run)
 _CHILD = """
@@ -54,7 +54,7 @@ sys.path.insert(0, ".")
 from pathlib import Path
 from actors import registry
 from emulator.scenario import load_scenario
-from tools.runner import build_system
+from tools.run.runner import build_system
 import emulator
 scenario = load_scenario(Path(sys.argv[1]), registry, sys.argv[2:] or None)
 c0 = time.process_time()
@@ -190,7 +190,7 @@ def _worktree(rev: str, where: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.bench_ab", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.bench.ab", description=__doc__.split("\n\n")[0])
     p.add_argument("--base", required=True, help="a git revision of this repository, or a directory holding a tree")
     p.add_argument("--head", default=str(ROOT), help="the tree to compare (default: this one)")
     p.add_argument("--scenario", default="scenarios/ahbm/attention_decode_4sip.yaml",

@@ -2,7 +2,7 @@
 
 Both backends take the same tasks and report to the same two callbacks
 (``events.running(n)``, ``events.done(task, record)``); a record is what
-:mod:`tools.sweep_point` returns.  The results do not depend on the backend:
+:mod:`tools.sweep.point` returns.  The results do not depend on the backend:
 each point is an independent deterministic run of its resolved scenario.
 
 **Pool.** One fresh process per point, at most ``jobs`` at a time, forked from a
@@ -16,7 +16,7 @@ still running ``kill_after_s`` after it started is killed and recorded as
 
 **Ray.** Each point is a Ray task (``num_cpus=1``; ``max_retries=0`` so a failing
 point is reported, not re-run; workers are reused, and the point resets the
-peak-memory counter, see tools.sweep_point).  Without ``address`` a local Ray instance
+peak-memory counter, see tools.sweep.point).  Without ``address`` a local Ray instance
 with ``jobs`` CPUs is started (and shut down at the end); with ``address`` the
 sweep joins that cluster.  A task returns its bundle's files, so the workers
 need no shared file system -- only the project installed.  An already
@@ -44,7 +44,7 @@ def _failure(status: str, error: str) -> dict:
 
 
 def _sweep_point(task: dict) -> dict:
-    from tools.sweep_point import run_point
+    from tools.sweep.point import run_point
     return run_point(task, task["dir"])
 
 
@@ -58,7 +58,7 @@ class PoolBackend:
     module-level function (it is pickled by name), ``preload`` the modules it needs."""
     name = "pool"
 
-    def __init__(self, jobs: int | None = None, work=_sweep_point, preload=("tools.sweep_point",)):
+    def __init__(self, jobs: int | None = None, work=_sweep_point, preload=("tools.sweep.point",)):
         self.jobs = jobs or default_jobs()
         self.work, self.preload = work, list(preload)
 
@@ -117,7 +117,7 @@ class RayBackend:
 
         import ray
 
-        from tools.sweep_point import run_point_collect
+        from tools.sweep.point import run_point_collect
 
         started_here = not ray.is_initialized()
         if started_here:

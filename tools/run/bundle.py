@@ -13,7 +13,7 @@ choose; docs/outputs.md describes every file and column):
 * ``result.json``    -- status, digest, seed, metrics, checks, faults, versions,
   host speed (wall seconds, events/s, peak memory);
 * ``actors.csv``, ``links.csv`` -- per-actor and per-link metrics;
-* ``trace.emutrace`` -- the binary trace (the run plan's size policy, tools/runner.py);
+* ``trace.emutrace`` -- the binary trace (the run plan's size policy, tools/run/runner.py);
 * ``trace.pftrace`` -- the trace for ui.perfetto.dev (Perfetto protobuf), when the
   scenario enables the trace (capped at 1 GB: a trimmed file says so, on the terminal,
   in ``result.json``'s ``perfetto`` and in the file; ``emu trace perfetto`` makes one
@@ -113,7 +113,7 @@ class Bundle:
             if step:
                 step("trace.pftrace")
             from emulator.trace import TraceStream
-            from tools.perfetto import export_perfetto
+            from tools.trace.perfetto import export_perfetto
             stats = export_perfetto(TraceStream(trace_path, payloads=False, allow_truncated=True),
                                     str(d / "trace.pftrace"), max_mb=PERFETTO_CAP_MB, trim=True, fmt="proto")
             res["perfetto"] = {"file": "trace.pftrace", "bytes": stats.bytes, "trace_events": stats.events,
@@ -124,7 +124,7 @@ class Bundle:
         if plan.plots and system is not None and result is not None:
             if step:
                 step("plots")
-            from tools.plots import make_plots
+            from tools.run.plots import make_plots
             make_plots(d, system, result, trace_path)
         with open(d / "result.json", "w") as f:       # last: a bundle with result.json is complete
             json.dump(res, f, indent=1)

@@ -5,11 +5,11 @@ The sweep directory (``--out DIR``, default ``runs/sweeps/<sweep name>``) holds:
     sweep.yaml            the sweep as written and its expanded points (index, key, values)
     points/<key>/         one result bundle per point (scenario.yaml, result.json, ...)
     points/<key>/point.json   the point's record, written last: the point is done
-    results.csv, results.jsonl   one row per point (tools.sweep_results)
-    plots/*.png           each metric against each varied key, and the panel (tools.sweep_plots)
-    best.csv              the best choice per case, when the sweep file asks (tools.sweep_best)
+    results.csv, results.jsonl   one row per point (tools.sweep.results)
+    plots/*.png           each metric against each varied key, and the panel (tools.sweep.plots)
+    best.csv              the best choice per case, when the sweep file asks (tools.sweep.best)
 
-``<key>`` is the hash of the point's resolved scenario (tools.sweep_spec), so a
+``<key>`` is the hash of the point's resolved scenario (tools.sweep.spec), so a
 sweep that was interrupted runs only the points that have no ``point.json`` yet,
 and running a finished sweep again runs nothing (``--retry-failed`` re-runs the
 points whose status is not ``finished``).  Two points of one sweep that resolve
@@ -30,13 +30,13 @@ from pathlib import Path
 
 import yaml
 
-from tools.sweep_best import best_rows, write_best
+from tools.sweep.best import best_rows, write_best
 
-from tools.sweep_backends import default_jobs, make_backend
-from tools.sweep_plots import plot_panel, plot_sweep
-from tools.sweep_progress import SweepProgress
-from tools.sweep_results import constant_summary, default_metrics, format_rows, make_row, write_results
-from tools.sweep_spec import Point, SweepSpec, load_sweep
+from tools.sweep.backends import default_jobs, make_backend
+from tools.sweep.plots import plot_panel, plot_sweep
+from tools.sweep.progress import SweepProgress
+from tools.sweep.results import constant_summary, default_metrics, format_rows, make_row, write_results
+from tools.sweep.spec import Point, SweepSpec, load_sweep
 
 __all__ = ["run_sweep", "add_parser", "validate_sweep", "SweepRun"]
 
@@ -183,7 +183,7 @@ def validate_sweep(path: str) -> int:
 
 def cmd_sweep(args) -> int:
     from emulator.interrupt import stop_signals_interrupt
-    from tools.cli import format_table
+    from tools.table import format_table
 
     try:
         with stop_signals_interrupt():

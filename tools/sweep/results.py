@@ -26,7 +26,7 @@ __all__ = ["HOST_COLUMNS", "metric_value", "default_metrics", "make_row", "write
 
 HOST_COLUMNS = ("wall_s", "events_per_s", "peak_rss_mib")
 
-# keys every result.json has (tools.runner); anything else at the top level came from the workload's check
+# keys every result.json has (tools.run.runner); anything else at the top level came from the workload's check
 RUNNER_KEYS = {"scenario", "file", "status", "digest", "seed", "mode", "end_time_ps", "messages", "events",
                "time_steps", "wall_s", "build_s", "events_per_s", "peak_rss_mib", "actors", "links", "reports",
                "faults", "versions", "deadlock", "error", "bundle", "tables", "traceback"}

@@ -2,7 +2,7 @@
 
 The worker rebuilds the scenario from its resolved form (no file access: a Ray
 worker on another machine needs nothing but the task), runs it through the same
-runner as ``emu run`` (tools.runner) and writes the usual result bundle.  Every
+runner as ``emu run`` (tools.run.runner) and writes the usual result bundle.  Every
 failure of the point -- a model error, a deadlock, a time limit, an exception in
 the workload -- becomes the record's status; nothing escapes to stop the sweep.
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import dataclasses
 
-from tools.bundle import Bundle
-from tools.runner import execute, plan_run, scenario_from_resolved
+from tools.run.bundle import Bundle
+from tools.run.runner import execute, plan_run, scenario_from_resolved
 
 __all__ = ["run_point", "run_point_collect"]
 

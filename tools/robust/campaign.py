@@ -8,7 +8,7 @@ kind's own parameters, within the ranges the kinds declare
 fault-free run's duration.  ``--kinds`` and ``--targets`` (a glob) restrict
 the draw.
 
-Each plan runs on the sweep's process pool (tools.sweep_backends, ``--jobs``) with a virtual-time limit
+Each plan runs on the sweep's process pool (tools.sweep.backends, ``--jobs``) with a virtual-time limit
 (10x the fault-free end time) and a wall-clock guard, and is classified:
 
 ==================  ===========================================================
@@ -147,7 +147,7 @@ def _run_one(job: dict) -> dict:
     from emulator.errors import BuildError
     from emulator.scenario import load_scenario
     from emulator.schema import SchemaError
-    from tools.runner import run_scenario
+    from tools.run.runner import run_scenario
 
     try:
         sc = load_scenario(job["scenario"], registry, job["sets"])
@@ -170,13 +170,13 @@ def _run_one(job: dict) -> dict:
 
 
 class _Pool:
-    """The sweep's process pool (tools.sweep_backends.PoolBackend): a fresh process per run, and a
+    """The sweep's process pool (tools.sweep.backends.PoolBackend): a fresh process per run, and a
     run still going ``timeout`` seconds after it started is killed (a hang becomes an outcome, not a stall)."""
 
     def __init__(self, jobs: int, timeout: float, progress: bool = False):
-        from tools.sweep_backends import PoolBackend
+        from tools.sweep.backends import PoolBackend
         self.progress, self.timeout = progress, timeout
-        self.backend = PoolBackend(jobs, work=_run_one, preload=["tools.campaign", "tools.runner", "actors"])
+        self.backend = PoolBackend(jobs, work=_run_one, preload=["tools.robust.campaign", "tools.run.runner", "actors"])
 
     def map(self, jobs: list[dict]) -> list[dict]:
         out: list = [None] * len(jobs)
@@ -231,7 +231,7 @@ def run_campaign(scenario_path: str, *, plans: int = 100, seed: int = 0, kinds=N
     """Run the campaign; returns ``{"rows": [...], "counts": Counter, "out": dir}`` and writes the files."""
     from actors import registry
     from emulator.scenario import load_scenario
-    from tools.runner import build_system
+    from tools.run.runner import build_system
 
     sc = load_scenario(scenario_path, registry, sets)
     system, _ = build_system(sc)

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from emulator.trace import BUSY, SEND, TAKE, read_trace
-from tools.trace_summary import component_kind, kind_stems, link_class
+from tools.trace.summary import component_kind, kind_stems, link_class
 
 __all__ = ["make_plots", "binned_busy"]
 

@@ -8,7 +8,7 @@ Workloads (the demo machine, scenarios/machines/demo.yaml):
 * ``reduce``: the 128-PE 2-level reduce-to-root in data mode, numpy merges included.
 
 Repetitions are interleaved: each one runs every workload on both engines
-(the emulator and the SimPy peer of tools/simpy_peer.py, back to back, the
+(the emulator and the SimPy peer of tools/bench/simpy_peer.py, back to back, the
 emulator first in even repetitions and the peer first in odd ones), so drift of
 a shared machine hits both sides alike and neither always runs second.  Each pair is checked to reach the same
 virtual end time and deliver the same number of messages (and, for the reduce,
@@ -32,7 +32,7 @@ import numpy as np
 
 from actors.demo import machine as demo
 from emulator.system import System
-from tools import simpy_peer
+from tools.bench import simpy_peer
 
 PROFILE = {
     "cubes_x": 4, "cubes_y": 4, "pes_per_cube": 8,
@@ -144,7 +144,7 @@ def bench_engine(*, json_out: bool = False, repeats: int = 5, scale: float = 1.0
               f" {r['ratio']:>6.2f} {r['ratio_min']:>5.2f}-{r['ratio_max']:<5.2f}"
               f" {r['emu_cpu_us_per_msg']:>15.2f} {r['simpy_cpu_us_per_msg']:>17.2f} {r['cpu_ratio']:>9.2f}")
     print(f"  peak RSS {out['peak_rss_mib']} MiB; ratio > 1 means the emulator is faster (wall; cpu ratio: process CPU);"
-          f" Python loop {out['loop_ns']} ns/iteration (tools.bench.loop_ns)")
+          f" Python loop {out['loop_ns']} ns/iteration (tools.bench.command.loop_ns)")
     return 0
 
 
@@ -188,9 +188,9 @@ def _machine_run(path: str) -> dict:
 
     from actors import registry
     from emulator.scenario import load_scenario
-    from tools.runner import build_system
+    from tools.run.runner import build_system
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     scenario = load_scenario(root / path, registry)
     # the previous repetition's machine is garbage now (reference cycles): collect it before the
     # clock starts, or the build's own collection (emulator.system.building) would charge this
@@ -286,5 +286,5 @@ def bench_machine(*, json_out: bool = False, repeats: int = 3, full: bool = Fals
             print(f"  {r['name']}: {r['ops']} tl ops, {r['messages'] / r['ops']:.2f} messages per op; {top}")
     idle = next(r for r in out["machines"] if r["name"] == IDLE_SCENARIO[0])
     print(f"  idle 4-SIP machine fixed cost (build + start + cancel): {idle['fixed_cpu_s']:.3f} s CPU;"
-          f" peak RSS {out['peak_rss_mib']} MiB; Python loop {out['loop_ns']} ns/iteration (tools.bench.loop_ns)")
+          f" peak RSS {out['peak_rss_mib']} MiB; Python loop {out['loop_ns']} ns/iteration (tools.bench.command.loop_ns)")
     return 0

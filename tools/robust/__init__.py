@@ -1,0 +1,1 @@
+"""Robustness: fault campaigns and scenario fuzzing."""
