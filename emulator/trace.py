@@ -212,13 +212,10 @@ class Recorder:
         return self._hash.copy().hexdigest()
 
 
-@dataclass
-class TraceFile:
-    """A trace file read back: header, events (tuples), footer."""
+class TraceHeader:
+    """What every reader of a trace offers from its header: the actor names and the links, by id."""
 
     header: dict
-    events: list = field(default_factory=list)
-    footer: dict = field(default_factory=dict)
 
     @property
     def actors(self) -> list[str]:
@@ -227,6 +224,15 @@ class TraceFile:
     @property
     def links(self) -> list[dict]:
         return self.header["links"]
+
+
+@dataclass
+class TraceFile(TraceHeader):
+    """A trace file read back: header, events (tuples), footer."""
+
+    header: dict
+    events: list = field(default_factory=list)
+    footer: dict = field(default_factory=dict)
 
     def of_kind(self, *names: str) -> Iterator[tuple]:
         codes = {KIND_CODES[n] for n in names}
@@ -291,7 +297,7 @@ def _check_event_fully(path: str, index: int, ev, n_actors: int, n_links: int) -
         raise ValueError(f"{path}: corrupt trace: event {index} ({name}) names actor {ev[2]!r} of {n_actors}")
 
 
-class TraceStream:
+class TraceStream(TraceHeader):
     """A trace file read event by event, in bounded memory: ``header`` at once, then ``for ev in
     stream`` (each checked as :func:`read_trace` checks it), ``footer`` once the events are through.
 
@@ -322,14 +328,6 @@ class TraceStream:
             raise ValueError(f"{path}: not an emulator trace (no '{FORMAT}' header)")
         _check_header(path, header)
         return header, it
-
-    @property
-    def actors(self) -> list[str]:
-        return self.header["actors"]
-
-    @property
-    def links(self) -> list[dict]:
-        return self.header["links"]
 
     def __iter__(self) -> Iterator[tuple]:
         header, it = self._open()

@@ -18,7 +18,8 @@ from array import array
 
 import numpy as np
 
-from emulator.trace import BLOCK, BUSY, DELIVER, DONE, ERROR, FAULT, MARK, SEND, TAKE, TraceFile, TraceStream
+from emulator.trace import (BLOCK, BUSY, DELIVER, DONE, ERROR, FAULT, MARK, SEND, TAKE, TraceFile, TraceHeader,
+                            TraceStream)
 
 __all__ = ["CompactTrace", "compact"]
 
@@ -57,21 +58,13 @@ class _Events:
                 yield self[i]
 
 
-class CompactTrace:
+class CompactTrace(TraceHeader):
     """Header, footer and the events in columns (module docstring); ``events`` reads like a list."""
 
     def __init__(self, header: dict, footer: dict, cols: dict, side: dict, labels: list):
         self.header, self.footer, self.side, self.labels = header, footer, side, labels
         self.k, self.t, self.a, self.b, self.c = cols["k"], cols["t"], cols["a"], cols["b"], cols["c"]
         self.events = _Events(self)
-
-    @property
-    def actors(self) -> list[str]:
-        return self.header["actors"]
-
-    @property
-    def links(self) -> list[dict]:
-        return self.header["links"]
 
     def of_kind(self, *codes: int) -> np.ndarray:
         """The row indices of events of these kind codes."""
