@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from emulator.units import WALL_TIME_MAX
 from emulator.schema import (AnyValue, Bool, Doc, Enum, Int, List, Map, Problem, Quantity, SchemaError, Str,
@@ -285,6 +284,81 @@ def _raw(value: Any, *path, kind=str):
     return value if isinstance(value, kind) else None
 
 
+class _Problems(list):
+    """The problems of every layer of a scenario, collected (load_scenario)."""
+
+    def attempt(self, check, rename=None):
+        """``check()``, or None with its problems kept (their key paths renamed by ``rename``)."""
+        try:
+            return check()
+        except SchemaError as e:
+            for p in e.problems:
+                if rename is not None:
+                    p.path = rename(p.path)
+            self.extend(e.problems)
+            return None
+
+
+def _profile_layer(doc: Doc, prof_name, file: str, registry, problems: _Problems):
+    """``(family module, family name, validated profile, profile path)``; parts are None where they are wrong."""
+    family = family_name = profile = None
+    prof_path = find_profile(prof_name, file) if prof_name is not None else None
+    if prof_name is not None and prof_path is None:
+        close = difflib.get_close_matches(prof_name, known_profiles(), n=1)
+        problems.append(Problem(*doc.where(("machine", "profile")), "machine.profile",
+                                "a machine profile name or path (known: " + ", ".join(known_profiles()) + ")",
+                                repr(prof_name), f"did you mean {close[0]!r}?" if close else ""))
+    if prof_path is None:
+        return family, family_name, profile, prof_path
+    pdoc = problems.attempt(lambda: read_profile(prof_path))
+    if pdoc is None:
+        return family, family_name, profile, prof_path
+    family_name = pdoc.value.get("family")
+    try:
+        family = registry.family(family_name)
+    except (KeyError, TypeError):
+        problems.append(Problem(*pdoc.where(("family",)), "family",
+                                "a machine family (" + ", ".join(registry.FAMILIES) + ")", repr(family_name)))
+        return None, family_name, profile, prof_path
+    overrides = _raw(doc.value, "machine", "overrides", kind=dict) or {}
+    pdoc.value = _merge(pdoc.value, overrides, (), pdoc.origins, doc, ("machine", "overrides"))
+    profile = problems.attempt(lambda: validate(family.PROFILE_SCHEMA, pdoc))
+    return family, family_name, profile, prof_path
+
+
+def _workload_layer(doc: Doc, family, family_name, kind, profile, mode, file: str, problems: _Problems):
+    """The workload's validated parameters (None where they or what they need are wrong)."""
+    if family is None or kind is None:
+        return None
+    workloads = family.WORKLOADS
+    if kind not in workloads:
+        close = difflib.get_close_matches(kind, list(workloads), n=1)
+        problems.append(Problem(*doc.where(("workload", "kind")), "workload.kind",
+                                f"a workload of machine family {family_name!r}: " + ", ".join(workloads),
+                                repr(kind), f"did you mean {close[0]!r}?" if close else ""))
+        return None
+    params_doc = Doc(_raw(doc.value, "workload", "params", kind=dict) or {}, {}, file)
+    params_doc.lines = {k[2:]: v for k, v in doc.lines.items() if k[:2] == ("workload", "params")}
+    params_doc.origins = {k[2:]: v for k, v in doc.origins.items() if k[:2] == ("workload", "params")}
+    params = problems.attempt(lambda: validate(workloads[kind].params, params_doc),
+                              lambda path: "workload.params." + path if path else "workload.params")
+    limits = getattr(workloads[kind], "limits", None)
+    if limits is not None and params is not None and profile is not None:
+        problems.extend(Problem(*params_doc.where((key,)), f"workload.params.{key}", expected, found)
+                        for key, expected, found in limits(profile, params, mode) or [])
+    return params
+
+
+def _faults_layer(doc: Doc, file: str, problems: _Problems) -> list:
+    raw = doc.value.get("faults")
+    if not raw or not isinstance(raw, list):
+        return []
+    fdoc = Doc(raw, {k[1:]: v for k, v in doc.lines.items() if k[:1] == ("faults",)}, file)
+    fdoc.origins = {k[1:]: v for k, v in doc.origins.items() if k[:1] == ("faults",)}
+    return problems.attempt(lambda: validate(List(_fault_schema()), fdoc),
+                            lambda path: "faults" + (path if path.startswith("[") else "." + path if path else "")) or []
+
+
 def load_scenario(path: str, registry, sets: list[str] | None = None) -> Scenario:
     """Load and validate a scenario file; raises :class:`SchemaError` with every problem found.
 
@@ -305,84 +379,23 @@ def load_scenario(path: str, registry, sets: list[str] | None = None) -> Scenari
     for item in sets or []:
         apply_set(doc, item)
     source = copy.deepcopy(doc.value)
-    problems: list[Problem] = []
-
-    def attempt(check, rename=None):
-        try:
-            return check()
-        except SchemaError as e:
-            for p in e.problems:
-                if rename is not None:
-                    p.path = rename(p.path)
-            problems.extend(e.problems)
-            return None
-
-    sc = attempt(lambda: validate(SCENARIO_SCHEMA, doc))
-    written = doc.value
+    problems = _Problems()
+    sc = problems.attempt(lambda: validate(SCENARIO_SCHEMA, doc))
+    written = doc.value            # where the scenario's own keys are wrong, later layers read what is written
     prof_name = sc["machine"]["profile"] if sc else _raw(written, "machine", "profile")
     kind = sc["workload"]["kind"] if sc else _raw(written, "workload", "kind")
     mode = sc["mode"] if sc else ("data" if _raw(written, "mode") == "data" else "timing")
-
-    # -- the machine profile, with the scenario's overrides merged in ---------
-    family = family_name = profile = prof_path = None
-    if prof_name is not None:
-        prof_path = find_profile(prof_name, file)
-        if prof_path is None:
-            close = difflib.get_close_matches(prof_name, known_profiles(), n=1)
-            problems.append(Problem(*doc.where(("machine", "profile")), "machine.profile",
-                                    "a machine profile name or path (known: " + ", ".join(known_profiles()) + ")",
-                                    repr(prof_name), f"did you mean {close[0]!r}?" if close else ""))
-    if prof_path is not None:
-        pdoc = attempt(lambda: read_profile(prof_path))
-        if pdoc is not None:
-            family_name = pdoc.value.get("family")
-            try:
-                family = registry.family(family_name)
-            except (KeyError, TypeError):
-                problems.append(Problem(*pdoc.where(("family",)), "family",
-                                        "a machine family (" + ", ".join(registry.FAMILIES) + ")", repr(family_name)))
-        if family is not None:
-            overrides = _raw(written, "machine", "overrides", kind=dict) or {}
-            pdoc.value = _merge(pdoc.value, overrides, (), pdoc.origins, doc, ("machine", "overrides"))
-            profile = attempt(lambda: validate(family.PROFILE_SCHEMA, pdoc))
-
-    # -- the workload and its parameters --------------------------------------
-    params = None
-    if family is not None and kind is not None:
-        workloads = family.WORKLOADS
-        if kind not in workloads:
-            close = difflib.get_close_matches(kind, list(workloads), n=1)
-            problems.append(Problem(*doc.where(("workload", "kind")), "workload.kind",
-                                    f"a workload of machine family {family_name!r}: " + ", ".join(workloads),
-                                    repr(kind), f"did you mean {close[0]!r}?" if close else ""))
-        else:
-            params_doc = Doc(_raw(written, "workload", "params", kind=dict) or {}, {}, file)
-            params_doc.lines = {k[2:]: v for k, v in doc.lines.items() if k[:2] == ("workload", "params")}
-            params_doc.origins = {k[2:]: v for k, v in doc.origins.items() if k[:2] == ("workload", "params")}
-            params = attempt(lambda: validate(workloads[kind].params, params_doc),
-                             lambda path: "workload.params." + path if path else "workload.params")
-            limits = getattr(workloads[kind], "limits", None)
-            if limits is not None and params is not None and profile is not None:
-                problems.extend(Problem(*params_doc.where((key,)), f"workload.params.{key}", expected, found)
-                                for key, expected, found in limits(profile, params, mode) or [])
-
-    # -- faults ---------------------------------------------------------------
-    faults = []
-    raw_faults = written.get("faults")
-    if raw_faults and isinstance(raw_faults, list):
-        fdoc = Doc(raw_faults, {k[1:]: v for k, v in doc.lines.items() if k[:1] == ("faults",)}, file)
-        fdoc.origins = {k[1:]: v for k, v in doc.origins.items() if k[:1] == ("faults",)}
-        faults = attempt(lambda: validate(List(_fault_schema()), fdoc),
-                         lambda path: "faults" + (path if path.startswith("[") else "." + path if path else "")) or []
+    family, family_name, profile, prof_path = _profile_layer(doc, prof_name, file, registry, problems)
+    params = _workload_layer(doc, family, family_name, kind, profile, mode, file, problems)
+    faults = _faults_layer(doc, file, problems)
     if problems:
-        raise SchemaError(problems)
+        raise SchemaError(list(problems))
 
-    name = sc["name"] or Path(file).stem
     where = {k: (file, line) for k, line in doc.lines.items()}
     where.update(doc.origins)
     return Scenario(
-        file=file, name=name, description=sc["description"], seed=sc["seed"], mode=sc["mode"],
-        profile_name=prof_name, profile_file=str(prof_path), family=family_name, profile=profile,
+        file=file, name=sc["name"] or Path(file).stem, description=sc["description"], seed=sc["seed"],
+        mode=sc["mode"], profile_name=prof_name, profile_file=str(prof_path), family=family_name, profile=profile,
         workload=kind, params=params, faults=faults, trace=sc["trace"], stop=sc["stop"], output=sc["output"],
         source=source, where=where,
     )

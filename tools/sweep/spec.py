@@ -217,11 +217,26 @@ def load_sweep(path: str, registry) -> SweepSpec:
     if base_path is None:
         raise SchemaError([Problem(*doc.where(("base",)), "base", "an existing scenario file (relative to the "
                                    "sweep file, the working directory or the repository)", repr(spec["base"]))])
+    problems: list[Problem] = []
+    axes = _axes(spec, doc, problems)
+    keys = [k for ks, _, _ in axes for k in ks]
+    best, panel = _choices(spec, doc, keys, problems)
+    if problems:
+        raise SchemaError(problems)
+    from actors import registry as default_registry
+    points = _points(spec, doc, axes, base_path, registry or default_registry)
+    return SweepSpec(file=file, name=spec["name"] or Path(file).stem, description=spec["description"],
+                     base=str(base_path), keys=keys, points=points, metrics=spec["metrics"],
+                     timeout_ps=spec["timeout"], point_plots=spec["point_plots"], best=best, panel=panel,
+                     source=doc.value)
 
-    # -- the axes: (keys, list of value tuples, where each value was written) --
+
+def _axes(spec: dict, doc, problems: list) -> list[tuple[list[str], list[tuple], list[tuple]]]:
+    """The sweep's axes in product order -- ``vary`` keys, ``zip`` groups, ``seeds`` -- each as (keys, value
+    tuples, where each value was written); a key varied or set twice, or a zip group of unequal lists, is a
+    problem."""
     axes: list[tuple[list[str], list[tuple], list[tuple]]] = []
     seen: dict[str, tuple] = {}
-    problems: list[Problem] = []
 
     def claim(key: str, where: tuple) -> None:
         if key in seen:
@@ -251,33 +266,38 @@ def load_sweep(path: str, registry) -> SweepSpec:
     if spec["seeds"] is not None:
         claim("seed", ("seeds",))
         axes.append((["seed"], [(s,) for s in spec["seeds"]], [("seeds", i) for i in range(len(spec["seeds"]))]))
-    keys = [k for ks, _, _ in axes for k in ks]
+    return axes
+
+
+def _choices(spec: dict, doc, keys: list[str], problems: list) -> tuple[dict | None, dict | None]:
+    """``best:`` (its ``per`` defaulted to the keys it does not choose over) and ``panel:``, their keys checked
+    against the varied ones."""
+    def known(k, where: tuple, label: str) -> None:
+        if k not in keys:
+            close = difflib.get_close_matches(k, keys, n=1)
+            problems.append(Problem(*doc.where(where), label, "a varied key (" + ", ".join(keys) + ")", repr(k),
+                                    f"did you mean {close[0]!r}?" if close else ""))
+
     best = spec["best"]
     if best is not None:
         for part in ("over", "per"):
             for i, k in enumerate(best[part] or []):
-                if k not in keys:
-                    close = difflib.get_close_matches(k, keys, n=1)
-                    problems.append(Problem(*doc.where(("best", part, i)), f"best.{part}[{i}]",
-                                            "a varied key (" + ", ".join(keys) + ")", repr(k),
-                                            f"did you mean {close[0]!r}?" if close else ""))
+                known(k, ("best", part, i), f"best.{part}[{i}]")
         if best["per"] is None:
             best = {**best, "per": [k for k in keys if k not in best["over"]]}
     panel = spec["panel"]
     for part in ("x", "lines", "split"):
         k = (panel or {}).get(part)
-        if k is not None and k not in keys:
-            close = difflib.get_close_matches(k, keys, n=1)
-            problems.append(Problem(*doc.where(("panel", part)), f"panel.{part}", "a varied key (" + ", ".join(keys)
-                                    + ")", repr(k), f"did you mean {close[0]!r}?" if close else ""))
-    if problems:
-        raise SchemaError(problems)
+        if k is not None:
+            known(k, ("panel", part), f"panel.{part}")
+    return best, panel
 
-    # -- resolve every point through the scenario loader ----------------------
+
+def _points(spec: dict, doc, axes: list, base_path, registry) -> list[Point]:
+    """Every point resolved through the scenario loader; a problem found in many points is reported once, at
+    the line of the sweep file that set the value."""
     fixed = [_set_item(k, v) for k, v in _flatten(spec["set"]).items()]
     origin = {item: ("set", k) for item, k in zip(fixed, _flatten(spec["set"]))}
-    from actors import registry as default_registry
-    registry = registry or default_registry
     points: list[Point] = []
     seen_problems: dict[tuple, Problem] = {}
     combos = itertools.product(*[list(zip(vals, wheres)) for _, vals, wheres in axes]) if axes else [()]
@@ -300,10 +320,7 @@ def load_sweep(path: str, registry) -> SweepSpec:
         points.append(Point(index, values, sets, resolved, point_key(resolved)))
     if seen_problems:
         raise SchemaError(list(seen_problems.values()))
-    return SweepSpec(file=file, name=spec["name"] or Path(file).stem, description=spec["description"],
-                     base=str(base_path), keys=keys, points=points, metrics=spec["metrics"],
-                     timeout_ps=spec["timeout"], point_plots=spec["point_plots"], best=best, panel=panel,
-                     source=doc.value)
+    return points
 
 
 def _path(where: tuple) -> str:

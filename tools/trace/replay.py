@@ -35,6 +35,7 @@ not fed.  The trace must hold payloads (``trace: {payloads: true}``, the default
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import os
 from dataclasses import dataclass, field
 
@@ -182,43 +183,51 @@ def _load_scenario(trace: TraceFile, sets: list[str] | None):
     return sc
 
 
-def replay_actor(trace: TraceFile, name: str, *, sets: list[str] | None = None) -> ReplayResult:
-    """Replay actor ``name`` of ``trace`` alone; see the module docstring."""
-    from tools.run.runner import build_system
+@dataclass
+class _Recording:
+    """What the trace says of one actor: its links, what it received (with payloads), what it sent, when its
+    peers took its messages, when it finished."""
+    in_links: list
+    out_links: list
+    payload: dict                 # (in-link, seq) -> the message's bytes
+    delivers: list                # DELIVER events on its in-links, in trace order
+    takes: dict                   # out-link -> the times its peer took each message
+    sends: dict                   # out-link -> its SEND events
+    done_at: int | None
 
-    if name not in trace.actors:
-        close = difflib.get_close_matches(name, trace.actors, n=3)
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise ReplayError(f"no actor named {name!r} in this trace{hint}")
+
+def _recording(trace: TraceFile, name: str) -> _Recording:
     links = trace.links
     in_links = [i for i, l in enumerate(links) if l["dst"] == name]
     out_links = [i for i, l in enumerate(links) if l["src"] == name]
-
-    payload = {}
-    delivers, takes, sends = [], {i: [] for i in out_links}, {i: [] for i in out_links}
-    done_at = None
+    rec = _Recording(in_links, out_links, {}, [], {i: [] for i in out_links}, {i: [] for i in out_links}, None)
     aid = trace.actors.index(name)
     in_set, out_set = set(in_links), set(out_links)
     for ev in trace.events:
         k = ev[0]
         if k == SEND:
             if ev[2] in in_set:
-                payload[(ev[2], ev[3])] = ev[5]
+                rec.payload[(ev[2], ev[3])] = ev[5]
             elif ev[2] in out_set:
-                sends[ev[2]].append(ev)
+                rec.sends[ev[2]].append(ev)
         elif k == DELIVER and ev[2] in in_set:
-            delivers.append(ev)
+            rec.delivers.append(ev)
         elif k == TAKE and ev[2] in out_set:
-            takes[ev[2]].append(ev[1])
+            rec.takes[ev[2]].append(ev[1])
         elif k == DONE and ev[2] == aid:
-            done_at = ev[1]
-    missing = [(li, seq) for _, _, li, seq, _ in delivers if payload.get((li, seq)) is None]
+            rec.done_at = ev[1]
+    return rec
+
+
+def _check_replayable(trace: TraceFile, name: str, rec: _Recording) -> None:
+    """The trace holds everything a replay of ``name`` needs (payloads, event kinds, its links and events)."""
+    links = trace.links
+    missing = [(li, seq) for _, _, li, seq, _ in rec.delivers if rec.payload.get((li, seq)) is None]
     if missing:
         li, seq = missing[0]
         raise ReplayError(f"the trace has no payload for message #{seq} on {links[li]['name']}: replay needs the "
                           "messages an actor received (record with trace: {payloads: true} and no filter that "
                           "drops its in-links' send events)")
-
     topts = (trace.header.get("scenario_resolved") or {}).get("trace") or {}
     kinds = topts.get("kinds")
     need = {"send", "deliver", "take", "done"}
@@ -226,17 +235,23 @@ def replay_actor(trace: TraceFile, name: str, *, sets: list[str] | None = None) 
         raise ReplayError(f"replay needs the {', '.join(sorted(need - set(kinds)))} events, which this trace "
                           f"does not record (trace.kinds: {', '.join(kinds)})")
     if topts.get("links") is not None:
-        import fnmatch
-        lost = [links[i]["name"] for i in in_links + out_links
+        lost = [links[i]["name"] for i in rec.in_links + rec.out_links
                 if not any(fnmatch.fnmatchcase(links[i]["name"], g) for g in topts["links"])]
         if lost:
             raise ReplayError(f"the trace's link filter left out {lost[0]} (a link of {name}); "
                               "record the actor's links to replay it")
-    if topts.get("actors") is not None:
-        import fnmatch
-        if not any(fnmatch.fnmatchcase(name, g) for g in topts["actors"]):
-            raise ReplayError(f"the trace's actor filter ({', '.join(topts['actors'])}) left out {name}'s own events; "
-                              "record the actor to replay it")
+    if topts.get("actors") is not None and not any(fnmatch.fnmatchcase(name, g) for g in topts["actors"]):
+        raise ReplayError(f"the trace's actor filter ({', '.join(topts['actors'])}) left out {name}'s own events; "
+                          "record the actor to replay it")
+
+
+def _alone(trace: TraceFile, name: str, rec: _Recording, sets) -> tuple[System, object, list]:
+    """The actor rebuilt from the trace's scenario, taken out of its machine and wired to stand-ins: a feeder
+    that delivers what it received at the recorded times, peers that take its messages at the recorded times.
+    Returns the system, the actor and the list its trace events are tapped into."""
+    from tools.run.runner import build_system
+
+    links = trace.links
     scenario = _load_scenario(trace, sets)
     scenario.trace = {}
     old, _ = build_system(scenario)
@@ -252,7 +267,6 @@ def replay_actor(trace: TraceFile, name: str, *, sets: list[str] | None = None) 
     got: list = []
     system.recorder.tap(got.append)
     system.add(actor)
-
     peers: dict[str, _Peer] = {}
 
     def peer(pname: str) -> _Peer:
@@ -261,7 +275,7 @@ def replay_actor(trace: TraceFile, name: str, *, sets: list[str] | None = None) 
         return peers[pname]
 
     ports = {}
-    for li in in_links:
+    for li in rec.in_links:
         l = links[li]
         if l["dst_port"] not in actor.inputs:
             raise ReplayError(f"actor {name} has no in-port {l['dst_port']!r} any more (the trace's link "
@@ -270,74 +284,93 @@ def replay_actor(trace: TraceFile, name: str, *, sets: list[str] | None = None) 
         system.connect(ports[li], actor.inputs[l["dst_port"]], capacity=l["capacity"], latency=0, bandwidth=0,
                        name=l["name"])
     script = []
-    for _, t, li, seq, _ in delivers:
+    for _, t, li, seq, _ in rec.delivers:
         try:
-            script.append((t, ports[li], decode(payload[(li, seq)])))
+            script.append((t, ports[li], decode(rec.payload[(li, seq)])))
         except ProtocolError as e:
             raise ReplayError(f"message #{seq} on {links[li]['name']} does not decode: {e}") from None
     system.add(_Feeder("replay/feeder", script))
-    for li in out_links:
+    for li in rec.out_links:
         l = links[li]
         port = actor.outputs.get(l["src_port"])
         if port is None:
             raise ReplayError(f"actor {name} has no out-port {l['src_port']!r} any more (trace link {l['name']})")
         p = peer(l["dst"])
-        p.take_times[f"l{li}"] = takes[li]
+        p.take_times[f"l{li}"] = rec.takes[li]
         system.connect(port, p.in_port(f"l{li}"), capacity=l["capacity"], latency=l["latency_ps"],
                        bandwidth=l["bandwidth_Bps"], name=l["name"])
     install_faults(system, scenario.faults, skip_unmatched=True)
+    return system, actor, got
 
-    status = trace.footer.get("status")
-    end = trace.footer.get("end_time_ps")
-    until = None if status == "finished" or end is None else int(end)
-    result = system.run(until=until)
 
-    new_id = {l.name: l.id for l in system.links}
-    got_sends = {li: [e for e in got if e[0] == SEND and e[2] == new_id[links[li]["name"]]] for li in out_links}
-    got_done = next((e[1] for e in got if e[0] == DONE and e[2] == actor.id), None)
-
-    expected = sum(len(v) for v in sends.values())
-    first = None   # (time, line) of the earliest divergence
-    matched = 0
-    for li in out_links:
-        exp, new = sends[li], got_sends[li]
+def _first_divergence(links, rec: _Recording, got_sends: dict) -> tuple[tuple | None, int]:
+    """``((time, text) of the earliest message that differs or None, messages matched before it)``."""
+    first, matched = None, 0
+    for li in rec.out_links:
+        exp, new = rec.sends[li], got_sends[li]
         for k in range(max(len(exp), len(new))):
-            e = exp[k] if k < len(exp) else None
-            g = new[k] if k < len(new) else None
-            why = None
-            if e is None:
-                why = (g[1], f"on {links[li]['name']}, message {k}: expected no message (the trace has {len(exp)}),"
-                             f" got one at {format_time(g[1])} ({g[4]} bytes)")
-            elif g is None:
-                why = (e[1], f"on {links[li]['name']}, message {k}: expected a send at {format_time(e[1])} "
-                             f"({e[1]} ps, {e[4]} bytes), got none (the replay sent {len(new)})")
-            elif e[1] != g[1]:
-                why = (min(e[1], g[1]), f"on {links[li]['name']}, message {k}: expected at {format_time(e[1])} "
-                                        f"({e[1]} ps), got at {format_time(g[1])} ({g[1]} ps)")
-            elif e[4] != g[4] or (e[5] is not None and e[5] != g[5]):
-                diff = ""
-                if isinstance(e[5], bytes) and isinstance(g[5], bytes):
-                    off = next((j for j in range(min(len(e[5]), len(g[5]))) if e[5][j] != g[5][j]),
-                               min(len(e[5]), len(g[5])))
-                    diff = f", payloads differ first at byte {off}"
-                why = (e[1], f"on {links[li]['name']}, message {k} at {format_time(e[1])}: content differs "
-                             f"(expected {e[4]} bytes, got {g[4]} bytes{diff})")
+            why = _differs(links[li]["name"], k, exp[k] if k < len(exp) else None, new[k] if k < len(new) else None,
+                           len(exp), len(new))
             if why is not None:
                 if first is None or why[0] < first[0]:
                     first = why
                 break
             matched += 1
+    return first, matched
+
+
+def _differs(link: str, k: int, e, g, n_exp: int, n_got: int) -> tuple | None:
+    """How the k-th message on ``link`` differs between the trace (``e``) and the replay (``g``), or None."""
+    if e is None:
+        return g[1], (f"on {link}, message {k}: expected no message (the trace has {n_exp}),"
+                      f" got one at {format_time(g[1])} ({g[4]} bytes)")
+    if g is None:
+        return e[1], (f"on {link}, message {k}: expected a send at {format_time(e[1])} "
+                      f"({e[1]} ps, {e[4]} bytes), got none (the replay sent {n_got})")
+    if e[1] != g[1]:
+        return min(e[1], g[1]), (f"on {link}, message {k}: expected at {format_time(e[1])} "
+                                 f"({e[1]} ps), got at {format_time(g[1])} ({g[1]} ps)")
+    if e[4] != g[4] or (e[5] is not None and e[5] != g[5]):
+        diff = ""
+        if isinstance(e[5], bytes) and isinstance(g[5], bytes):
+            off = next((j for j in range(min(len(e[5]), len(g[5]))) if e[5][j] != g[5][j]), min(len(e[5]), len(g[5])))
+            diff = f", payloads differ first at byte {off}"
+        return e[1], (f"on {link}, message {k} at {format_time(e[1])}: content differs "
+                      f"(expected {e[4]} bytes, got {g[4]} bytes{diff})")
+    return None
+
+
+def replay_actor(trace: TraceFile, name: str, *, sets: list[str] | None = None) -> ReplayResult:
+    """Replay actor ``name`` of ``trace`` alone; see the module docstring."""
+    if name not in trace.actors:
+        close = difflib.get_close_matches(name, trace.actors, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ReplayError(f"no actor named {name!r} in this trace{hint}")
+    links = trace.links
+    rec = _recording(trace, name)
+    _check_replayable(trace, name, rec)
+    system, actor, got = _alone(trace, name, rec, sets)
+
+    status = trace.footer.get("status")
+    end = trace.footer.get("end_time_ps")
+    result = system.run(until=None if status == "finished" or end is None else int(end))
+
+    new_id = {l.name: l.id for l in system.links}
+    got_sends = {li: [e for e in got if e[0] == SEND and e[2] == new_id[links[li]["name"]]] for li in rec.out_links}
+    got_done = next((e[1] for e in got if e[0] == DONE and e[2] == actor.id), None)
+    first, matched = _first_divergence(links, rec, got_sends)
+
     lines = []
     ok = first is None
-    if ok and done_at != got_done:
+    if ok and rec.done_at != got_done:
         ok = False
-        exp = "never finished" if done_at is None else f"finished at {format_time(done_at)} ({done_at} ps)"
+        exp = "never finished" if rec.done_at is None else f"finished at {format_time(rec.done_at)} ({rec.done_at} ps)"
         gotw = "did not finish" if got_done is None else f"finished at {format_time(got_done)} ({got_done} ps)"
         lines.append(f"replay of {name}: {matched} messages match, but the trace says it {exp} and the replay "
                      f"{gotw}")
     elif ok:
         lines.append(f"replay of {name}: {matched} messages match" +
-                     (f", finished at {format_time(done_at)}" if done_at is not None else ""))
+                     (f", finished at {format_time(rec.done_at)}" if rec.done_at is not None else ""))
     else:
         lines.append(f"replay of {name}: diverges {first[1]} ({matched} earlier message(s) matched)")
     if result.status == "error":
@@ -345,4 +378,5 @@ def replay_actor(trace: TraceFile, name: str, *, sets: list[str] | None = None) 
         lines.append(f"the replay ended with an error: {result.error}")
     elif result.status == "deadlock" and status == "finished":
         lines.append(str(result.deadlock))
+    expected = sum(len(v) for v in rec.sends.values())
     return ReplayResult(actor=name, ok=ok, matched=matched, expected=expected, status=result.status, lines=lines)
