@@ -74,6 +74,174 @@ def _elems_payload(nbytes: int) -> np.ndarray:
     return np.zeros((max(nbytes // 2, 1),), np.float16)
 
 
+class _Benches:
+    """The measurement scripts being written: per PE its script, the expectations (with their closed forms)
+    and the tensors placed before the run ((where, coord, name, array); HBM addresses are patched in after
+    building).  One method per group of benches, in the order they draw their inputs from ``rng``."""
+
+    def __init__(self, prm, p: dict, rng):
+        self.prm, self.p, self.rng = prm, p, rng
+        self.ct = " [cut-through]" if prm.cut_through else ""
+        self.scripts: dict[tuple, list] = {}
+        self.expect: list[dict] = []
+        self.pre: list = []
+
+    def dma(self) -> None:
+        """DMA loads and a store on PE (0,0,0)."""
+        p, prm, rng, pre, expect = self.p, self.prm, self.rng, self.pre, self.expect
+        pe = (0, 0, 0)
+        s = []
+        for i, n in enumerate(p["dma_sizes"]):
+            s.append({"op": "dma", "kind": "load", "addr": None, "tensor": f"t{i}", "rows": 1, "row_bytes": n,
+                      "buf": f"x{i}", "shape": [n // 2], "dtype": BF16, "label": f"dma_load {n}B"})
+            pre.append(("hbm", pe, f"t{i}", _arr((n // 2,), rng)))
+            expect.append({"bench": f"dma_load {n} B", "kind": "cmd", "pe": pe, "label": f"dma_load {n}B",
+                           "model": dma_model(n, prm)})
+            s.append({"op": "free", "buf": f"x{i}"})
+        n = p["dma_sizes"][0]
+        pre.append(("hbm", pe, "st", np.zeros((n // 2,), np.float16)))
+        pre.append(("tcm", pe, "st_src", _arr((n // 2,), rng)))
+        s.append({"op": "dma", "kind": "store", "addr": None, "tensor": "st", "rows": 1, "row_bytes": n,
+                  "buf": "st_src", "shape": [n // 2], "dtype": BF16, "label": f"dma_store {n}B"})
+        expect.append({"bench": f"dma_store {n} B", "kind": "cmd", "pe": pe, "label": f"dma_store {n}B",
+                       "model": dma_model(n, prm)})
+        self.scripts[pe] = s
+
+    def engines(self) -> None:
+        """GEMM and MATH on PE (0,0,1)."""
+        p, prm, rng = self.p, self.prm, self.rng
+        pe = (0, 0, 1)
+        gm, gk, gn = p["gemm"]
+        E = p["math_elements"]
+        rows = max(E // 128, 1)
+        self.pre += [("tcm", pe, "ga", _arr((gm, gk), rng)), ("tcm", pe, "gb", _arr((gk, gn), rng)),
+                     ("tcm", pe, "mx", _arr((rows, E // rows), rng))]
+        self.scripts[pe] = [
+            {"op": "gemm", "a": "ga", "b": "gb", "acc": "gacc", "m": gm, "k": gk, "n": gn, "label": "gemm"},
+            {"op": "math", "fn": "exp", "srcs": ["mx"], "out": "my", "label": "math_exp"},
+            {"op": "math", "fn": "rowmax", "srcs": ["mx"], "out": "mz", "label": "math_rowmax"},
+        ]
+        self.expect += [
+            {"bench": f"gemm {gm}x{gk}x{gn}", "kind": "cmd", "pe": pe, "label": "gemm",
+             "model": gemm_model(gm, gk, gn, prm)},
+            {"bench": f"math exp {rows * (E // rows)}", "kind": "cmd", "pe": pe, "label": "math_exp",
+             "model": math_model(rows * (E // rows), False, prm)},
+            {"bench": f"math rowmax {rows}x{E // rows}", "kind": "cmd", "pe": pe, "label": "math_rowmax",
+             "model": math_model(rows * (E // rows), True, prm)},
+        ]
+
+    def composite(self) -> None:
+        """A composite GEMM on PE (0,0,2) (its model needs the addresses: patched in after building)."""
+        rng = self.rng
+        pe = (0, 0, 2)
+        M, K, N = self.p["composite"]
+        self.pre += [("hbm", pe, "A", _arr((M, K), rng)), ("hbm", pe, "B", _arr((K, N), rng)),
+                     ("hbm", pe, "C", np.zeros((M, N), np.float16))]
+        self.scripts[pe] = [{"op": "composite", "a_addr": None, "b_addr": None, "c_addr": None,
+                             "tensors": ["A", "B", "C"], "m": M, "k": K, "n": N, "dtype": BF16,
+                             "epilogue": [["scale", 0.125]], "label": "composite"}]
+        self.expect.append({"bench": f"composite {M}x{K}x{N} (+scale)", "kind": "composite", "pe": pe,
+                            "label": "composite", "M": M, "K": K, "N": N})
+
+    def ipcq(self) -> None:
+        """IPCQ on CUBE 1: PE 2j -> PE 2j+1 (east), one pair per size."""
+        for j, nb in enumerate(self.p["ipcq_bytes"]):
+            src, dst = (0, 1, 2 * j), (0, 1, 2 * j + 1)
+            self.pre.append(("tcm", src, "q", _elems_payload(nb)))
+            self.scripts[src] = [{"op": "send", "dir": "E", "buf": "q", "label": "send"}]
+            self.scripts[dst] = [{"op": "recv", "dir": "W", "buf": "q", "label": "recv"}]
+            self.expect.append({"bench": f"ipcq E {nb} B", "kind": "msg", "src": src, "dst": dst, "slabel": "send",
+                                "rlabel": "recv", "model": ipcq_model(nb, self.prm)})
+
+    def noc(self) -> list:
+        """NOC: cube 0 (0,0) -> 1..6 hops (XY), spaced in time; across UCIe to SIP 1 when there is one.
+        Returns the CUBEs reached (the remote DMA waits until these flows are done)."""
+        p, prm, ct = self.p, self.prm, self.ct
+        nb = p["noc_bytes"]
+        targets = [c for c in (1, 2, 3, 7, 11, 15) if c < prm.cubes]
+        src = (0, 0, 4)
+        self.pre.append(("tcm", src, "q", _elems_payload(nb)))
+        s = []
+        for h, cube in enumerate(targets, start=1):
+            x, y = prm.cube_xy(cube)
+            hops = x + y
+            if h > 1:
+                s.append({"op": "sleep", "ps": p["noc_gap"]})
+            s.append({"op": "noc_send", "to": [0, cube, 4], "buf": "q", "label": f"noc{cube}"})
+            self.scripts[(0, cube, 4)] = [{"op": "noc_recv", "buf": "r", "label": "recv"}]
+            self.expect.append({"bench": f"noc {hops} hop{'s' * (hops > 1)} {nb} B{ct}", "kind": "msg", "src": src,
+                                "dst": (0, cube, 4), "slabel": f"noc{cube}", "rlabel": "recv",
+                                "model": noc_model(nb, hops, prm)})
+        if prm.sips > 1:
+            edge = prm.cx - 1
+            s.append({"op": "sleep", "ps": p["noc_gap"]})
+            s.append({"op": "noc_send", "to": [1, 0, 5], "buf": "q", "label": "ucie"})
+            self.scripts[(1, 0, 5)] = [{"op": "noc_recv", "buf": "r", "label": "recv"}]
+            hops = edge + 1
+            self.expect.append({"bench": f"ucie sip0->sip1 {hops} hops {nb} B{ct}", "kind": "msg", "src": src,
+                                "dst": (1, 0, 5), "slabel": "ucie", "rlabel": "recv",
+                                "model": noc_model(nb, hops, prm, sip_hops=1)})
+        self.scripts[src] = s
+        return targets
+
+    def remote_dma(self, after_flows: int) -> None:
+        """CUBE (0,0) PE 6 loads from CUBE (cx-1, cy-1) PE 6 (the SIP's worst case), after the NOC flows."""
+        p, prm = self.p, self.prm
+        rn = p["remote_bytes"]
+        me, owner = (0, 0, 6), (0, prm.cubes - 1, 6)
+        rh = (prm.cx - 1) + (prm.cy - 1)
+        self.pre.append(("hbm", owner, "remote", _arr((rn // 2,), self.rng)))
+        self.scripts[me] = [{"op": "sleep", "ps": (after_flows + 3) * p["noc_gap"]},
+                            {"op": "dma", "kind": "load", "target": list(owner), "addr": None,
+                             "tensor": ("remote", owner), "rows": 1, "row_bytes": rn, "buf": "rx",
+                             "shape": [rn // 2], "dtype": BF16, "label": "remote"}]
+        self.expect.append({"bench": f"dma_load remote {rh} hops {rn} B{self.ct}", "kind": "cmd", "pe": me,
+                            "label": "remote", "remote": (me, owner, rh, rn)})
+
+    def host_load(self) -> None:
+        """A timed host load (the host loads, then launches every script)."""
+        prm = self.prm
+        hn = self.p["host_load_bytes"]
+        hcube = min(10, prm.cubes - 1)
+        hdst = (0, hcube, 7)
+        hh = (abs(prm.global_x(0, hcube) - prm.global_x(*prm.io_attach))
+              + abs(hcube // prm.cx - prm.io_attach[1] // prm.cx))
+        self.pre.append(("load", hdst, "hostload", _arr((hn // 2,), self.rng)))
+        self.expect.append({"bench": f"host load {hn} B -> cube {hcube} ({hh} hops){self.ct}", "kind": "host",
+                            "hops": hh, "dst": hdst, "nbytes": hn})
+
+    def place(self, place: Placement) -> dict:
+        """Place the tensors, patch their addresses into the scripts and complete the address-dependent models."""
+        prm, expect = self.prm, self.expect
+        addrs: dict = {}
+        for where, coord, name, arr in self.pre:
+            if where == "hbm":
+                addrs[(coord, name)] = place.put(coord, arr)
+            elif where == "load":
+                addrs[(coord, name)] = place.load(coord, arr)
+            else:
+                place.tcm_put(coord, name, arr)
+        for coord, script in self.scripts.items():
+            for c in script:
+                if "tensor" in c:
+                    t = c.pop("tensor")
+                    c["addr"] = addrs[(t[1], t[0])] if isinstance(t, tuple) else addrs[(coord, t)]
+                    c["pitch"] = c["row_bytes"]
+                if "tensors" in c:
+                    c["a_addr"], c["b_addr"], c["c_addr"] = (addrs[(coord, t)] for t in c.pop("tensors"))
+                    e = next(x for x in expect if x.get("label") == "composite")
+                    e["model"] = composite_model(c["m"], c["k"], c["n"], 2, c["epilogue"], prm, c["a_addr"],
+                                                 c["b_addr"], c["c_addr"])
+                    e["addrs"] = (c["a_addr"], c["b_addr"], c["c_addr"])
+        for e in expect:
+            if e["kind"] == "host":
+                e["model"] = host_load_model(e["nbytes"], e["hops"], addrs[(e["dst"], "hostload")], e["dst"], prm)
+            if "remote" in e:
+                src_pe, own, hops, nbytes = e["remote"]
+                e["model"] = remote_dma_model(nbytes, hops, addrs[(own, "remote")], src_pe, own, prm)
+        return addrs
+
+
 def build_microbench(system, profile: dict, p: dict) -> dict:
     """Build the machine with the measurement scripts; the context (machine, expectations with their
     closed forms, placement, pre-placed arrays and their addresses) goes to :func:`check_microbench`."""
@@ -81,146 +249,18 @@ def build_microbench(system, profile: dict, p: dict) -> dict:
     if prm.cx < 4 or prm.cy < 4 or prm.P < 8 or prm.gx < 2:
         raise BuildError(f"microbench needs a CUBE mesh of at least 4x4 and >= 8 PEs per CUBE (PE grid x >= 2);"
                          f" found {prm.cx}x{prm.cy} CUBEs, {prm.P} PEs, PE grid {prm.gx}x{prm.gy}")
-    rng = system.rng("microbench/data")
-    ct = " [cut-through]" if prm.cut_through else ""
-    scripts: dict[tuple, list] = {}
-    expect: list[dict] = []
-    # (where, coord, name, array): tensors placed before the run; HBM addresses are patched in after building
-    pre: list = []
-
-    # DMA loads and a store on PE (0,0,0)
-    pe = (0, 0, 0)
-    s = []
-    for i, n in enumerate(p["dma_sizes"]):
-        s.append({"op": "dma", "kind": "load", "addr": None, "tensor": f"t{i}", "rows": 1, "row_bytes": n,
-                  "buf": f"x{i}", "shape": [n // 2], "dtype": BF16, "label": f"dma_load {n}B"})
-        pre.append(("hbm", pe, f"t{i}", _arr((n // 2,), rng)))
-        expect.append({"bench": f"dma_load {n} B", "kind": "cmd", "pe": pe, "label": f"dma_load {n}B",
-                       "model": dma_model(n, prm)})
-        s.append({"op": "free", "buf": f"x{i}"})
-    n = p["dma_sizes"][0]
-    pre.append(("hbm", pe, "st", np.zeros((n // 2,), np.float16)))
-    pre.append(("tcm", pe, "st_src", _arr((n // 2,), rng)))
-    s.append({"op": "dma", "kind": "store", "addr": None, "tensor": "st", "rows": 1, "row_bytes": n,
-              "buf": "st_src", "shape": [n // 2], "dtype": BF16, "label": f"dma_store {n}B"})
-    expect.append({"bench": f"dma_store {n} B", "kind": "cmd", "pe": pe, "label": f"dma_store {n}B",
-                   "model": dma_model(n, prm)})
-    scripts[pe] = s
-
-    # GEMM and MATH on PE (0,0,1)
-    pe = (0, 0, 1)
-    gm, gk, gn = p["gemm"]
-    E = p["math_elements"]
-    rows = max(E // 128, 1)
-    pre += [("tcm", pe, "ga", _arr((gm, gk), rng)), ("tcm", pe, "gb", _arr((gk, gn), rng)),
-            ("tcm", pe, "mx", _arr((rows, E // rows), rng))]
-    scripts[pe] = [
-        {"op": "gemm", "a": "ga", "b": "gb", "acc": "gacc", "m": gm, "k": gk, "n": gn, "label": "gemm"},
-        {"op": "math", "fn": "exp", "srcs": ["mx"], "out": "my", "label": "math_exp"},
-        {"op": "math", "fn": "rowmax", "srcs": ["mx"], "out": "mz", "label": "math_rowmax"},
-    ]
-    expect += [
-        {"bench": f"gemm {gm}x{gk}x{gn}", "kind": "cmd", "pe": pe, "label": "gemm", "model": gemm_model(gm, gk, gn, prm)},
-        {"bench": f"math exp {rows * (E // rows)}", "kind": "cmd", "pe": pe, "label": "math_exp",
-         "model": math_model(rows * (E // rows), False, prm)},
-        {"bench": f"math rowmax {rows}x{E // rows}", "kind": "cmd", "pe": pe, "label": "math_rowmax",
-         "model": math_model(rows * (E // rows), True, prm)},
-    ]
-
-    # composite GEMM on PE (0,0,2)
-    pe = (0, 0, 2)
-    M, K, N = p["composite"]
-    pre += [("hbm", pe, "A", _arr((M, K), rng)), ("hbm", pe, "B", _arr((K, N), rng)),
-            ("hbm", pe, "C", np.zeros((M, N), np.float16))]
-    scripts[pe] = [{"op": "composite", "a_addr": None, "b_addr": None, "c_addr": None, "tensors": ["A", "B", "C"],
-                    "m": M, "k": K, "n": N, "dtype": BF16, "epilogue": [["scale", 0.125]], "label": "composite"}]
-    expect.append({"bench": f"composite {M}x{K}x{N} (+scale)", "kind": "composite", "pe": pe, "label": "composite",
-                   "M": M, "K": K, "N": N})
-
-    # IPCQ on CUBE 1: PE 0 -> PE 1 (east)
-    for j, nb in enumerate(p["ipcq_bytes"]):
-        src, dst = (0, 1, 2 * j), (0, 1, 2 * j + 1)
-        pre.append(("tcm", src, "q", _elems_payload(nb)))
-        scripts[src] = [{"op": "send", "dir": "E", "buf": "q", "label": "send"}]
-        scripts[dst] = [{"op": "recv", "dir": "W", "buf": "q", "label": "recv"}]
-        expect.append({"bench": f"ipcq E {nb} B", "kind": "msg", "src": src, "dst": dst, "slabel": "send",
-                       "rlabel": "recv", "model": ipcq_model(nb, prm)})
-
-    # NOC: cube 0 (0,0) -> 1..6 hops (XY), spaced in time
-    nb = p["noc_bytes"]
-    targets = [c for c in (1, 2, 3, 7, 11, 15) if c < prm.cubes]
-    src = (0, 0, 4)
-    pre.append(("tcm", src, "q", _elems_payload(nb)))
-    s = []
-    for h, cube in enumerate(targets, start=1):
-        x, y = prm.cube_xy(cube)
-        hops = x + y
-        if h > 1:
-            s.append({"op": "sleep", "ps": p["noc_gap"]})
-        s.append({"op": "noc_send", "to": [0, cube, 4], "buf": "q", "label": f"noc{cube}"})
-        scripts[(0, cube, 4)] = [{"op": "noc_recv", "buf": "r", "label": "recv"}]
-        expect.append({"bench": f"noc {hops} hop{'s' * (hops > 1)} {nb} B{ct}", "kind": "msg", "src": src,
-                       "dst": (0, cube, 4), "slabel": f"noc{cube}", "rlabel": "recv", "model": noc_model(nb, hops, prm)})
-    if prm.sips > 1:
-        edge = prm.cx - 1
-        s.append({"op": "sleep", "ps": p["noc_gap"]})
-        s.append({"op": "noc_send", "to": [1, 0, 5], "buf": "q", "label": "ucie"})
-        scripts[(1, 0, 5)] = [{"op": "noc_recv", "buf": "r", "label": "recv"}]
-        hops = edge + 1
-        expect.append({"bench": f"ucie sip0->sip1 {hops} hops {nb} B{ct}", "kind": "msg", "src": src, "dst": (1, 0, 5),
-                       "slabel": "ucie", "rlabel": "recv", "model": noc_model(nb, hops, prm, sip_hops=1)})
-    scripts[src] = s
-
-    # remote DMA: CUBE (0,0) PE 6 loads from CUBE (cx-1, cy-1) PE 6 (the SIP's worst case), after the NOC flows
-    rn = p["remote_bytes"]
-    me, owner = (0, 0, 6), (0, prm.cubes - 1, 6)
-    rh = (prm.cx - 1) + (prm.cy - 1)
-    pre.append(("hbm", owner, "remote", _arr((rn // 2,), rng)))
-    scripts[me] = [{"op": "sleep", "ps": (len(targets) + 3) * p["noc_gap"]},
-                   {"op": "dma", "kind": "load", "target": list(owner), "addr": None, "tensor": ("remote", owner),
-                    "rows": 1, "row_bytes": rn, "buf": "rx", "shape": [rn // 2], "dtype": BF16,
-                    "label": "remote"}]
-    expect.append({"bench": f"dma_load remote {rh} hops {rn} B{ct}", "kind": "cmd", "pe": me, "label": "remote",
-                   "remote": (me, owner, rh, rn)})
-
-    # timed host load (the host loads, then launches every script)
-    hn = p["host_load_bytes"]
-    hcube = min(10, prm.cubes - 1)
-    hdst = (0, hcube, 7)
-    hh = abs(prm.global_x(0, hcube) - prm.global_x(*prm.io_attach)) + abs(hcube // prm.cx - prm.io_attach[1] // prm.cx)
-    pre.append(("load", hdst, "hostload", _arr((hn // 2,), rng)))
-    expect.append({"bench": f"host load {hn} B -> cube {hcube} ({hh} hops){ct}", "kind": "host", "hops": hh,
-                   "dst": hdst, "nbytes": hn})
-
-    machine = build_machine(system, profile, scripts=scripts)
+    b = _Benches(prm, p, system.rng("microbench/data"))
+    b.dma()
+    b.engines()
+    b.composite()
+    b.ipcq()
+    flows = b.noc()
+    b.remote_dma(len(flows))
+    b.host_load()
+    machine = build_machine(system, profile, scripts=b.scripts)
     place = Placement(machine, system.mode == "data")
-    addrs: dict = {}
-    for where, coord, name, arr in pre:
-        if where == "hbm":
-            addrs[(coord, name)] = place.put(coord, arr)
-        elif where == "load":
-            addrs[(coord, name)] = place.load(coord, arr)
-        else:
-            place.tcm_put(coord, name, arr)
-    for coord, script in scripts.items():
-        for c in script:
-            if "tensor" in c:
-                t = c.pop("tensor")
-                c["addr"] = addrs[(t[1], t[0])] if isinstance(t, tuple) else addrs[(coord, t)]
-                c["pitch"] = c["row_bytes"]
-            if "tensors" in c:
-                c["a_addr"], c["b_addr"], c["c_addr"] = (addrs[(coord, t)] for t in c.pop("tensors"))
-                e = next(x for x in expect if x.get("label") == "composite")
-                e["model"] = composite_model(c["m"], c["k"], c["n"], 2, c["epilogue"], prm, c["a_addr"], c["b_addr"],
-                                             c["c_addr"])
-                e["addrs"] = (c["a_addr"], c["b_addr"], c["c_addr"])
-    for e in expect:
-        if e["kind"] == "host":
-            e["model"] = host_load_model(e["nbytes"], e["hops"], addrs[(e["dst"], "hostload")], e["dst"], prm)
-        if "remote" in e:
-            src_pe, own, hops, nbytes = e["remote"]
-            e["model"] = remote_dma_model(nbytes, hops, addrs[(own, "remote")], src_pe, own, prm)
-    return {"machine": machine, "expect": expect, "placement": place, "pre": pre, "addrs": addrs}
+    addrs = b.place(place)
+    return {"machine": machine, "expect": b.expect, "placement": place, "pre": b.pre, "addrs": addrs}
 
 
 def _log(host, coord, label):
