@@ -36,11 +36,19 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
 
     ``steps``: the driver's program (any iterable); ``where(seq)``: names the program place of
     instruction ``seq`` in the driver's halt log; ``host_ddr``: the driver gets a DDR port (its host
-    compute steps read and write host DDR, e.g. the MEMCPY staging area)."""
-    tc, _ = clocks(profile)
-    data = system.mode == "data"
-    hp, cvo = profile["hp"], profile["cvo"]
-    nports = hp["ports"]
+    compute steps read and write host DDR, e.g. the MEMCPY staging area).  The units are added, then
+    the control path (AXI-Lite, FIFOs, decoder, scheduler, status) and the memory path (HP ports, DDR,
+    weight FIFOs, L2) wired, in that order (actor and link ids, hence digests, follow it)."""
+    gemv_ports = _check_ports(profile)
+    a = _add_units(system, profile, steps, ddr_init, where, host_ddr, gemv_ports)
+    _wire_control(system.connect, a, profile)
+    _wire_memory(system.connect, a, profile, host_ddr)
+    return a
+
+
+def _check_ports(profile: dict) -> list[int]:
+    """The HP ports the GEMV lanes use, after checking that the profile's port assignments fit."""
+    nports = profile["hp"]["ports"]
     g, m = profile["gemv"], profile["gemm"]
     lane_ports = g["lane_ports"]
     if len(lane_ports) != g["lanes"]:
@@ -52,6 +60,22 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
                 raise BuildError(f"profile {unit}: port {p} does not exist ({nports} HP ports)")
     if set(gemv_ports) & set(m["hp_ports"]):
         raise BuildError("profile: gemv.lane_ports and gemm.hp_ports must not share a port")
+    return gemv_ports
+
+
+def _fed(profile: dict, gemv_ports: list[int]) -> dict[int, list[int]]:
+    """Which lanes each GEMV port reaches: its own lanes; with head parallelism every wired lane (gemv.py)."""
+    g = profile["gemv"]
+    lane_ports = g["lane_ports"]
+    wired = [i for i, p in enumerate(lane_ports) if p is not None]
+    return {p: (wired if g["head_parallel"] else [i for i, q in enumerate(lane_ports) if q == p]) for p in gemv_ports}
+
+
+def _add_units(system, profile: dict, steps, ddr_init, where, host_ddr: bool, gemv_ports: list[int]) -> dict:
+    data = system.mode == "data"
+    nports = profile["hp"]["ports"]
+    g = profile["gemv"]
+    lane_ports = g["lane_ports"]
     a = {}
     add = lambda key, actor: a.setdefault(key, system.add(actor))  # noqa: E731
     kw = lambda cls: params_for(cls, profile).kwargs()   # noqa: E731  the parameters cls declares (emulator/declare.py)
@@ -68,9 +92,7 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
         add(f"hp{p}", HpPort(f"pccx/hp{p}", **kw(HpPort)))
     add("acp", Acp("pccx/acp", **kw(Acp)))
     add("gemv", GemvFront("pccx/gemv", data_mode=data, **kw(GemvFront)))
-    # which lanes each GEMV port reaches: its own lanes; with head parallelism every wired lane (gemv.py)
-    wired = [i for i, p in enumerate(lane_ports) if p is not None]
-    fed = {p: (wired if g["head_parallel"] else [i for i, q in enumerate(lane_ports) if q == p]) for p in gemv_ports}
+    fed = _fed(profile, gemv_ports)
     for i, p in enumerate(lane_ports):
         inputs = [q for q in gemv_ports if i in fed[q]] if p is not None else []
         add(f"lane{i}", GemvLane(f"pccx/gemv/lane{i}", index=i, inputs=inputs, data_mode=data, **kw(GemvLane)))
@@ -80,7 +102,13 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
     add("gemm", MatEngine("pccx/gemm", op="GEMM", lanes=1, data_mode=data, **kw(MatEngine)))
     add("cvo", Cvo("pccx/cvo", data_mode=data, **kw(Cvo)))
 
-    c = system.connect
+    return a
+
+
+def _wire_control(c, a: dict, profile: dict) -> None:
+    """AXI-Lite, the command FIFO, decoder -> scheduler -> dispatcher, the SFU FIFO, status and e_max paths."""
+    tc, _ = clocks(profile)
+    cvo = profile["cvo"]
     lat = profile["axil"]["latency"]
     big = 4096
     c(a["driver"].axil_w, a["cmd"].w, capacity=1, latency=lat, name="axil.aw")
@@ -109,6 +137,14 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
         c(a[src].status, a["sch"].done, capacity=big, name=f"done.{src}")
     for src in ("gemv", "gemm"):
         c(a[src].emax, a["cvo"].emax_in, capacity=big, name=f"emax.{src}")
+
+
+def _wire_memory(c, a: dict, profile: dict, host_ddr: bool) -> None:
+    """HP ports <-> DDR, the weight FIFOs to the GEMM and the GEMV lanes, the ACP, the host's DDR port, L2."""
+    hp, m, g = profile["hp"], profile["gemm"], profile["gemv"]
+    nports = hp["ports"]
+    big = 4096
+    fed = _fed(profile, sorted({p for p in g["lane_ports"] if p is not None}))
     ddr_lat = profile["ddr"]["latency"]
     fifo_bursts = max(1, hp["fifo_words"] // hp["burst_beats"])
     if fifo_bursts % hp["chunk_bursts"]:
@@ -139,5 +175,3 @@ def build_machine(system, profile: dict, steps, ddr_init: dict | None = None, wh
     for unit in ("acp", "gemv", "gemm", "cvo"):
         c(a[unit].l2_req, a["l2"].req[unit], capacity=big, name=f"l2.req.{unit}")
         c(a["l2"].resp[unit], a[unit].l2_resp, capacity=big, name=f"l2.resp.{unit}")
-    return a
-
