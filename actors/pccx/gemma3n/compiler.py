@@ -643,6 +643,18 @@ class Compiler:
         return self._take()
 
     def _layer(self, i: int, t: int) -> None:
+        """One decoder layer of token ``t``, stage by stage as HF ``Gemma3nTextDecoderLayer`` runs them."""
+        self._altup_predict(i)
+        self._qkv_attention(i, t)
+        self._o_laurel(i)
+        self._ffn(i)
+        self._altup_correct(i)
+        self._ple_inject(i)
+
+    def _ctx(self, i: int):
+        """What every stage of layer ``i`` names: the config's sizes, the L2 areas, the matrices, the host math
+        (data mode) and ``bind`` (a host step's function with its leading arguments), the layer's prefix and
+        the AltUp streams."""
         c = self.c
         D, F, A, P = c["hidden"], c["ffn"], c["altup_inputs"], c["ple_dim"]
         H, KVH, hd = c["num_heads"], c["num_kv_heads"], c["head_dim"]
@@ -651,7 +663,11 @@ class Compiler:
         bind = (lambda f, *x: (lambda outs: f(*x, outs))) if hm else (lambda f, *x: None)   # noqa: E731
         pre = f"L{i}."
         xs = [(a[f"xs{k}"], D) for k in range(A)]
-        # AltUp router + prediction
+        return c, D, F, A, P, H, KVH, hd, a, M, hm, bind, pre, xs
+
+    def _altup_predict(self, i: int) -> None:
+        """AltUp router + prediction (with the previous layer's PLE injection riding on it: rule 3)."""
+        c, D, F, A, P, H, KVH, hd, a, M, hm, bind, pre, xs = self._ctx(i)
         self.stage = "altup_router"
         ple = self.ple_pending            # rule 3: the previous layer's PLE injection rides on this router
         self.ple_pending = None
@@ -690,7 +706,10 @@ class Compiler:
                 return hm.predict(i, [v[1]] + shadows + [v[A + 1]])
             self.round_trip("ple_norm+inject+predict+input_norm", [(a["ple_y"], D)] + xs + [(a["coefs"], A * A)],
                             5 * D + A * A * D + 2 * D, xs + [(a["x_norm"], D)], hm and inject_predict)
-        # Q/K/V
+
+    def _qkv_attention(self, i: int, t: int) -> None:
+        """Q/K/V, QK-norm + RoPE + the K/V write into the ring, then attention over the producer layer's ring."""
+        c, D, F, A, P, H, KVH, hd, a, M, hm, bind, pre, xs = self._ctx(i)
         self.stage = "qkv"
         self.gemv(M[pre + "q"], a["x_norm"], a["q"])
         src = kv_source(c, i)
@@ -724,7 +743,10 @@ class Compiler:
         self.stage = "attention"
         self.kv_reads.append((t, i, src))
         self._attention(i, src)
-        # W_o + LAuReL
+
+    def _o_laurel(self, i: int) -> None:
+        """W_o + LAuReL, merged with the residual, and the pre-FFN norm."""
+        c, D, F, A, P, H, KVH, hd, a, M, hm, bind, pre, xs = self._ctx(i)
         self.stage = "o_laurel"
         self.wait("attn_out")
         self.gemv(M[pre + "o"], a["attn_out"], a["attn_proj"])
@@ -733,7 +755,10 @@ class Compiler:
         self.round_trip("post_attn_norm+laurel+merge+pre_ffn_norm",
                         [(a["attn_proj"], D), (a["laurel2"], D), (a["xs0"], D), (a["x_norm"], D)],
                         8 * D, [(a["attn_proj"], D), (a["x_ffn"], D)], hm and bind(hm.merge, i))
-        # FFN
+
+    def _ffn(self, i: int) -> None:
+        """The FFN: gate and up, the activation (Gaussian top-k sparsity on the first layers), down, residual."""
+        c, D, F, A, P, H, KVH, hd, a, M, hm, bind, pre, xs = self._ctx(i)
         self.stage = "ffn_up"
         self.gemv(M[pre + "gate"], a["x_ffn"], a["gate_raw"])
         self.gemv(M[pre + "up"], a["x_ffn"], a["up_out"])
@@ -752,7 +777,10 @@ class Compiler:
         self.gemv(M[pre + "down"], a["hidden"], a["mlp_out"])
         self.round_trip("post_ffn_norm+residual", [(a["mlp_out"], D), (a["attn_proj"], D)], 3 * D,
                         [(a["mlp_out"], D)], hm and bind(hm.post_ffn, i))
-        # the per-layer DONE poll of seed §5 sits here, before the AltUp correction
+
+    def _altup_correct(self, i: int) -> None:
+        """The per-layer DONE poll of the design document's §5, then the AltUp correction."""
+        c, D, F, A, P, H, KVH, hd, a, M, hm, bind, pre, xs = self._ctx(i)
         self.stage = "altup_correct"
         self.wait("layer_done")
         self.round_trip("corr_norm", [(a["mlp_out"], D)], 2 * D, [(a["x_norm"], D)], hm and bind(hm.router_input, i))
@@ -761,7 +789,11 @@ class Compiler:
         self.gemv(M[pre + "corr"], a["router_tanh"], a["coefs"])
         self.round_trip("altup_correct", xs + [(a["coefs"], A), (a["mlp_out"], D)], 3 * A * D,
                         xs + [(a["ple_in"], D)], hm and bind(hm.correct, i))
-        # PLE injection (the per-token PLE table is normalised on the host at layer 0)
+
+    def _ple_inject(self, i: int) -> None:
+        """The PLE injection (the per-token PLE table normalised on the host at layer 0); with ``ple_overlap``
+        it is deferred into the next layer's AltUp router (rule 3)."""
+        c, D, F, A, P, H, KVH, hd, a, M, hm, bind, pre, xs = self._ctx(i)
         self.stage = "ple_inject"
         if i == 0:
             self.stage = "ple"
@@ -775,6 +807,7 @@ class Compiler:
         self.round_trip("ple_gelu*pli", [(a["ple_g"], P)], 2 * P, [(a["ple_g"], P)], hm and bind(hm.ple_gate, i))
         self.gemv(M[pre + "ple_proj"], a["ple_g"], a["ple_y"])
         self.round_trip("ple_norm+inject", [(a["ple_y"], D)] + xs[1:], 5 * D, xs[1:], hm and bind(hm.ple_inject, i))
+
 
     def _as_ple(self, layer: int, emit) -> None:
         """Emit ``emit()``'s steps as layer ``layer``'s ``ple_inject`` stage (per-stage counts, halt log)."""
