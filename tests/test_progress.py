@@ -62,3 +62,12 @@ def test_the_runner_hands_the_display_the_kernels_macs():
     assert res["status"] == "finished" and rec.phases == ["run", "check"]
     done, total, unit = rec.work()
     assert done == total > 0 and unit == "MACs"            # the build-time total is what the engines did
+
+
+def test_the_runner_hands_the_display_the_gemma_layers():
+    rec = Recorder()
+    sc = load_scenario(str(ROOT / "scenarios/pccx/gemma3n/tiny-timing.yaml"), registry, ["workload.params.tokens=1"])
+    res, system, _ = run_scenario(sc, progress=rec)
+    assert res["status"] == "finished"
+    done, total, unit = rec.work()
+    assert done == total > 0 and unit == "layers"          # every layer of the token polled its DONE

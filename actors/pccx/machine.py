@@ -24,5 +24,5 @@ WORKLOADS = {
                     _asm.PARAMS, _asm.build, _asm.check),
     "gemma3n": Workload("gemma3n", "Gemma 3N decode tokens compiled from a model config (actors/pccx/gemma3n): "
                         "driver token loop, KV ring, weight prefetch; budget report", _gemma3n.PARAMS,
-                        _gemma3n.build, _gemma3n.check),
+                        _gemma3n.build, _gemma3n.check, progress=_gemma3n.progress),
 }

@@ -83,6 +83,7 @@ class Context:
     def __init__(self, compiler: Compiler, params: dict):
         self.compiler = compiler
         self.params = params
+        self.progress = (0, 0)       # (driver waits looked at, layer_done polls among them): progress()
 
 
 def build(system, profile: dict, p: dict) -> Context:
@@ -346,3 +347,16 @@ def check(system, profile: dict, p: dict, result, context: Context) -> dict:
                      "budget vs the pccx Gemma 3N plan and bounds": out["budget"],
                      "the design document's budget (pccx Gemma 3N execution page §6) row by row": out["design_budget"]}
     return out
+
+
+def progress(system, context: Context):
+    """Layers done out of ``tokens x layers`` (the progress line): the driver's finished per-layer DONE polls.
+    Read from the progress thread: only the new entries of the driver's wait list are looked at each time."""
+    driver = system.actors["pccx/driver"]
+    seen, done = context.progress
+    waits = driver.waits
+    n = len(waits)
+    for w in waits[seen:n]:
+        done += w["label"].endswith(".layer_done")
+    context.progress = (n, done)
+    return done, context.params["tokens"] * context.compiler.c["num_layers"], "layers"
