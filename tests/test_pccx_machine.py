@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from actors.pccx.builder import build_machine
+from emulator import numerics
 from actors.pccx.profile import load_profile
 from actors.pccx.numerics import from_bf16, to_bf16
 from actors.pccx.program import ProgramBuilder, weight_blob
@@ -75,9 +76,14 @@ def test_memset_memcpy_round_trip_data():
     assert ram[0][5] == [40, 1, 1] and ram[1][63] == [7, 8, 9]
 
 
+def mm(a, b, acc):
+    """``a @ b`` summed in a fixed order (no BLAS: the same bits under any OpenBLAS kernel)."""
+    return numerics.matmul(a, b, acc=acc)
+
+
 def gemv_ref(W, x_bits, scale_bits=None):
     """numpy GEMV of the lanes: exact (float64) dot products -> float32, times the float32 scale."""
-    y = (W.astype(np.float64) @ f(x_bits).astype(np.float64)).astype(np.float32)
+    y = mm(W, f(x_bits), np.float64).astype(np.float32)
     return y if scale_bits is None else (y * f(scale_bits)).astype(np.float32)
 
 
@@ -111,7 +117,7 @@ def test_gemv_gemm_and_accm_data(name):
     y2 = bf(gemv_ref(W2, x) + f(y1))
     assert np.array_equal(l2(s, 400, N), y2)
     assert (name == "pccx-v002-rtl") == (s.actors["pccx/gemv/lane2"].zero_rows == 6)
-    assert np.array_equal(l2(s, 480, 32), bf((Wg.astype(np.float32) @ xf) * f(sg)))
+    assert np.array_equal(l2(s, 480, 32), bf(mm(Wg, xf, np.float32) * f(sg)))
     assert [r["op"] for r in records(s)].count("GEMV") == 2
 
 
@@ -169,7 +175,7 @@ def test_cvo_scale_recip_zero_scalar_and_sub_emax():
     s = run(b, prof)
     assert not l2(s, 800, 4).any()                                      # recip_scale with scalar 0 -> 0
     assert np.array_equal(l2(s, 808, 3), bf(f(vec[7:10]) * f(bf(1 / np.float32(5.0)))))
-    y = f(bf(W @ f(x)))
+    y = f(bf(mm(W, f(x), np.float32)))
     assert np.array_equal(l2(s, 240, N), bf(y))
     assert np.array_equal(l2(s, 900, N), bf(np.exp(f(bf(y - y.max())))))
 
@@ -411,7 +417,7 @@ def test_prefetched_documented_gemm_runs_at_the_configured_mac_rate(mode):
     # read 125 words + 3, MACs, fill, 4-word write
     assert [r["end"] - r["start"] for r in records(s, "GEMM")] == [((125 + 3) + mac + gm["fill_cycles"] + 4) * tc]
     if mode == "data":
-        assert np.array_equal(l2(s, 310 * 8, 32), bf((W.astype(np.float32) @ f(x)) * f(sc)))
+        assert np.array_equal(l2(s, 310 * 8, 32), bf(mm(W, f(x), np.float32) * f(sc)))
 
 
 def test_rtl_cvo_costs_about_three_cycles_per_element():
@@ -518,7 +524,7 @@ def test_full_weight_fifo_stalls_hp_port():
     for j in range(cap + 1, 20):
         assert hp.spans[j][0] >= gemv.spans[j - cap - 1][0]
     assert hp.spans[cap + 1][0] > 50_000_000         # stalled until the GEMV ran
-    assert np.array_equal(l2(s, 1600, N), bf(W.astype(np.float32) @ f(x)))
+    assert np.array_equal(l2(s, 1600, N), bf(mm(W, f(x), np.float32)))
 
 
 # --------------------------------------------------------------------------- overlap scenario

@@ -7,6 +7,8 @@ kernel on PEs of CUBE 0 and compares what it stored with numpy.
 import sys
 
 import numpy as np
+
+from emulator import numerics
 import pytest
 
 from actors.ahbm.tl.kernel_registry import register_kernel
@@ -44,9 +46,9 @@ def _softmax(x):
 
 
 CASES = {
-    "dot": A @ B,
-    "composite_gemm_scaled": (A16.astype(np.float32) @ B16.astype(np.float32)) * 0.5,
-    "composite_tcm_operand": A @ B,
+    "dot": numerics.matmul(A, B, acc=np.float64),
+    "composite_gemm_scaled": numerics.matmul(A16, B16, acc=np.float64) * 0.5,
+    "composite_tcm_operand": numerics.matmul(A, B, acc=np.float64),
     "composite_math_exp": np.exp(A),
     "trans": A.T,
     "max": A.max(-1, keepdims=True),
@@ -139,9 +141,9 @@ async def test_asymmetric_q_kt_uses_a_real_transpose(vclock):
     r = await run(system)
     assert r.status == "finished", r.error
     got = hbm_fetch(cube[0], prm, 8192, (4, 6), "<f4")
-    np.testing.assert_allclose(got, Q @ K.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, numerics.matmul(Q, K.T, acc=np.float64), rtol=1e-5, atol=1e-5)
     # a reshape-as-transpose (the seed's kernbench caveat) would give a different answer
-    assert not np.allclose(got, Q @ K.reshape(8, 6), atol=1e-3)
+    assert not np.allclose(got, numerics.matmul(Q, K.reshape(8, 6), acc=np.float64), atol=1e-3)
 
 
 # ------------------------------------------------------------------ errors
