@@ -124,107 +124,121 @@ def _trace_events(trace: TraceFile, *, actors, kinds, start, end, position=None)
     """Yield trace-event dicts (after the metadata) for the selected events of ``trace`` (a
     :class:`TraceFile` or a :class:`~emulator.trace.TraceStream`: anything with header and events);
     ``position`` (a one-item list) is kept at ``[index, time]`` of the emulator event being exported."""
-    names = trace.actors
-    links = trace.links
-
-    def keep_actor(name: str) -> bool:
-        return not actors or any(fnmatch.fnmatchcase(name, g) for g in actors)
-
-    tracks = _Tracks(names, keep_actor)
-    yield from tracks.meta
-    codes = None if not kinds else {KIND_CODES[k] for k in kinds}
-    lo = 0 if start is None else start
-    hi = float("inf") if end is None else end
-    sends: dict[tuple[int, int], int] = {}   # (link, seq) -> send time, for flows whose start was kept
-    link_names = [l["name"] for l in links]
-
-    def want(code: int) -> bool:
-        return codes is None or code in codes
-
+    conv = _EventConverter(trace, actors, kinds, start, end)
+    yield from conv.tracks.meta
+    handlers = {BUSY: conv.busy, SEND: conv.send, DELIVER: conv.arrival, TAKE: conv.arrival,
+                FAULT: conv.fault, ERROR: conv.error, MARK: conv.instant, DONE: conv.instant, BLOCK: conv.instant}
+    lo, hi = conv.lo, conv.hi
     events = trace.events if isinstance(trace, TraceFile) else trace
     for n, ev in enumerate(events):
-        k = ev[0]
         if position is not None:
             position[0] = (n, ev[1])
-        if k == BUSY:
-            _, t0, actor, t1, label = ev
-            if not want(BUSY) or t1 < lo or t0 > hi:
-                continue
-            w = tracks.where(names[actor])
-            if w is None:
-                continue
-            a, b = max(t0, lo), min(t1, hi)
-            yield {"ph": "X", "name": str(label), "cat": "busy", "pid": w[0], "tid": w[1], "ts": _us(a),
-                   "dur": _us(b - a), "args": {"t_ps": t0, "t_end_ps": t1}, "_t": a, "_d": b - a}
+        k = ev[0]
+        if k != BUSY and (ev[1] < lo or ev[1] > hi):   # a busy span is kept when it overlaps the window
             continue
-        t = ev[1]
-        if t < lo or t > hi:
-            continue
-        if k == SEND:
-            _, t, li, seq, nbytes, _payload = ev
-            link = links[li]
-            w = tracks.where(link["src"])
-            if w is None or not want(SEND):
-                continue
-            yield {"ph": "X", "name": f"send {link['dst_port']}>{link['dst']}", "cat": "send", "pid": w[0],
-                   "tid": w[1], "ts": _us(t), "_t": t, "dur": 0,
-                   "args": {"link": link["name"], "seq": seq, "bytes": nbytes}}
-            if tracks.where(link["dst"]) is not None and want(DELIVER):
-                sends[(li, seq)] = t
-                yield {"ph": "s", "name": "message", "cat": "msg", "id": li * 1_000_000_007 + seq, "pid": w[0],
-                       "tid": w[1], "ts": _us(t), "_t": t}
-        elif k == DELIVER or k == TAKE:
-            _, t, li, seq, depth = ev
-            link = links[li]
-            w = tracks.where(link["dst"])
-            if w is None:
-                continue
-            if k == DELIVER and want(DELIVER):
-                yield {"ph": "X", "name": f"deliver {link['src']}", "cat": "deliver", "pid": w[0], "tid": w[1],
-                       "ts": _us(t), "_t": t, "dur": 0, "args": {"link": link["name"], "seq": seq, "depth": depth}}
-                if sends.pop((li, seq), None) is not None:
-                    yield {"ph": "f", "bp": "e", "name": "message", "cat": "msg", "id": li * 1_000_000_007 + seq,
-                           "pid": w[0], "tid": w[1], "ts": _us(t), "_t": t}
-            if want(k):
-                yield {"ph": "C", "name": f"queue {link['dst']}.{link['dst_port']}", "pid": w[0], "tid": w[1],
-                       "ts": _us(t), "_t": t, "args": {"depth": depth}}
-        elif k == FAULT:
-            if not want(FAULT):
-                continue
-            _, t, target, label, detail = ev
-            actor = target
-            if target in link_names:
-                actor = links[link_names.index(target)]["src"]
-            w = tracks.where(actor) if isinstance(actor, str) else None
-            if w is None and actors:
-                continue
-            e = {"ph": "i", "name": f"fault {label}", "cat": "fault", "ts": _us(t), "_t": t,
-                 "args": {"target": target, "detail": _jsonable(detail)}}
-            if w is None:
-                e.update(pid=0, tid=0, s="g")
-            else:
-                e.update(pid=w[0], tid=w[1], s="t")
-            yield e
-        elif k == ERROR:
-            if want(ERROR):
-                _, t, where, text = ev
-                yield {"ph": "i", "name": f"error {where}", "cat": "error", "s": "g", "pid": 0, "tid": 0,
-                       "ts": _us(t), "_t": t, "args": {"where": str(where), "text": str(text)}}
-        elif k in (MARK, DONE, BLOCK):
-            if not want(k):
-                continue
-            if k == BLOCK:
-                link = links[ev[2]]
-                w = tracks.where(link["src"])
-                name, args = f"blocked on {link['name']}", {"seq": ev[3]}
-            elif k == MARK:
-                w = tracks.where(names[ev[2]])
-                name, args = str(ev[3]), {"value": _jsonable(ev[4])}
-            else:
-                w = tracks.where(names[ev[2]])
-                name, args = "done", {}
-            if w is None:
-                continue
+        handler = handlers.get(k)
+        if handler is not None:
+            yield from handler(ev)
+
+
+class _EventConverter:
+    """One emulator event kind -> the trace-event dicts that show it (zero or more), for the selected
+    actors, kinds and time window; remembers the kept sends so their deliveries get a flow arrow."""
+
+    def __init__(self, trace, actors, kinds, start, end):
+        self.names = trace.actors
+        self.links = trace.links
+        self.link_names = [l["name"] for l in self.links]
+        self.actors = actors
+        self.tracks = _Tracks(self.names, lambda name: not actors or any(fnmatch.fnmatchcase(name, g) for g in actors))
+        self.codes = None if not kinds else {KIND_CODES[k] for k in kinds}
+        self.lo = 0 if start is None else start
+        self.hi = float("inf") if end is None else end
+        self.sends: dict[tuple[int, int], int] = {}   # (link, seq) -> send time, for flows whose start was kept
+
+    def want(self, code: int) -> bool:
+        return self.codes is None or code in self.codes
+
+    def busy(self, ev):
+        _, t0, actor, t1, label = ev
+        if not self.want(BUSY) or t1 < self.lo or t0 > self.hi:
+            return
+        w = self.tracks.where(self.names[actor])
+        if w is None:
+            return
+        a, b = max(t0, self.lo), min(t1, self.hi)
+        yield {"ph": "X", "name": str(label), "cat": "busy", "pid": w[0], "tid": w[1], "ts": _us(a),
+               "dur": _us(b - a), "args": {"t_ps": t0, "t_end_ps": t1}, "_t": a, "_d": b - a}
+
+    def send(self, ev):
+        _, t, li, seq, nbytes, _payload = ev
+        link = self.links[li]
+        w = self.tracks.where(link["src"])
+        if w is None or not self.want(SEND):
+            return
+        yield {"ph": "X", "name": f"send {link['dst_port']}>{link['dst']}", "cat": "send", "pid": w[0],
+               "tid": w[1], "ts": _us(t), "_t": t, "dur": 0,
+               "args": {"link": link["name"], "seq": seq, "bytes": nbytes}}
+        if self.tracks.where(link["dst"]) is not None and self.want(DELIVER):
+            self.sends[(li, seq)] = t
+            yield {"ph": "s", "name": "message", "cat": "msg", "id": li * 1_000_000_007 + seq, "pid": w[0],
+                   "tid": w[1], "ts": _us(t), "_t": t}
+
+    def arrival(self, ev):
+        """A delivery (with the end of its flow arrow) or a take: the receiving queue's depth counter."""
+        k, t, li, seq, depth = ev
+        link = self.links[li]
+        w = self.tracks.where(link["dst"])
+        if w is None:
+            return
+        if k == DELIVER and self.want(DELIVER):
+            yield {"ph": "X", "name": f"deliver {link['src']}", "cat": "deliver", "pid": w[0], "tid": w[1],
+                   "ts": _us(t), "_t": t, "dur": 0, "args": {"link": link["name"], "seq": seq, "depth": depth}}
+            if self.sends.pop((li, seq), None) is not None:
+                yield {"ph": "f", "bp": "e", "name": "message", "cat": "msg", "id": li * 1_000_000_007 + seq,
+                       "pid": w[0], "tid": w[1], "ts": _us(t), "_t": t}
+        if self.want(k):
+            yield {"ph": "C", "name": f"queue {link['dst']}.{link['dst_port']}", "pid": w[0], "tid": w[1],
+                   "ts": _us(t), "_t": t, "args": {"depth": depth}}
+
+    def fault(self, ev):
+        """A fault instant on its target's track (a link's fault on its sender), global if not shown."""
+        if not self.want(FAULT):
+            return
+        _, t, target, label, detail = ev
+        actor = target
+        if target in self.link_names:
+            actor = self.links[self.link_names.index(target)]["src"]
+        w = self.tracks.where(actor) if isinstance(actor, str) else None
+        if w is None and self.actors:
+            return
+        e = {"ph": "i", "name": f"fault {label}", "cat": "fault", "ts": _us(t), "_t": t,
+             "args": {"target": target, "detail": _jsonable(detail)}}
+        e.update(pid=0, tid=0, s="g") if w is None else e.update(pid=w[0], tid=w[1], s="t")
+        yield e
+
+    def error(self, ev):
+        if self.want(ERROR):
+            _, t, where, text = ev
+            yield {"ph": "i", "name": f"error {where}", "cat": "error", "s": "g", "pid": 0, "tid": 0,
+                   "ts": _us(t), "_t": t, "args": {"where": str(where), "text": str(text)}}
+
+    def instant(self, ev):
+        """A mark, an actor's end or a blocked send: an instant on the actor's (the sender's) track."""
+        k, t = ev[0], ev[1]
+        if not self.want(k):
+            return
+        if k == BLOCK:
+            link = self.links[ev[2]]
+            w = self.tracks.where(link["src"])
+            name, args = f"blocked on {link['name']}", {"seq": ev[3]}
+        elif k == MARK:
+            w = self.tracks.where(self.names[ev[2]])
+            name, args = str(ev[3]), {"value": _jsonable(ev[4])}
+        else:
+            w = self.tracks.where(self.names[ev[2]])
+            name, args = "done", {}
+        if w is not None:
             yield {"ph": "i", "s": "t", "name": name, "cat": KINDS_NAME[k], "pid": w[0], "tid": w[1],
                    "ts": _us(t), "_t": t, "args": args}
 

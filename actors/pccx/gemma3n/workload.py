@@ -228,11 +228,9 @@ def ple_overlap(system, comp: Compiler) -> dict:
             "window_ps": sum(window.values()), "window_per_layer_ps": dict(window)}
 
 
-def check(system, profile: dict, p: dict, result, context: Context) -> dict:
-    comp = context.compiler
-    c = comp.c
-    driver = system.actors["pccx/driver"]
-    stat = system.actors["pccx/axil_stat"]
+def _machine_errors(driver, stat, comp: Compiler) -> dict:
+    """The driver's halt and, on the rtl profile, the instructions the machine dropped silently
+    (a later error may stem from them), each named by its compiler location."""
     out: dict = {}
     if driver.halted:
         out["error"] = (f"pccx/driver halted at t={driver.halted['at_ps']} ps: {driver.halted['text']} "
@@ -240,39 +238,36 @@ def check(system, profile: dict, p: dict, result, context: Context) -> dict:
     dropped = [{"instruction": r["seq"], "where": comp.describe(r["seq"]),
                 "word": isa.disasm_word(driver.words[r["seq"]]) if r["seq"] < len(driver.words) else None,
                 "text": r["text"]} for r in stat.records if r["kind"] == "drop" and 0 <= r["seq"] < len(comp.where)]
-    if dropped:   # rtl profile: instructions the machine dropped silently (a later error may stem from them)
+    if dropped:
         out["dropped_instructions"] = dropped
-    if result.status != "finished" or driver.halted:
-        return out
-    end = result.end_time_ps
-    # token boundaries: the host's embed step starts a token, its sample step ends it
+    return out
+
+
+def _token_window(driver) -> tuple[list[int], list[int]]:
+    """Token boundaries: the host's embed step starts a token, its sample step ends it."""
     starts = [s for s, e, lab in driver.host_spans if lab.startswith("embed:")]
     ends = [e for s, e, lab in driver.host_spans if lab.startswith("sample:")]
-    ntok = len(ends)
-    tok_ps = (ends[-1] - starts[0]) / ntok
-    out["tokens"] = ntok
-    out["token_time_us"] = round(tok_ps / 1e6, 3)
-    out["tok_per_s"] = round(1e12 / tok_ps, 3)
-    # per layer: between consecutive layer_done polls (first layer from the token start)
-    waits = driver.waits
-    lay = [w["at_ps"] for w in waits if w["label"].endswith("layer_done")]
-    t0 = starts[-1]
-    per_layer = []
-    last = [w for w in lay if w >= t0]
-    prev = t0
-    for w in last:
-        per_layer.append(round((w - prev) / 1e6, 3))
-        prev = w
-    out["per_layer_us_last_token"] = per_layer
-    # per stage: engine busy (retire spans) and host time
-    stage_engine = defaultdict(int)
-    stage_ops = defaultdict(int)
+    return starts, ends
+
+
+def _per_layer_us(driver, t0: int) -> list[float]:
+    """The last token's time per layer: between consecutive layer_done polls, the first from the token start."""
+    per_layer, prev = [], t0
+    for w in (w["at_ps"] for w in driver.waits if w["label"].endswith("layer_done")):
+        if w >= t0:
+            per_layer.append(round((w - prev) / 1e6, 3))
+            prev = w
+    return per_layer
+
+
+def _stage_rows(driver, stat, comp: Compiler, ntok: int) -> list[dict]:
+    """Per compiler stage and per token: instructions, engine busy time (retire spans), host time, HP bytes."""
+    stage_engine, stage_ops, stage_host = defaultdict(int), defaultdict(int), defaultdict(int)
     for r in stat.records:
         if r["kind"] == "retire" and 0 <= r["seq"] < len(comp.where):
             st = comp.where[r["seq"]][2]
             stage_engine[st] += r["end"] - r["start"]
             stage_ops[st] += 1
-    stage_host = defaultdict(int)
     for s, e, lab in driver.host_spans:
         stage_host[lab.split(":")[0]] += e - s
     rows = []
@@ -283,26 +278,29 @@ def check(system, profile: dict, p: dict, result, context: Context) -> dict:
                          "engine_busy_us": round(stage_engine[st] / 1e6 / ntok, 3),
                          "host_us": round(stage_host[st] / 1e6 / ntok, 3),
                          "hp_MB": round(comp.stream_bytes[st] / 1e6 / max(1, ntok), 3)})
-    # utilisation over the emulated tokens
-    T0, T1 = starts[0], ends[-1]
-    span = T1 - T0
+    return rows
+
+
+def _utilisation(system, driver, stat, t0: int, t1: int) -> dict:
+    """Busy fraction of each HP port, GEMV lane, the SFU, the systolic array and the host over [t0, t1)."""
+    span = t1 - t0
     util = {}
     for n, a in system.actors.items():
-        if n.startswith("pccx/hp") and a.spans:
-            util[n] = round(_busy(a.spans, T0, T1) / span, 4)
-        if n.startswith("pccx/gemv/lane"):
-            util[n] = round(_busy(a.spans, T0, T1) / span, 4)
+        if (n.startswith("pccx/hp") and a.spans) or n.startswith("pccx/gemv/lane"):
+            util[n] = round(_busy(a.spans, t0, t1) / span, 4)
     cvo = sum(r["end"] - r["start"] for r in stat.records if r["kind"] == "retire" and r["op"] == "CVO")
     util["pccx/cvo (SFU)"] = round(cvo / span, 4)
-    util["pccx/gemm (systolic array)"] = round(_busy(system.actors["pccx/gemm"].spans, T0, T1) / span, 4)
-    util["host CPU"] = round(sum(e - s for s, e, _ in driver.host_spans if s >= T0) / span, 4)
-    # bytes, bandwidths and bounds (actors/pccx/gemma3n/budget.py)
-    b = bounds(comp, profile, ntok)
-    ov = prefetch_overlap(system, comp)
+    util["pccx/gemm (systolic array)"] = round(_busy(system.actors["pccx/gemm"].spans, t0, t1) / span, 4)
+    util["host CPU"] = round(sum(e - s for s, e, _ in driver.host_spans if s >= t0) / span, 4)
+    return util
+
+
+def _budget_rows(comp: Compiler, b: dict, tok_per_s: float, tok_ps: float, ntok: int) -> list[dict]:
+    """Throughput and the HP / weight / KV / L2 bandwidths beside the plan's budget and the bounds."""
     gbps = lambda nbytes: round(nbytes * 1e3 / tok_ps, 3)   # noqa: E731  bytes per token -> GB/s
-    out["budget"] = [
-        {"metric": "decode throughput (tok/s)", "emulated": out["tok_per_s"], "design_budget": 20,
-         "bound": b["tok_s_bound"], "ratio_to_bound": round(out["tok_per_s"] / b["tok_s_bound"], 4),
+    return [
+        {"metric": "decode throughput (tok/s)", "emulated": tok_per_s, "design_budget": 20,
+         "bound": b["tok_s_bound"], "ratio_to_bound": round(tok_per_s / b["tok_s_bound"], 4),
          "binding": b["binding"]},
         {"metric": "HP2/HP3 stream, weights + KV (GB/s)", "emulated": gbps(b["hp_bytes_per_token"]),
          "design_budget": None, "bound": b["hp_gemv_bandwidth_GBps"],
@@ -314,29 +312,55 @@ def check(system, profile: dict, p: dict, result, context: Context) -> dict:
         {"metric": "L2 activation traffic (GB/s)", "emulated": gbps(comp.l2_bytes / ntok),
          "design_budget": 1.6, "bound": None, "ratio_to_bound": None},
     ]
+
+
+def _overlap_figures(system, comp: Compiler, ntok: int) -> dict:
+    """Overlap rules 1-3 (weight prefetch, PLE injection, SFU FIFO) in microseconds, totals and per layer."""
+    per_layer = lambda d: {k: round(v / 1e6 / ntok, 3) for k, v in sorted(d.items())}   # noqa: E731
+    ov, po, so = prefetch_overlap(system, comp), ple_overlap(system, comp), sfu_overlap(system, comp)
+    return {
+        "prefetch_overlap_us": round(ov["total_ps"] / 1e6, 3),
+        "weight_transfer_us": round(ov["transfer_ps"] / 1e6, 3),
+        "prefetch_overlap_per_layer_us": per_layer(ov["per_layer_ps"]),
+        "ple_overlap_us": round(po["total_ps"] / 1e6, 3),
+        "ple_exposed_us": round(po["exposed_ps"] / 1e6, 3),
+        "ple_overlap_per_layer_us": per_layer(po["per_layer_ps"]),
+        "ple_window_ps": po["window_ps"],
+        "ple_window_per_layer_us": per_layer(po["window_per_layer_ps"]),
+        "sfu_fifo_hits": so["fifo_hits"],
+        "sfu_fifo_entries": so["entries"],
+        "sfu_fifo_stall_us": round(so["stall_ps"] / 1e6, 3),
+        "sfu_gemv_overlap_us": round(so["total_ps"] / 1e6, 3),
+        "sfu_gemv_overlap_per_layer_us": per_layer(so["per_layer_ps"]),
+    }
+
+
+def check(system, profile: dict, p: dict, result, context: Context) -> dict:
+    comp = context.compiler
+    driver = system.actors["pccx/driver"]
+    stat = system.actors["pccx/axil_stat"]
+    out = _machine_errors(driver, stat, comp)
+    if result.status != "finished" or driver.halted:
+        return out
+    starts, ends = _token_window(driver)
+    ntok = len(ends)
+    tok_ps = (ends[-1] - starts[0]) / ntok
+    out["tokens"] = ntok
+    out["token_time_us"] = round(tok_ps / 1e6, 3)
+    out["tok_per_s"] = round(1e12 / tok_ps, 3)
+    out["per_layer_us_last_token"] = _per_layer_us(driver, starts[-1])
+    rows = _stage_rows(driver, stat, comp, ntok)
+    util = _utilisation(system, driver, stat, starts[0], ends[-1])
+    b = bounds(comp, profile, ntok)   # bytes, bandwidths and bounds (actors/pccx/gemma3n/budget.py)
+    out["budget"] = _budget_rows(comp, b, out["tok_per_s"], tok_ps, ntok)
     out["bounds"] = b
     out["design_budget"] = design_budget(comp, profile, b, out["tok_per_s"], tok_ps, ntok)
-    out["hp_idle_per_stage_us"] = hp_idle_per_stage(system, comp, T0, T1, ntok)
+    out["hp_idle_per_stage_us"] = hp_idle_per_stage(system, comp, starts[0], ends[-1], ntok)
     out["l2_words_used"] = comp.l2.used_words()
     out["kv_slots_attended"] = comp.attended_ranges()
-    out["prefetch_overlap_us"] = round(ov["total_ps"] / 1e6, 3)
-    out["weight_transfer_us"] = round(ov["transfer_ps"] / 1e6, 3)
-    out["prefetch_overlap_per_layer_us"] = {k: round(v / 1e6 / ntok, 3) for k, v in sorted(ov["per_layer_ps"].items())}
-    po = ple_overlap(system, comp)
-    out["ple_overlap_us"] = round(po["total_ps"] / 1e6, 3)
-    out["ple_exposed_us"] = round(po["exposed_ps"] / 1e6, 3)
-    out["ple_overlap_per_layer_us"] = {k: round(v / 1e6 / ntok, 3) for k, v in sorted(po["per_layer_ps"].items())}
-    out["ple_window_ps"] = po["window_ps"]
-    out["ple_window_per_layer_us"] = {k: round(v / 1e6 / ntok, 3)
-                                      for k, v in sorted(po["window_per_layer_ps"].items())}
-    so = sfu_overlap(system, comp)
-    out["sfu_fifo_hits"] = so["fifo_hits"]
-    out["sfu_fifo_entries"] = so["entries"]
-    out["sfu_fifo_stall_us"] = round(so["stall_ps"] / 1e6, 3)
-    out["sfu_gemv_overlap_us"] = round(so["total_ps"] / 1e6, 3)
-    out["sfu_gemv_overlap_per_layer_us"] = {k: round(v / 1e6 / ntok, 3) for k, v in sorted(so["per_layer_ps"].items())}
+    out.update(_overlap_figures(system, comp, ntok))
     out["instructions_per_token"] = round(len(comp.where) / ntok)
-    out["polls_per_token"] = round(len(waits) / ntok, 1)
+    out["polls_per_token"] = round(len(driver.waits) / ntok, 1)
     if comp.data:
         out["token_ids"] = comp.hm.tokens[1:] + [comp.next_token]
         out["greedy_tokens"] = [int(l.argmax()) for l in comp.hm.logits]
