@@ -28,7 +28,7 @@ from actors.ahbm.cpu import PeCpu
 from actors.ahbm.dma import DmaEngine
 from actors.ahbm.gemm import GemmEngine
 from actors.ahbm.hbmport import HbmPort
-from actors.ahbm.host import Host
+from actors.ahbm.host import Host, RequestPlan
 from actors.ahbm.ipcq import Ipcq
 from actors.ahbm.mathunit import MathEngine
 from actors.ahbm.memory import HbmChannel, Tcm
@@ -122,12 +122,16 @@ def programs_of(scripts: dict | None, kernels: dict | None) -> dict:
     return out
 
 
-def build_machine(system, profile: dict, scripts: dict | None = None, kernels: dict | None = None) -> Machine:
+def build_machine(system, profile: dict, scripts: dict | None = None, kernels: dict | None = None,
+                  requests: list | None = None) -> Machine:
     """Add every actor and link of the machine to ``system``.
 
     What the host launches, per PE ``(sip, cube, pe)``: ``scripts`` = {coord: [commands]} (cpu.py) and
     ``kernels`` = {coord: KernelLaunch} (``tl`` kernels, actors/ahbm/tl/launcher.py).  The scripts' lists
-    are sent as they are when the run starts, so they may be filled in after building.
+    are sent as they are when the run starts, so they may be filled in after building.  Or ``requests``:
+    :class:`~actors.ahbm.host.RequestPlan` s whose steps are ``{coord: KernelLaunch}`` (host.py); a PE's
+    launch link then holds every launch the plan sends it (its CPU's launch queue: assumption, the
+    launches wait in the PE's command memory, so the host never waits to hand one over).
     """
     prm = Params.of(profile)
     m = Machine(prm)
@@ -203,14 +207,25 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
 
     # host / IO die
     programs = programs_of(scripts, kernels)
+    queued = {c: 1 for c in programs}
+    plans = []
+    for req in requests or []:
+        for step in req.steps:
+            for coord, launch in step.items():
+                queued[tuple(coord)] = queued.get(tuple(coord), 0) + 1
+                programs.setdefault(tuple(coord), launch)
+        plans.append(RequestPlan(req.name, req.arrival_ps,
+                                 [{pe_name(*c): launch for c, launch in step.items()} for step in req.steps]))
     for coord in programs:
         m.pe(*coord)   # a clear error for a PE outside the machine
-    m.host = add(Host("io/host", programs={pe_name(*c): p for c, p in programs.items()}, coord=prm.io_coord))
+    m.host = add(Host("io/host", programs={pe_name(*c): p for c, p in programs.items()}, coord=prm.io_coord,
+                      requests=plans))
     r = m.routers[prm.io_attach]
     connect(m.host.noc_out, r.ins["io"], capacity=prm.link_capacity, latency=prm.io_latency, bandwidth=prm.io_bw)
     connect(r.outs["io"], m.host.noc_in, capacity=prm.link_capacity, latency=prm.io_latency, bandwidth=prm.io_bw)
     for coord in programs:
         pe = m.pe(*coord)
-        connect(m.host.outs[pe_name(*coord)], pe.cpu.launch, capacity=1, latency=prm.launch_latency)
+        connect(m.host.outs[pe_name(*coord)], pe.cpu.launch, capacity=queued[coord] if plans else 1,
+                latency=prm.launch_latency)
         connect(pe.cpu.pe_done, m.host.done, capacity=1, latency=prm.launch_latency)
     return m

@@ -27,8 +27,24 @@ sent), ``pes_done``, ``last_done_ps``; with kernels also ``kernel_latency_ps``
 (last kernel completion received minus ``launch_ps``) and ``pes``: per PE its
 kernel start/end relative to ``launch_ps`` and the kernel's counters.
 ``logs`` holds each script PE's per-command timings, ``kernels`` each kernel PE's KernelDone.
+
+**Requests** (several kernel launches per PE over time, :class:`RequestPlan`): instead of one
+program per PE the host serves a list of requests, each a sequence of *steps* (one launch per PE
+of the step, e.g. one decode token of one request).  A request's first step is launched at its
+arrival time (``launch_ps`` + ``arrival_ps``), each later step as soon as the host has every
+KernelDone of the step before (the request's closed loop: the next token needs the previous
+one's output).  A PE's CPU runs its launches one after the other in the order they reach it
+(cpu.py: one launch at a time); its launch link holds every launch the plan may queue on it
+(builder.py), so a launch never waits for the host, only for the PE.  The k-th KernelDone from a
+PE answers the k-th launch sent to it (FIFO link, one CPU).  ``request_log`` (report
+``requests``): per request its arrival, and per step the launch and the done time (the last
+KernelDone of the step received), and per PE the kernel's start and end, all relative to
+``launch_ps``.
 """
 from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -38,9 +54,16 @@ from protocols.ahbm import Launch, MemReq, MemResp, PeDone, payload
 from protocols.ahbm_tl import KernelDone, KernelLaunch
 from protocols.codec import TensorDesc
 
-__all__ = ["Host"]
+__all__ = ["Host", "RequestPlan"]
 
 
+@dataclass
+class RequestPlan:
+    """One request: arrives ``arrival_ps`` after the launch time and runs ``steps`` in order, each step
+    ``{PE name: KernelLaunch}`` (the module docstring)."""
+    name: str
+    arrival_ps: int
+    steps: list
 
 class Host(Actor):
     """The IO die: timed tensor loads, then the PEs' launches and completions (module docstring)."""
@@ -49,10 +72,12 @@ class Host(Actor):
              In("done", PeDone, KernelDone, doc="completions of every launched PE"),
              Out("noc_out", MemReq, doc="timed loads, into the host interface"),
              In("noc_in", MemResp, doc="the loads' acknowledgements"))
-    def __init__(self, name: str, *, programs: dict, coord: list):
-        """``programs``: {PE name: Launch | KernelLaunch}."""
+    def __init__(self, name: str, *, programs: dict, coord: list, requests: list | None = None):
+        """``programs``: {PE name: Launch | KernelLaunch}; or ``requests`` (:class:`RequestPlan` list) and
+        ``programs`` naming every PE they launch on."""
         super().__init__(name)
         self.programs = programs
+        self.requests = requests or []
         self.coord = list(coord)
         self.outs = {pe: self.out_port(f"launch_{i}") for i, pe in enumerate(programs)}
         self.done = self.in_port("done")
@@ -91,6 +116,9 @@ class Host(Actor):
             self.report("loads_done_ps", self.now)
         t0 = self.now
         self.report("launch_ps", t0)
+        if self.requests:
+            await self._serve_requests(t0)
+            return
         for pe, launch in self.programs.items():
             await self.outs[pe].send(launch)
         for _ in range(len(self.programs)):
@@ -105,3 +133,41 @@ class Host(Actor):
             self.report("kernel_latency_ps", self.now - t0)
             self.report("pes", {pe: {"start_ps": d.start - t0, "end_ps": d.end - t0, **d.stats}
                                 for pe, d in sorted(self.kernels.items())})
+
+    async def _serve_requests(self, t0: int) -> None:
+        """Launch every request's steps (arrival, then closed loop) and collect their completions."""
+        reqs = self.requests
+        owner = {pe: deque() for pe in self.outs}      # per PE: (request, step) of each launch in flight, in order
+        left: dict[tuple[int, int], int] = {}
+        log = [{"request": r.name, "arrival_ps": r.arrival_ps, "steps": []} for r in reqs]
+        total = sum(len(step) for r in reqs for step in r.steps)
+
+        async def launch(r: int, s: int) -> None:
+            step = reqs[r].steps[s]
+            left[(r, s)] = len(step)
+            log[r]["steps"].append({"launch_ps": self.now - t0, "pes": {}})
+            for pe, msg in step.items():
+                owner[pe].append((r, s))
+                await self.outs[pe].send(msg)
+
+        async def arrivals() -> None:
+            for r in sorted(range(len(reqs)), key=lambda i: (reqs[i].arrival_ps, i)):
+                await self.sleep_until(t0 + reqs[r].arrival_ps)
+                await launch(r, 0)
+
+        async with self.subtasks() as n:
+            n.start_soon(arrivals)
+            for _ in range(total):
+                d = await self.done.recv()
+                r, s = owner[d.pe].popleft()
+                step = log[r]["steps"][s]
+                step["pes"][d.pe] = {"start_ps": d.start - t0, "end_ps": d.end - t0, **d.stats}
+                left[(r, s)] -= 1
+                if left[(r, s)] == 0:
+                    step["done_ps"] = self.now - t0
+                    if s + 1 < len(reqs[r].steps):
+                        await launch(r, s + 1)
+        self.report("pes_done", total)
+        self.report("last_done_ps", self.now)
+        self.report("kernel_latency_ps", self.now - t0)
+        self.report("requests", log)

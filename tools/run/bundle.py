@@ -13,6 +13,7 @@ choose; docs/outputs.md describes every file and column):
 * ``result.json``    -- status, digest, seed, metrics, checks, faults, versions,
   host speed (wall seconds, events/s, peak memory);
 * ``actors.csv``, ``links.csv`` -- per-actor and per-link metrics;
+* ``table.<title>.csv`` -- each table the run printed (e.g. ``table.gqa-requests.csv``: one row per request);
 * ``trace.emutrace`` -- the binary trace (the run plan's size policy, tools/run/runner.py);
 * ``trace.pftrace`` -- the trace for ui.perfetto.dev (Perfetto protobuf), when the
   scenario enables the trace (capped at 1 GB: a trimmed file says so, on the terminal,
@@ -42,6 +43,7 @@ __all__ = ["Bundle", "BundleError", "prepare_bundle", "check_trace_path", "BUNDL
 BUNDLE_FILES = ("scenario.yaml", "scenario.resolved.yaml", "profile.yaml", "result.json", "actors.csv", "links.csv",
                 "faults.json", "trace.emutrace", "trace.pftrace", "trace.perfetto.json")
 INPUT_PREFIX = "input."
+TABLE_PREFIX = "table."
 #: the bundle's Perfetto file is trimmed at this size (with a note saying what was cut)
 PERFETTO_CAP_MB = 1000.0
 
@@ -51,7 +53,7 @@ class BundleError(EmulatorError):
 
 
 def _ours(p: Path) -> bool:
-    return p.is_file() and (p.name in BUNDLE_FILES or p.suffix == ".png" or p.name.startswith(INPUT_PREFIX))
+    return p.is_file() and (p.name in BUNDLE_FILES or p.suffix == ".png" or p.name.startswith((INPUT_PREFIX, TABLE_PREFIX)))
 
 
 def prepare_bundle(plan) -> "Bundle":
@@ -105,6 +107,9 @@ class Bundle:
             end = result.end_time_ps
             _csv(d / "actors.csv", system.actor_metrics(end))
             _csv(d / "links.csv", system.link_metrics(end))
+        for title, rows in (res.get("tables") or {}).items():   # every table the run printed, as a CSV
+            if rows:
+                _csv(d / f"{TABLE_PREFIX}{table_slug(title)}.csv", [{k: _cell(v) for k, v in r.items()} for r in rows])
         if result is not None and result.faults:   # every injection; result.json holds the per-fault summary
             with open(d / "faults.json", "w") as f:
                 json.dump(result.faults, f, indent=None)
@@ -154,6 +159,15 @@ def runnable_scenario(scenario, bundle_dir: Path) -> dict:
             params[key] = name
     src.setdefault("name", scenario.name)
     return src
+
+
+def table_slug(title: str) -> str:
+    """A printed table's title as a file-name part: ``gqa requests, all`` -> ``gqa-requests-all``."""
+    return "-".join("".join(c if c.isalnum() else " " for c in title.lower()).split())
+
+
+def _cell(v):
+    return json.dumps(v) if isinstance(v, (dict, list)) else v
 
 
 def _csv(path: Path, rows: list[dict]) -> None:

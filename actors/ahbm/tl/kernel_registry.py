@@ -75,6 +75,8 @@ async def run_kernel(cpu, launch: KernelLaunch) -> KernelDone:
         raise
     except Exception as e:  # a bug in the kernel itself: name the PE and the kernel line
         raise KernelError(cpu.pe, f"the kernel raised {type(e).__name__}: {e}", site_of(e.__traceback__)) from None
+    launches = cpu.system.reports.get(cpu.name, {}).get("launches", [])
+    cpu.report("launches", launches + [tl.reported])   # per launch: its own reports (several requests per PE)
     return KernelDone(cpu.pe, launch.kernel, start, cpu.now, stats)
 
 

@@ -124,6 +124,7 @@ class Tl:
         self._nprog = tuple(num_programs)
         self.capacity = self.prm.tcm_bytes - scheduler_reserve(self.prm)
         self.used = 0
+        self.reported: dict = {}   # this launch's tl.report values (report)
         self.peak = 0
         self.root = Arena(None, "kernel")
         self.arena = self.root
@@ -297,6 +298,9 @@ class Tl:
         return self.be.now
 
     def report(self, key: str, value) -> None:
+        """Publish ``key`` in the PE CPU's report, and in this launch's own :attr:`reported` (a PE that
+        runs several launches, e.g. several requests, keeps one dict per launch: kernel_registry.py)."""
+        self.reported[key] = value
         self.be.report(key, value)
 
     def scratch_scope(self) -> ScratchScope:

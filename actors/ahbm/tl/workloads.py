@@ -5,10 +5,11 @@ Only this module imports all three, so they import one another one way (baseline
 """
 from __future__ import annotations
 
-from actors.ahbm.tl import baseline_workload, gqa_vs_baseline, gqa_workload
+from actors.ahbm.tl import baseline_workload, gqa_requests, gqa_vs_baseline, gqa_workload
 from actors.ahbm.tl.kernel_workload import kernel_workload
 
 __all__ = ["WORKLOADS"]
 
 WORKLOADS = {h.name: kernel_workload(h) for h in (baseline_workload.DECODE_HOOKS, baseline_workload.PREFILL_HOOKS,
                                                   gqa_workload.GQA, gqa_vs_baseline.HOOKS)}
+WORKLOADS[gqa_requests.WORKLOAD.name] = gqa_requests.WORKLOAD
