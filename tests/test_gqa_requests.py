@@ -82,6 +82,29 @@ def test_data_mode_checks_every_request_and_step():
     assert [r["arrival_ps"] for r in res["per_request"]] == [0, 500_000, 1_000_000, 1_000_000]
 
 
+@pytest.mark.parametrize("C, P", [(2, 8), (1, 1)])
+def test_prefill_then_decode_requests_are_checked_and_queue_behind_each_other(C, P):
+    """Ring prefill (C x P = 16: the whole context) and no-SP prefill (query blocks of T_q), each followed by a
+    decode step: every output against float64; the second request's first token waits for the first's."""
+    sets = [f"workload.params.C={C}", f"workload.params.P={P}", "workload.params.context=128",
+            "workload.params.prefill=128" if C * P > 1 else "workload.params.prefill=32", "workload.params.steps=1",
+            "workload.params.requests=2", "workload.params.d=32"]
+    res = run(REQ / "shared.yaml", *sets)
+    ring = C * P > 1
+    assert res["outputs_checked"] == 2 * ((C * P if ring else 1) + 1)    # prefill outputs per rank, + the decode
+    assert res["max_abs_err"] < 2e-3, res["max_abs_err"]
+    a, b = res["per_request"]
+    assert a["prefill_ps"] == a["first_token_ps"] and b["first_token_ps"] > a["first_token_ps"]
+    assert res["tokens"] == 2 and res["prefill_tokens"] == (256 if ring else 64)
+
+
+def test_a_ring_prefill_of_part_of_the_context_is_refused_in_the_requests_terms(capsys):
+    rc = main(["run", str(REQ / "shared.yaml"), "--no-bundle", "--set", "workload.params.prefill=100"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "shared.yaml:13: workload.params.prefill (the prefill's chunk): Ring prefill" in err, err
+    assert "(request r0, prefill at context 512)" in err
+
+
 def test_poisson_arrivals_are_seeded_and_the_summaries_are_observed_values():
     a = run(REQ / "poisson.yaml", "workload.params.requests=4", "workload.params.steps=1")
     b = run(REQ / "poisson.yaml", "workload.params.requests=4", "workload.params.steps=1")
@@ -95,10 +118,12 @@ def test_poisson_arrivals_are_seeded_and_the_summaries_are_observed_values():
 
 
 @pytest.mark.parametrize("rows, expect", [
-    ("arrival,context,steps\n0ns,1024,2\n5,512,1\n", "bad.csv:3: column 1 (arrival): expected a time"),
-    ("arrival,context,steps\n0ns,abc,2\n", "bad.csv:2: column 2 (context): expected a whole number"),
-    ("arrival,ctx\n", "bad.csv:1: expected the header arrival,context,steps"),
-    ("arrival,context,steps\n0ns,1024\n", "bad.csv:2: expected 3 columns"),
+    ("arrival,context,prefill,steps\n0ns,1024,0,2\n5,512,0,1\n", "bad.csv:3: column 1 (arrival): expected a time"),
+    ("arrival,context,prefill,steps\n0ns,abc,0,2\n", "bad.csv:2: column 2 (context): expected a whole number"),
+    ("arrival,context,prefill,steps\n0ns,64,-1,2\n", "bad.csv:2: column 3 (prefill): expected a whole number >= 0"),
+    ("arrival,context,prefill,steps\n0ns,64,0,0\n", "bad.csv:2: a request with neither prefill nor decode"),
+    ("arrival,ctx\n", "bad.csv:1: expected the header arrival,context,prefill,steps"),
+    ("arrival,context,prefill,steps\n0ns,1024\n", "bad.csv:2: expected 4 columns"),
 ])
 def test_a_bad_arrival_trace_is_named_by_file_line_and_column(tmp_path, capsys, rows, expect):
     (tmp_path / "bad.csv").write_text(rows)

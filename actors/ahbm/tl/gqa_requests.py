@@ -51,16 +51,18 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
 from actors.ahbm.builder import build_machine
 from actors.ahbm.host import RequestPlan
-from actors.ahbm.kernels.gqa_attention import decode_tiles
-from actors.ahbm.kernels.gqa_index import coords_of_rank, reduce_tree, root_of
+from actors.ahbm.kernels.gqa_index import GroupLayout
 from actors.ahbm.params import Params, pe_name
 from actors.ahbm.placement import Placement
-from actors.ahbm.tl.gqa_workload import ADDR, PARAMS as GQA_PARAMS, KERNEL, MiB, gqa_layout, reference_gqa
+from actors.ahbm.tl.gqa_workload import (ADDR, PARAMS as GQA_PARAMS, KERNEL, gqa_inputs, gqa_layout, gqa_outputs,
+                                         gqa_place, gqa_reference)
+from actors.ahbm.tl.kernel_workload import KernelLayout
 from actors.ahbm.tl.launcher import kernel_launches
 from actors.registry import HOST_DATA_BYTES, Workload, format_bytes
 from emulator import numerics
@@ -70,19 +72,20 @@ from emulator.units import UnitError, format_time, parse_time
 
 __all__ = ["PARAMS", "WORKLOAD", "Request", "arrivals", "percentile"]
 
-_OWN = {k: v for k, v in GQA_PARAMS.fields.items() if k not in ("request_id",)}
+_OWN = {k: v for k, v in GQA_PARAMS.fields.items() if k not in ("request_id", "case", "chunk")}
 PARAMS = Map({
     **_OWN,
-    "case": Enum(["decode"], default="decode", doc="decode requests (prefill requests: not yet)"),
     "requests": Int(min=1, default=1, doc="B: the number of requests"),
     "contexts": List(Int(min=1), default=[], doc="per-request context lengths, cycled over the requests; "
                                                   "[] = `context` for every request"),
-    "steps": Int(min=1, default=1, doc="decode steps (tokens) per request, each at a context one longer"),
+    "prefill": Int(min=0, default=0, doc="prompt tokens each request prefills first (0: none; Ring, C x P > 1: the "
+                                         "whole context)"),
+    "steps": Int(min=0, default=1, doc="decode steps (tokens) per request, each at a context one longer"),
     "arrival": Enum(["batch", "poisson", "trace"], default="batch",
                     doc="batch: all at 0; poisson: seeded exponential gaps of mean_interval; trace: arrivals_file"),
     "mean_interval": Quantity("time", default="1us", doc="poisson: mean time between two arrivals"),
-    "arrivals_file": Str(default="", doc="trace: CSV of arrival,context,steps (docs/requests.md); relative to the "
-                                         "scenario file"),
+    "arrivals_file": Str(default="", doc="trace: CSV of arrival,context,prefill,steps (docs/requests.md); relative "
+                                         "to the scenario file"),
     "groups": Enum(["shared", "spread"], default="shared",
                    doc="shared: head h of every request on Group h; spread: request r's head h on Group "
                        "(r*heads + h) mod Groups"),
@@ -100,6 +103,7 @@ class Request:
     arrival_ps: int
     context: int
     steps: int
+    prefill: int = 0
 
 
 def percentile(values: list, q: float) -> int | None:
@@ -114,7 +118,7 @@ def _trace_rows(path, p) -> list[Request]:
     """Rows of an arrival trace, every problem named by file, line and column."""
     text = read_text(str(path), what="a CSV arrival trace")
     rows = list(csv.reader(text.splitlines()))
-    want = ["arrival", "context", "steps"]
+    want = ["arrival", "context", "prefill", "steps"]
     if not rows or [c.strip() for c in rows[0]] != want:
         raise BuildError(f"{K}: {path}:1: expected the header {','.join(want)}, found "
                          f"{','.join(rows[0]) if rows else 'an empty file'}")
@@ -122,19 +126,22 @@ def _trace_rows(path, p) -> list[Request]:
     for line, row in enumerate(rows[1:], 2):
         if not row or not "".join(row).strip():
             continue
-        if len(row) != 3:
-            raise BuildError(f"{K}: {path}:{line}: expected 3 columns (arrival,context,steps), found {len(row)}")
+        if len(row) != 4:
+            raise BuildError(f"{K}: {path}:{line}: expected 4 columns ({','.join(want)}), found {len(row)}")
         try:
             t = parse_time(row[0].strip())
         except UnitError as e:
             raise BuildError(f"{K}: {path}:{line}: column 1 (arrival): {e}") from None
         vals = []
-        for col, name in ((2, "context"), (3, "steps")):
+        for col, name, low in ((2, "context", 1), (3, "prefill", 0), (4, "steps", 0)):
             v = row[col - 1].strip()
-            if not v.isdigit() or int(v) < 1:
-                raise BuildError(f"{K}: {path}:{line}: column {col} ({name}): expected a whole number >= 1, found {v!r}")
+            if not v.isdigit() or int(v) < low:
+                raise BuildError(f"{K}: {path}:{line}: column {col} ({name}): expected a whole number >= {low}, "
+                                 f"found {v!r}")
             vals.append(int(v))
-        out.append(Request(f"r{len(out)}", t, *vals))
+        if vals[1] == vals[2] == 0:
+            raise BuildError(f"{K}: {path}:{line}: a request with neither prefill nor decode steps")
+        out.append(Request(f"r{len(out)}", t, vals[0], vals[2], vals[1]))
     if not out:
         raise BuildError(f"{K}: {path}: no request rows")
     return out
@@ -167,36 +174,79 @@ def arrivals(p: dict, rng, system=None) -> list[Request]:
         gaps = -float(p["mean_interval"]) * numerics.log(1.0 - u)
         times = [int(x) for x in np.cumsum(np.round(gaps))]
         times = [0] + times[:-1]      # the first request arrives at 0
-    return [Request(f"r{i}", times[i], ctxs[i % len(ctxs)], p["steps"]) for i in range(n)]
+    if p["prefill"] == p["steps"] == 0:
+        raise BuildError("workload.params.steps: a request needs a prefill or at least one decode step, found "
+                         "prefill 0 and steps 0")
+    return [Request(f"r{i}", times[i], ctxs[i % len(ctxs)], p["steps"], p["prefill"]) for i in range(n)]
 
 
-def _strides(p, requests: list[Request], R: int) -> dict:
-    """Per-launch slot size of each HBM region (module docstring): the largest request's need, 4 KiB aligned."""
-    G, d = p["G"], p["d"]
-    keys = max(-(-(r.context + r.steps - 1) // R) for r in requests)
+REGIONS = ("q", "o", "k", "v")
+
+
+def _needs(p: dict) -> dict:
+    """Bytes per rank of each HBM region for one launch of parameters ``p`` (gqa_workload's limits)."""
+    G, d, S, R = p["G"], p["d"], p["context"], p["C"] * p["P"]
+    if p["case"] == "decode":
+        rows, keys, stage = G, -(-S // R), G * (d + 2) * 4      # the chunked ring's staging after O
+    elif R == 1:
+        rows, keys, stage = G * p["chunk"], S, 0
+    else:
+        rows, keys, stage = G * (S // R), S // R, G * (S // R) * (d + 2) * 4   # worst case: Ring state in HBM
+    return {"q": rows * d * 2, "o": rows * d * 4 + stage, "k": keys * d * 2, "v": keys * d * 2}
+
+
+def _strides(launches: list) -> dict:
+    """Slot size of each region: the largest launch's need, rounded up to 4 KiB (module docstring)."""
     up = lambda n: -(-n // ALIGN) * ALIGN   # noqa: E731
-    return {"q": up(G * d * 2), "o": up(G * (2 * d + 2) * 4), "k": up(keys * d * 2), "v": up(keys * d * 2)}
+    return {r: up(max(_needs(ln.params)[r] for ln in launches)) for r in REGIONS}
 
 
-def _check_room(prm, p, strides: dict, launches: int) -> None:
+def _check_room(prm, strides: dict, launches: int) -> None:
     room = {"q": ADDR["o"] - ADDR["q"], "o": ADDR["k"] - ADDR["o"], "k": ADDR["v"] - ADDR["k"],
             "v": prm.hbm_capacity // 2 - ADDR["v"]}
-    for name in ("q", "o", "k", "v"):
+    for name in REGIONS:
         if strides[name] * launches > room[name]:
             raise BuildError(f"workload.params.requests: {launches} launches (requests x steps) need "
                              f"{format_bytes(strides[name] * launches)} of each PE's {name} region, which holds "
                              f"{format_bytes(room[name])}")
 
 
+class _Groups:
+    """A GroupLayout whose head ``h`` sits on Group ``groups[h]`` (the ``groups`` policy); the rest delegated."""
+
+    def __init__(self, real, groups: list):
+        self.real, self.groups = real, groups
+
+    def cubes_of_head(self, h: int):
+        return self.real.cubes_of_head(self.groups[h])
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+class _SlotPlacement:
+    """The placement as gqa_workload's ``gqa_place`` sees it: every region address moved to this launch's slot."""
+
+    def __init__(self, place, offsets: dict):
+        self.m, self.place, self.offsets = place.m, place, offsets
+
+    def shift(self, addr: int) -> int:
+        region = max((r for r in REGIONS if addr >= ADDR[r]), key=lambda r: ADDR[r])
+        return addr + self.offsets[region]
+
+    def write(self, coord, addr: int, blob: bytes) -> None:
+        self.place.write(coord, self.shift(addr), blob)
+
+
 @dataclass
 class _Launch:
-    """One (request, step): its parameters, layout and HBM slot."""
+    """One (request, step): its parameters, layout (heads on the policy's Groups) and HBM slot."""
     req: int
     step: int
     slot: int
     params: dict
-    layout: object
-    groups: list          # the Group index of each head
+    layout: KernelLayout
+    kind: str
 
 
 @dataclass
@@ -210,136 +260,102 @@ class Context:
     params: dict
     strides: dict
 
+    def offsets(self, ln: _Launch) -> dict:
+        return {r: ln.slot * self.strides[r] for r in REGIONS}
 
-def _plan(prm, p, requests: list[Request]):
-    R = p["C"] * p["P"]
+
+def _layout(prm, ps: dict, groups: list, name: str) -> KernelLayout:
+    try:
+        lay = gqa_layout(prm, ps)
+    except BuildError as e:
+        text = str(e).replace("workload.params.chunk:", "workload.params.prefill (the prefill's chunk):")
+        raise BuildError(f"{text} (request {name}, {ps['case']} at context {ps['context']})") from None
+    g = _Groups(lay.info["group"], groups)
+    coords = []
+    for h in range(len(groups)):
+        sip, cubes = g.cubes_of_head(h)
+        coords += [(sip, c, pe) for c in cubes for pe in (range(prm.P) if ps["P"] > 1 else [0])]
+    return KernelLayout(coords, lay.args_of, lay.grid_of, lay.num_programs, {**lay.info, "group": g})
+
+
+def _plan(prm, p, requests: list[Request]) -> list[_Launch]:
+    """Every request's launches in request order: its prefill (if any), then its decode steps."""
+    base = {k: v for k, v in p.items() if k in GQA_PARAMS.fields}
+    base["chunk"] = GQA_PARAMS.fields["chunk"].default   # a decode launch carries gqa_attention's default
+    try:
+        avail = prm.sips * GroupLayout(prm.cx, prm.cy, p["C"]).groups_per_sip
+    except ValueError:
+        avail = 1          # a C the mesh cannot hold: gqa_layout names it below
     launches = []
     for r, req in enumerate(requests):
-        if req.context < R:
-            raise BuildError(f"workload.params.contexts: request {req.name}: at least one key per rank "
-                             f"(C x P = {R}), found {req.context}")
-        for s in range(req.steps):
-            ps = {**{k: v for k, v in p.items() if k in GQA_PARAMS.fields}, "context": req.context + s,
-                  "request_id": p["first_request_id"] + r}
-            lay = gqa_layout(prm, ps)
-            avail = prm.sips * lay.info["group"].groups_per_sip
-            groups = [((r * p["heads"] + h) % avail if p["groups"] == "spread" else h) for h in range(p["heads"])]
-            launches.append(_Launch(r, s, len(launches), ps, lay, groups))
+        groups = [((r * p["heads"] + h) % avail if p["groups"] == "spread" else h) for h in range(p["heads"])]
+        rid = p["first_request_id"] + r
+        todo = []
+        if req.prefill:
+            todo.append(("prefill", {"case": "prefill", "context": req.context, "chunk": req.prefill}))
+        first = req.context + (1 if req.prefill else 0)   # the decode token after a prefill is one more
+        todo += [("decode", {"case": "decode", "context": first + s}) for s in range(req.steps)]
+        for step, (kind, extra) in enumerate(todo):
+            ps = {**base, **extra, "request_id": rid}
+            launches.append(_Launch(r, step, len(launches), ps, _layout(prm, ps, groups, req.name), kind))
     return launches
 
 
-def _coords(prm, ln: _Launch) -> list:
-    """The PEs of a launch: every PE used (P of them) of every CUBE of its heads' Groups."""
-    g = ln.layout.info["group"]
-    out = []
-    for grp in ln.groups:
-        sip, cubes = g.cubes_of_head(grp)
-        out += [(sip, c, pe) for c in cubes for pe in (range(prm.P) if ln.params["P"] > 1 else [0])]
-    return out
-
-
-def _args(launch: _Launch, strides: dict, coord) -> dict:
-    args = dict(launch.layout.args_of(coord))
-    j = launch.slot
-    args.update(q_ptr=ADDR["q"] + j * strides["q"], o_ptr=ADDR["o"] + j * strides["o"],
-                k_ptr=ADDR["k"] + j * strides["k"], v_ptr=ADDR["v"] + j * strides["v"])
+def _args(ln: _Launch, offsets: dict, coord) -> dict:
+    args = dict(ln.layout.args_of(coord))
+    for r in REGIONS:
+        args[f"{r}_ptr"] = args[f"{r}_ptr"] + offsets[r]
     return args
+
+
+def _view(ctx: Context, ln: _Launch):
+    """What gqa_workload's outputs / reference hooks read of a context, for one launch."""
+    return SimpleNamespace(params=ln.params, prm=ctx.prm, layout=ln.layout,
+                           data=None if ctx.data is None else ctx.data[ln.slot])
 
 
 def build(system, profile: dict, p: dict) -> Context:
     prm = Params.of(profile)
     requests = arrivals(p, system.rng("requests/arrivals"), system)
     launches = _plan(prm, p, requests)
-    strides = _strides(p, requests, p["C"] * p["P"])
-    _check_room(prm, p, strides, len(launches))
+    strides = _strides(launches)
+    _check_room(prm, strides, len(launches))
+    ctx = Context(prm, None, requests, launches, None, None, dict(p), strides)
     if system.mode == "data":
-        host = sum(p["heads"] * (p["G"] * r.steps * p["d"] + 2 * (r.context + r.steps) * p["d"]) * 2 for r in requests)
+        host = sum(p["heads"] * (_needs(ln.params)["q"] + _needs(ln.params)["k"] * p["C"] * p["P"] * 2)
+                   for ln in launches)
         if host > HOST_DATA_BYTES:
             raise BuildError(f"workload.params.requests: data-mode inputs of at most {format_bytes(HOST_DATA_BYTES)} "
                              f"in host memory, found {format_bytes(host)} needed")
     plans = []
     for r, req in enumerate(requests):
-        steps = []
-        for ln in (x for x in launches if x.req == r):
-            coords = _coords(prm, ln)
-            steps.append(kernel_launches(KERNEL, coords, lambda c, ln=ln: _args(ln, strides, c), ln.layout.grid_of,
-                                         ln.layout.num_programs))
+        steps = [kernel_launches(KERNEL, ln.layout.coords, lambda c, ln=ln: _args(ln, ctx.offsets(ln), c),
+                                 ln.layout.grid_of, ln.layout.num_programs) for ln in launches if ln.req == r]
         plans.append(RequestPlan(req.name, req.arrival_ps, steps))
-    machine = build_machine(system, profile, requests=plans)
-    place = Placement(machine, system.mode == "data")
-    data = None
+    ctx.machine = build_machine(system, profile, requests=plans)
+    ctx.placement = Placement(ctx.machine, system.mode == "data")
     if system.mode == "data":
-        data = _inputs(system.rng("attention/inputs"), p, requests)
-        _place(place, p, launches, data, strides)
-    return Context(prm, machine, requests, launches, place, data, dict(p), strides)
-
-
-def _inputs(rng, p, requests) -> dict:
-    G, d = p["G"], p["d"]
-    out = {}
-    for r, req in enumerate(requests):
-        S = req.context + req.steps - 1
-        for h in range(p["heads"]):
-            q = rng.standard_normal((G, req.steps, d)).astype(np.float32).astype(np.float16)
-            k = rng.standard_normal((S, d)).astype(np.float32).astype(np.float16)
-            v = rng.standard_normal((S, d)).astype(np.float32).astype(np.float16)
-            out[(r, h)] = (q, k, v)
-    return out
-
-
-def _rank_coord(ln: _Launch, prm, h: int, rank: int) -> tuple:
-    p = ln.params
-    sip, cubes = ln.layout.info["group"].cubes_of_head(ln.groups[h])
-    sc, sp = p["request_id"] % p["C"], (p["request_id"] // p["C"]) % p["P"]
-    gc, pe = coords_of_rank(rank, sc, sp, p["C"], p["P"])
-    return sip, cubes[gc], pe if p["P"] > 1 else 0
-
-
-def _place(place, p, launches, data, strides) -> None:
-    """Each launch's K (transposed per tile), V and q in its slot on every rank (seed §2.1 placement)."""
-    d, R = p["d"], p["C"] * p["P"]
-    prm = place.m.prm
-    for ln in launches:
-        S = ln.params["context"]
-        j = ln.slot
-        for h in range(p["heads"]):
-            q, k, v = data[(ln.req, h)]
-            for rank in range(R):
-                c = _rank_coord(ln, prm, h, rank)
-                kl, vl = k[:S][rank::R], v[:S][rank::R]
-                kbase = ADDR["k"] + j * strides["k"]
-                for s0, n in decode_tiles(len(kl), p["tile"]):
-                    place.write(c, kbase + s0 * d * 2, np.ascontiguousarray(kl[s0:s0 + n].T).tobytes())
-                place.write(c, ADDR["v"] + j * strides["v"], np.ascontiguousarray(vl).tobytes())
-                place.write(c, ADDR["q"] + j * strides["q"], np.ascontiguousarray(q[:, ln.step, :]).tobytes())
-
-
-def _root(ln: _Launch, prm, h: int) -> tuple:
-    """The Group root of head ``h`` of a launch: the Level-1 root CUBE's Level-2 root PE (gqa_workload)."""
-    p, g = ln.params, ln.layout.info["group"]
-    sip, cubes = g.cubes_of_head(ln.groups[h])
-    w, hh = g.shape
-    cube = cubes[root_of(reduce_tree(p["l1"], w, hh))] if p["C"] > 1 else cubes[0]
-    pe = root_of(reduce_tree(p["l2"], prm.gx, prm.gy)) if p["P"] > 1 else 0
-    return sip, cube, pe
+        rng = system.rng("attention/inputs")
+        ctx.data = {ln.slot: gqa_inputs(rng, ln.layout, ln.params) for ln in launches}
+        for ln in launches:
+            gqa_place(_SlotPlacement(ctx.placement, ctx.offsets(ln)), ln.layout, ctx.data[ln.slot], ln.params)
+    return ctx
 
 
 def _errors(ctx: Context) -> tuple[float, float, int]:
-    """Worst absolute / relative error of every (request, step, head) output against float64, and the count."""
-    G, d = ctx.params["G"], ctx.params["d"]
+    """Worst absolute / relative error of every launch's outputs against float64, and how many were checked."""
     worst_abs = worst_rel = 0.0
     n = 0
     for ln in ctx.launches:
-        S = ln.params["context"]
-        for h in range(ctx.params["heads"]):
-            q, k, v = ctx.data[(ln.req, h)]
-            ref = reference_gqa(q[:, ln.step, :], k[:S], v[:S], [S - 1] * G)
-            c = _root(ln, ctx.prm, h)
-            raw = ctx.placement.read(c, ADDR["o"] + ln.slot * ctx.strides["o"], G * d * 4)
-            got = np.frombuffer(raw, "<f4").reshape(G, d).astype(np.float64)
-            err = np.abs(got - ref)
+        view = _view(ctx, ln)
+        refs = gqa_reference(view)
+        for o in gqa_outputs(view):
+            size = int(np.prod(o.shape)) * 4
+            raw = ctx.placement.read(o.coord, o.addr + ctx.offsets(ln)["o"], size)
+            got = np.frombuffer(raw, "<f4").reshape(o.shape).astype(np.float64)
+            err = np.abs(got - refs[o.name])
             worst_abs = max(worst_abs, float(err.max()))
-            worst_rel = max(worst_rel, float((err / np.maximum(np.abs(ref), 1e-3)).max()))
+            worst_rel = max(worst_rel, float((err / np.maximum(np.abs(refs[o.name]), 1e-3)).max()))
             n += 1
     return worst_abs, worst_rel, n
 
@@ -397,6 +413,11 @@ def _hidden(log: list, reports: dict, t0: int) -> list:
     return out
 
 
+def _pct(values: list) -> dict:
+    return {"p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99),
+            "max": max(values) if values else None}
+
+
 def check(system, profile: dict, p: dict, result, context: Context = None) -> dict:
     if context is None:
         return {}
@@ -405,47 +426,51 @@ def check(system, profile: dict, p: dict, result, context: Context = None) -> di
         t0 = host.get("launch_ps")
         return {"latency_ps": None, "latency_at_least_ps": None if t0 is None else max(0, result.end_time_ps - t0)}
     log, t0 = host["requests"], host["launch_ps"]
-    reports = _launch_reports(system, log)
-    hidden = _hidden(log, reports, t0)
-    rows, step_lat, first = [], [], []
+    hidden = _hidden(log, _launch_reports(system, log), t0)
+    kinds = {(ln.req, ln.step): ln.kind for ln in context.launches}
+    rows, per_request, step_lat, first, prefill = [], [], [], [], []
     for r, req in enumerate(log):
-        lat = [st["done_ps"] - st["launch_ps"] for st in req["steps"]]
-        ft = req["steps"][0]["done_ps"] - req["arrival_ps"]
-        step_lat += lat
-        first.append(ft)
         rq = context.requests[r]
-        rows.append({"request": req["request"], "context": rq.context, "steps": rq.steps,
+        lat = [st["done_ps"] - st["launch_ps"] for st in req["steps"]]
+        dec = [x for s, x in enumerate(lat) if kinds[(r, s)] == "decode"]
+        pre = [x for s, x in enumerate(lat) if kinds[(r, s)] == "prefill"]
+        ft = req["steps"][0]["done_ps"] - req["arrival_ps"]   # the end of its first launch: prefill or first step
+        step_lat += dec
+        prefill += pre
+        first.append(ft)
+        rows.append({"request": req["request"], "context": rq.context, "prefill": rq.prefill, "steps": rq.steps,
                      "arrival": format_time(req["arrival_ps"]), "first_token": format_time(ft),
-                     "step_p50": format_time(percentile(lat, 50)), "step_max": format_time(max(lat)),
-                     "done": format_time(req["steps"][-1]["done_ps"]),
-                     "hidden": "" if hidden[r] is None else hidden[r]})
+                     "step_p50": format_time(percentile(dec, 50)) if dec else "",
+                     "step_max": format_time(max(dec)) if dec else "",
+                     "done": format_time(req["steps"][-1]["done_ps"]), "hidden": "" if hidden[r] is None else hidden[r]})
+        per_request.append({"request": req["request"], "arrival_ps": req["arrival_ps"], "context": rq.context,
+                            "prefill": rq.prefill, "first_token_ps": ft, "prefill_ps": pre[0] if pre else None,
+                            "step_latency_ps": dec, "done_ps": req["steps"][-1]["done_ps"],
+                            "hidden_fraction": hidden[r]})
     makespan = max(req["steps"][-1]["done_ps"] for req in log) - min(req["arrival_ps"] for req in log)
-    tokens = sum(len(req["steps"]) for req in log)
-    sips = len({c[0] for ln in context.launches for c in _coords(context.prm, ln)})
+    tokens = len(step_lat)
+    sips = len({c[0] for ln in context.launches for c in ln.layout.coords})
     known = [h for h in hidden if h is not None]
     out = {"latency_ps": host["kernel_latency_ps"], "requests": len(log), "tokens": tokens,
-           "makespan_ps": makespan,
-           "tokens_per_s": round(tokens * 1e12 / makespan), "tokens_per_s_per_sip": round(tokens * 1e12 / makespan / sips),
-           "step_p50_ps": percentile(step_lat, 50), "step_p90_ps": percentile(step_lat, 90),
-           "step_p99_ps": percentile(step_lat, 99), "step_max_ps": max(step_lat),
-           "first_token_p50_ps": percentile(first, 50), "first_token_p99_ps": percentile(first, 99),
-           "first_token_max_ps": max(first),
-           "hidden_fraction_mean": round(sum(known) / len(known), 4) if known else None,
-           "per_request": [{"request": req["request"], "arrival_ps": req["arrival_ps"],
-                            "context": context.requests[r].context, "first_token_ps": first[r],
-                            "step_latency_ps": [st["done_ps"] - st["launch_ps"] for st in req["steps"]],
-                            "hidden_fraction": hidden[r]} for r, req in enumerate(log)]}
+           "prefill_tokens": sum(rq.prefill for rq in context.requests), "makespan_ps": makespan,
+           "tokens_per_s": round(tokens * 1e12 / makespan), "tokens_per_s_per_sip": round(tokens * 1e12 / makespan / sips)}
+    for name, vals in (("step", step_lat), ("first_token", first), ("prefill", prefill)):
+        if vals:
+            out.update({f"{name}_{k}_ps": v for k, v in _pct(vals).items()})
+    out["hidden_fraction_mean"] = round(sum(known) / len(known), 4) if known else None
+    out["per_request"] = per_request
     if system.mode == "data":
         out["max_abs_err"], out["max_rel_err"], out["outputs_checked"] = _errors(context)
-    ft = lambda k: format_time(out[k])   # noqa: E731
-    summary = {"requests": len(log), "tokens": tokens, "makespan": ft("makespan_ps"),
-               "tok/s": out["tokens_per_s"], "step p50": ft("step_p50_ps"), "step p90": ft("step_p90_ps"),
-               "step p99": ft("step_p99_ps"), "step max": ft("step_max_ps"), "first p50": ft("first_token_p50_ps"),
-               "first p99": ft("first_token_p99_ps"), "hidden": "" if out["hidden_fraction_mean"] is None
-               else out["hidden_fraction_mean"]}
+    ft = lambda k: format_time(out[k]) if k in out else ""   # noqa: E731
+    summary = {"requests": len(log), "tokens": tokens, "makespan": ft("makespan_ps"), "tok/s": out["tokens_per_s"],
+               "step p50": ft("step_p50_ps"), "step p90": ft("step_p90_ps"), "step p99": ft("step_p99_ps"),
+               "step max": ft("step_max_ps"), "first p50": ft("first_token_p50_ps"),
+               "first p99": ft("first_token_p99_ps"),
+               "hidden": "" if out["hidden_fraction_mean"] is None else out["hidden_fraction_mean"]}
     out["tables"] = {"gqa requests": rows, "gqa requests, all": [summary]}
     return out
 
 
-WORKLOAD = Workload("gqa_requests", "several decode requests of the GQA kernel at once (arrivals, per-request latency)",
+WORKLOAD = Workload("gqa_requests", "several GQA attention requests at once: arrivals, prefill and decode steps, "
+                    "per-request latency",
                     PARAMS, build, check)
