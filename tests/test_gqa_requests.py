@@ -101,7 +101,7 @@ def test_prefill_then_decode_requests_are_checked_and_queue_behind_each_other(C,
 def test_a_ring_prefill_of_part_of_the_context_is_refused_in_the_requests_terms(capsys):
     rc = main(["run", str(REQ / "shared.yaml"), "--no-bundle", "--set", "workload.params.prefill=100"])
     err = capsys.readouterr().err
-    assert rc == 2 and "shared.yaml:13: workload.params.prefill (the prefill's chunk): Ring prefill" in err, err
+    assert rc == 2 and "--set workload.params.prefill=100: workload.params.prefill: the prefill's chunk: Ring prefill" in err, err
     assert "(request r0, prefill at context 512)" in err
 
 

@@ -268,7 +268,7 @@ def _layout(prm, ps: dict, groups: list, name: str) -> KernelLayout:
     try:
         lay = gqa_layout(prm, ps)
     except BuildError as e:
-        text = str(e).replace("workload.params.chunk:", "workload.params.prefill (the prefill's chunk):")
+        text = str(e).replace("workload.params.chunk:", "workload.params.prefill: the prefill's chunk:")
         raise BuildError(f"{text} (request {name}, {ps['case']} at context {ps['context']})") from None
     g = _Groups(lay.info["group"], groups)
     coords = []
