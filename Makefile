@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench bench-machine bench-instructions bench-ab clean fuzz-campaign gqa-llama gqa-ring-sweep sweep-demo llama70b llama70b-1sip gemma3n-e4b
+.PHONY: run test bench bench-machine bench-instructions bench-ab clean fuzz-campaign gqa-llama gqa-ring-sweep sweep-demo llama70b llama70b-1sip llama70b-multi gemma3n-e4b
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -54,6 +54,11 @@ sweep-demo: $(STAMP)
 LLAMA70B := decode-nosp decode-sp prefill-nosp prefill-sp
 llama70b: $(STAMP)
 	for p in $(LLAMA70B); do $(BIN)/emu sweep scenarios/ahbm/llama70b/$$p.yaml --out runs/sweeps/llama70b-$$p || exit $$?; done
+
+# The milestone's multi-user panels (docs/requests.md): B concurrent requests per KV head's Group, decode and
+# prefill, SP and no SP, 1 and 4 SIPs. Long; resumable like llama70b.
+llama70b-multi: $(STAMP)
+	for p in multi-user-decode multi-user-prefill; do $(BIN)/emu sweep scenarios/ahbm/llama70b/$$p.yaml --out runs/sweeps/llama70b-$$p || exit $$?; done
 
 llama70b-1sip: $(STAMP)
 	for p in $(LLAMA70B); do $(BIN)/emu sweep scenarios/ahbm/llama70b/$$p.yaml --out runs/sweeps/llama70b-$$p \

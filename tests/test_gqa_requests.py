@@ -54,6 +54,7 @@ def test_disjoint_groups_each_take_the_single_time_and_a_shared_group_pays_for_s
     # one first access and one reduction
     floor = B * work + terms["launch_ps"] + terms["first_access_ps"] + terms["reduction_ps"]
     assert shared["makespan_ps"] >= floor
+    assert shared["bound_ps"] == floor and shared["bound_terms"]["binding"] == "sharing"   # the workload's own bound
     # ... and strictly less than B runs one after the other: the next request's sweep hides part of the
     # reduction (measured: 4 x 1.475 us -> 5.3 us at context 512; here context 256)
     assert shared["makespan_ps"] < B * alone

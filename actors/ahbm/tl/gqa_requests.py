@@ -62,6 +62,7 @@ from actors.ahbm.params import Params, pe_name
 from actors.ahbm.placement import Placement
 from actors.ahbm.tl.gqa_workload import (ADDR, PARAMS as GQA_PARAMS, KERNEL, gqa_inputs, gqa_layout, gqa_outputs,
                                          gqa_place, gqa_reference)
+from actors.ahbm.tl.gqa_workload import _bound as launch_bound   # one launch's bound terms (kernels/gqa_bound.py)
 from actors.ahbm.tl.kernel_workload import KernelLayout
 from actors.ahbm.tl.launcher import kernel_launches
 from actors.registry import HOST_DATA_BYTES, Workload, format_bytes
@@ -413,6 +414,32 @@ def _hidden(log: list, reports: dict, t0: int) -> list:
     return out
 
 
+def work_bound(ctx: Context) -> dict:
+    """A lower bound on the makespan from the launches' own bounds (kernels/gqa_bound.py terms).
+
+    * Sharing: the launches on one CUBE Group run one after the other on each of its PEs, so the Group is
+      busy for at least ``sum(max(kv_ps, gemm_ps))`` over them (each launch's HBM stream or GEMM cycles of its
+      busiest rank), plus one launch latency, one first access and the smallest reduction;
+    * arrival: a request ends no earlier than its arrival plus the bounds of its launches in turn.
+    ``bound_ps`` is the larger; ``binding`` says which."""
+    per_group: dict = {}
+    fixed = []
+    chain: dict = {}
+    for ln in ctx.launches:
+        t = launch_bound(_view(ctx, ln))
+        work = max(t["kv_ps"], t["gemm_ps"])
+        for h in range(ctx.params["heads"]):
+            sip, cubes = ln.layout.info["group"].cubes_of_head(h)
+            g = (sip, tuple(cubes))
+            per_group[g] = per_group.get(g, 0) + work
+        fixed.append(t["launch_ps"] + t["first_access_ps"] + t["reduction_ps"])
+        chain[ln.req] = chain.get(ln.req, ctx.requests[ln.req].arrival_ps) + t["bound_ps"]
+    sharing = max(per_group.values()) + min(fixed)
+    arrival = max(chain.values())
+    return {"bound_ps": max(sharing, arrival), "sharing_ps": sharing, "arrival_ps": arrival,
+            "binding": "sharing" if sharing >= arrival else "arrival"}
+
+
 def _pct(values: list) -> dict:
     return {"p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99),
             "max": max(values) if values else None}
@@ -458,6 +485,10 @@ def check(system, profile: dict, p: dict, result, context: Context = None) -> di
         if vals:
             out.update({f"{name}_{k}_ps": v for k, v in _pct(vals).items()})
     out["hidden_fraction_mean"] = round(sum(known) / len(known), 4) if known else None
+    b = work_bound(context)
+    out["bound_ps"] = b["bound_ps"]
+    out["ratio_to_bound"] = round((makespan + min(req["arrival_ps"] for req in log)) / b["bound_ps"], 4)
+    out["bound_terms"] = {k: v for k, v in b.items() if k != "bound_ps"}
     out["per_request"] = per_request
     if system.mode == "data":
         out["max_abs_err"], out["max_rel_err"], out["outputs_checked"] = _errors(context)
@@ -466,6 +497,7 @@ def check(system, profile: dict, p: dict, result, context: Context = None) -> di
                "step p50": ft("step_p50_ps"), "step p90": ft("step_p90_ps"), "step p99": ft("step_p99_ps"),
                "step max": ft("step_max_ps"), "first p50": ft("first_token_p50_ps"),
                "first p99": ft("first_token_p99_ps"),
+               "bound": ft("bound_ps"), "ratio": out["ratio_to_bound"],
                "hidden": "" if out["hidden_fraction_mean"] is None else out["hidden_fraction_mean"]}
     out["tables"] = {"gqa requests": rows, "gqa requests, all": [summary]}
     return out
