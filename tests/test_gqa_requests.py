@@ -140,3 +140,34 @@ def test_requests_whose_kv_does_not_fit_are_refused(capsys):
                "--set", "workload.params.requests=64", "--set", "workload.params.context=4194304"])
     err = capsys.readouterr().err
     assert rc == 2 and "workload.params.requests: 64 launches" in err and "k region" in err, err
+
+
+def test_batched_kernel_one_request_is_the_single_time_and_batches_are_checked():
+    one = run(REQ / "shared.yaml", *SMALL, "workload.params.requests=1", "workload.params.batching=kernel")
+    assert one["makespan_ps"] == single()["latency_ps"]
+    res = run(REQ / "shared.yaml", "workload.params.batching=kernel", "workload.params.steps=2")
+    assert res["outputs_checked"] == 8 and res["max_abs_err"] < 1e-3, res
+    assert res["batch_steps"] == 2 and res["batch_size_max"] == 4
+    assert all(r["batches"] == [0, 1] for r in res["per_request"])
+    # one launch serves the batch: every member of a batch step ends at the same time
+    assert len({tuple(r["step_latency_ps"]) for r in res["per_request"]}) == 1
+    assert all(h is not None and h > 0 for h in (r["hidden_fraction"] for r in res["per_request"][:2]))
+
+
+def test_continuous_batching_launches_the_requests_active_at_each_step_start():
+    res = run(REQ / "poisson.yaml", "workload.params.batching=kernel", "workload.params.requests=6")
+    for r in res["per_request"]:
+        assert r["launch_ps"][0] >= r["arrival_ps"]                       # not before it arrived
+        assert r["batches"] == list(range(r["batches"][0], r["batches"][0] + 3))   # then every step in turn
+    starts = sorted({(r["batches"][0], r["launch_ps"][0]) for r in res["per_request"]})
+    for r in res["per_request"]:   # it joined the first batch step that started after its arrival
+        later = [b for b, t in starts if t >= r["arrival_ps"]]
+        assert r["batches"][0] == min(later)
+
+
+def test_batching_refuses_what_it_does_not_batch(capsys):
+    for key in ("groups=spread", "l1=ring", "prefill=512"):
+        rc = main(["run", str(REQ / "shared.yaml"), "--no-bundle", "--set", "workload.params.batching=kernel",
+                   "--set", f"workload.params.{key}"])
+        err = capsys.readouterr().err
+        assert rc == 2 and "workload.params.batching: kernel batches decode requests" in err, err

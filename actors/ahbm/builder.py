@@ -123,7 +123,7 @@ def programs_of(scripts: dict | None, kernels: dict | None) -> dict:
 
 
 def build_machine(system, profile: dict, scripts: dict | None = None, kernels: dict | None = None,
-                  requests: list | None = None) -> Machine:
+                  requests: list | None = None, batches=None, batch_pes=()) -> Machine:
     """Add every actor and link of the machine to ``system``.
 
     What the host launches, per PE ``(sip, cube, pe)``: ``scripts`` = {coord: [commands]} (cpu.py) and
@@ -131,7 +131,8 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
     are sent as they are when the run starts, so they may be filled in after building.  Or ``requests``:
     :class:`~actors.ahbm.host.RequestPlan` s whose steps are ``{coord: KernelLaunch}`` (host.py); a PE's
     launch link then holds every launch the plan sends it (its CPU's launch queue: assumption, the
-    launches wait in the PE's command memory, so the host never waits to hand one over).
+    launches wait in the PE's command memory, so the host never waits to hand one over).  Or ``batches``:
+    a :class:`~actors.ahbm.host.BatchPlan` whose launches go to the PEs ``batch_pes`` (one at a time).
     """
     prm = Params.of(profile)
     m = Machine(prm)
@@ -216,16 +217,18 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
                 programs.setdefault(tuple(coord), launch)
         plans.append(RequestPlan(req.name, req.arrival_ps,
                                  [{pe_name(*c): launch for c, launch in step.items()} for step in req.steps]))
+    for coord in batch_pes:
+        programs.setdefault(tuple(coord), None)
     for coord in programs:
         m.pe(*coord)   # a clear error for a PE outside the machine
     m.host = add(Host("io/host", programs={pe_name(*c): p for c, p in programs.items()}, coord=prm.io_coord,
-                      requests=plans))
+                      requests=plans, batches=batches))
     r = m.routers[prm.io_attach]
     connect(m.host.noc_out, r.ins["io"], capacity=prm.link_capacity, latency=prm.io_latency, bandwidth=prm.io_bw)
     connect(r.outs["io"], m.host.noc_in, capacity=prm.link_capacity, latency=prm.io_latency, bandwidth=prm.io_bw)
     for coord in programs:
         pe = m.pe(*coord)
-        connect(m.host.outs[pe_name(*coord)], pe.cpu.launch, capacity=queued[coord] if plans else 1,
+        connect(m.host.outs[pe_name(*coord)], pe.cpu.launch, capacity=queued.get(coord, 1) if plans else 1,
                 latency=prm.launch_latency)
         connect(pe.cpu.pe_done, m.host.done, capacity=1, latency=prm.launch_latency)
     return m

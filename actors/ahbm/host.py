@@ -40,6 +40,12 @@ PE answers the k-th launch sent to it (FIFO link, one CPU).  ``request_log`` (re
 ``requests``): per request its arrival, and per step the launch and the done time (the last
 KernelDone of the step received), and per PE the kernel's start and end, all relative to
 ``launch_ps``.
+
+**Batches** (:class:`BatchPlan`, continuous batching): one launch per PE serves a whole batch of
+requests (kernels/gqa_batched.py).  Each batch step launches the requests active at its start
+(arrived, steps left), one step each; the next batch step is launched when every PE has answered
+the previous one; an idle host waits for the next arrival.  ``requests`` as above (each step names
+its ``batch``), and ``batches``: per batch its launch and done times, members and per-PE stats.
 """
 from __future__ import annotations
 
@@ -54,7 +60,18 @@ from protocols.ahbm import Launch, MemReq, MemResp, PeDone, payload
 from protocols.ahbm_tl import KernelDone, KernelLaunch
 from protocols.codec import TensorDesc
 
-__all__ = ["Host", "RequestPlan"]
+__all__ = ["Host", "RequestPlan", "BatchPlan"]
+
+
+@dataclass
+class BatchPlan:
+    """Continuous batching (module docstring): request ``r`` arrives ``arrivals[r]`` after the launch time and
+    needs ``steps[r]`` decode steps; ``launches(members)`` gives the batch's ``{PE name: KernelLaunch}`` for
+    ``members`` = [(request, step)]."""
+    names: list
+    arrivals: list
+    steps: list
+    launches: object
 
 
 @dataclass
@@ -72,12 +89,14 @@ class Host(Actor):
              In("done", PeDone, KernelDone, doc="completions of every launched PE"),
              Out("noc_out", MemReq, doc="timed loads, into the host interface"),
              In("noc_in", MemResp, doc="the loads' acknowledgements"))
-    def __init__(self, name: str, *, programs: dict, coord: list, requests: list | None = None):
-        """``programs``: {PE name: Launch | KernelLaunch}; or ``requests`` (:class:`RequestPlan` list) and
-        ``programs`` naming every PE they launch on."""
+    def __init__(self, name: str, *, programs: dict, coord: list, requests: list | None = None,
+                 batches: BatchPlan | None = None):
+        """``programs``: {PE name: Launch | KernelLaunch}; or ``requests`` (:class:`RequestPlan` list) or
+        ``batches`` (:class:`BatchPlan`) and ``programs`` naming every PE they launch on."""
         super().__init__(name)
         self.programs = programs
         self.requests = requests or []
+        self.batches = batches
         self.coord = list(coord)
         self.outs = {pe: self.out_port(f"launch_{i}") for i, pe in enumerate(programs)}
         self.done = self.in_port("done")
@@ -118,6 +137,9 @@ class Host(Actor):
         self.report("launch_ps", t0)
         if self.requests:
             await self._serve_requests(t0)
+            return
+        if self.batches is not None:
+            await self._serve_batches(t0)
             return
         for pe, launch in self.programs.items():
             await self.outs[pe].send(launch)
@@ -171,3 +193,36 @@ class Host(Actor):
         self.report("last_done_ps", self.now)
         self.report("kernel_latency_ps", self.now - t0)
         self.report("requests", log)
+
+    async def _serve_batches(self, t0: int) -> None:
+        """Continuous batching: each batch step serves the requests active at its start (module docstring)."""
+        plan = self.batches
+        n = len(plan.arrivals)
+        order = sorted(range(n), key=lambda i: (plan.arrivals[i], i))
+        log = [{"request": plan.names[r], "arrival_ps": plan.arrivals[r], "steps": []} for r in range(n)]
+        batches, active, nxt = [], [], 0
+        while nxt < n or active:
+            if not active:
+                await self.sleep_until(t0 + plan.arrivals[order[nxt]])
+            while nxt < n and plan.arrivals[order[nxt]] <= self.now - t0:
+                active.append((order[nxt], 0))
+                nxt += 1
+            launch_ps = self.now - t0
+            msgs = plan.launches(list(active))
+            for pe, msg in msgs.items():
+                await self.outs[pe].send(msg)
+            pes = {}
+            for _ in range(len(msgs)):
+                d = await self.done.recv()
+                pes[d.pe] = {"start_ps": d.start - t0, "end_ps": d.end - t0, **d.stats}
+            done_ps = self.now - t0
+            for r, s in active:
+                log[r]["steps"].append({"launch_ps": launch_ps, "done_ps": done_ps, "batch": len(batches), "pes": pes})
+            batches.append({"launch_ps": launch_ps, "done_ps": done_ps, "members": [list(m) for m in active],
+                            "pes": pes})
+            active = [(r, s + 1) for r, s in active if s + 1 < plan.steps[r]]
+        self.report("pes_done", sum(len(b["pes"]) for b in batches))
+        self.report("last_done_ps", self.now)
+        self.report("kernel_latency_ps", self.now - t0)
+        self.report("requests", log)
+        self.report("batches", batches)

@@ -56,7 +56,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from actors.ahbm.builder import build_machine
-from actors.ahbm.host import RequestPlan
+from actors.ahbm.host import BatchPlan, RequestPlan
+from actors.ahbm.kernels.gqa_batched import gqa_batched_decode
 from actors.ahbm.kernels.gqa_index import GroupLayout
 from actors.ahbm.params import Params, pe_name
 from actors.ahbm.placement import Placement
@@ -64,6 +65,7 @@ from actors.ahbm.tl.gqa_workload import (ADDR, PARAMS as GQA_PARAMS, KERNEL, gqa
                                          gqa_place, gqa_reference)
 from actors.ahbm.tl.gqa_workload import _bound as launch_bound   # one launch's bound terms (kernels/gqa_bound.py)
 from actors.ahbm.tl.kernel_workload import KernelLayout
+from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.tl.launcher import kernel_launches
 from actors.registry import HOST_DATA_BYTES, Workload, format_bytes
 from emulator import numerics
@@ -91,9 +93,15 @@ PARAMS = Map({
                    doc="shared: head h of every request on Group h; spread: request r's head h on Group "
                        "(r*heads + h) mod Groups"),
     "first_request_id": Int(min=0, default=0, doc="request_id of the first request (the rotation of §2.2)"),
+    "batching": Enum(["queued", "kernel"], default="queued",
+                     doc="queued: one launch per request and step, queued on the PE CPUs; kernel: continuous "
+                         "batching, one launch per batch step sweeps every active request, then reduces them "
+                         "(kernels/gqa_batched.py)"),
 })
 
 ALIGN = 4096
+BATCHED = register_kernel(gqa_batched_decode, "gqa_batched_decode")
+_REQ_ARGS = ("q_ptr", "k_ptr", "v_ptr", "o_ptr", "counter", "start_cube", "start_pe")
 K = "workload.params.arrivals_file"
 
 
@@ -328,12 +336,15 @@ def build(system, profile: dict, p: dict) -> Context:
         if host > HOST_DATA_BYTES:
             raise BuildError(f"workload.params.requests: data-mode inputs of at most {format_bytes(HOST_DATA_BYTES)} "
                              f"in host memory, found {format_bytes(host)} needed")
-    plans = []
-    for r, req in enumerate(requests):
-        steps = [kernel_launches(KERNEL, ln.layout.coords, lambda c, ln=ln: _args(ln, ctx.offsets(ln), c),
-                                 ln.layout.grid_of, ln.layout.num_programs) for ln in launches if ln.req == r]
-        plans.append(RequestPlan(req.name, req.arrival_ps, steps))
-    ctx.machine = build_machine(system, profile, requests=plans)
+    if p["batching"] == "kernel":
+        ctx.machine = build_machine(system, profile, batches=_batch_plan(ctx), batch_pes=launches[0].layout.coords)
+    else:
+        plans = []
+        for r, req in enumerate(requests):
+            steps = [kernel_launches(KERNEL, ln.layout.coords, lambda c, ln=ln: _args(ln, ctx.offsets(ln), c),
+                                     ln.layout.grid_of, ln.layout.num_programs) for ln in launches if ln.req == r]
+            plans.append(RequestPlan(req.name, req.arrival_ps, steps))
+        ctx.machine = build_machine(system, profile, requests=plans)
     ctx.placement = Placement(ctx.machine, system.mode == "data")
     if system.mode == "data":
         rng = system.rng("attention/inputs")
@@ -341,6 +352,36 @@ def build(system, profile: dict, p: dict) -> Context:
         for ln in launches:
             gqa_place(_SlotPlacement(ctx.placement, ctx.offsets(ln)), ln.layout, ctx.data[ln.slot], ln.params)
     return ctx
+
+
+def _batch_plan(ctx: Context) -> BatchPlan:
+    """Continuous batching (host.py BatchPlan): a batch step's launch on every PE of the shared Groups carries
+    each member's pointers (its slot), counter and rotation, and the arguments common to all (kernels/gqa_batched)."""
+    p = ctx.params
+    bad = [(k, v) for k, v in (("groups", p["groups"]), ("l2", p["l2"]), ("l1", p["l1"])) if v in ("spread", "ring")]
+    if bad or p["prefill"]:
+        what = f"{bad[0][0]}: {bad[0][1]}" if bad else f"prefill: {p['prefill']}"
+        raise BuildError(f"workload.params.batching: kernel batches decode requests on shared Groups over the tree "
+                         f"topologies, found {what}")
+    by_step = {(ln.req, ln.step): ln for ln in ctx.launches}
+    first = ctx.launches[0]
+    coords = first.layout.coords
+
+    def launches(members: list) -> dict:
+        c0 = coords[0]
+        common = {k: v for k, v in first.layout.args_of(c0).items() if k in ("G", "d", "tile", "scale", "C", "P",
+                                                                             "gemm", "l2", "l1")}
+        reqs = []
+        for r, s in members:
+            ln = by_step[(r, s)]
+            a = _args(ln, ctx.offsets(ln), c0)
+            reqs.append({k: a[k] for k in _REQ_ARGS})
+        msgs = kernel_launches(BATCHED, coords, lambda c: {**common, "reqs": reqs}, first.layout.grid_of,
+                               first.layout.num_programs)
+        return {pe_name(*c): m for c, m in msgs.items()}
+
+    return BatchPlan([r.name for r in ctx.requests], [r.arrival_ps for r in ctx.requests],
+                     [r.steps for r in ctx.requests], launches)
 
 
 def _errors(ctx: Context) -> tuple[float, float, int]:
@@ -445,6 +486,36 @@ def _pct(values: list) -> dict:
             "max": max(values) if values else None}
 
 
+def _hidden_batched(system, host: dict, t0: int, n: int) -> list:
+    """``_hidden`` for batch launches: in batch ``k`` member ``i``'s reduction window runs from its earliest
+    partial to its root's store (the kernel's ``batch_partial_done_ps`` / ``batch_root_done_ps``); another
+    member ``j``'s sweep on a PE runs from the end of member ``j - 1``'s sweep (or the launch's start) to the
+    end of its own."""
+    seen: dict[str, int] = {}
+    fracs: list[list] = [[] for _ in range(n)]
+    for batch in host["batches"]:
+        reps = {}
+        for pe, info in batch["pes"].items():
+            k = seen.get(pe, 0)
+            seen[pe] = k + 1
+            launches = system.reports.get(f"{pe}/cpu", {}).get("launches", [])
+            reps[pe] = (t0 + info["start_ps"], launches[k] if k < len(launches) else {})
+        sweeps = []   # (start, end, member)
+        for start, rep in reps.values():
+            prev = start
+            for j, end in enumerate(rep.get("batch_partial_done_ps", [])):
+                sweeps.append((prev, end, j))
+                prev = end
+        for i, (r, _) in enumerate(batch["members"]):
+            parts = [rep["batch_partial_done_ps"][i] for _, rep in reps.values() if "batch_partial_done_ps" in rep]
+            roots = [rep["batch_root_done_ps"][i] for _, rep in reps.values()
+                     if rep.get("batch_root_done_ps") and rep["batch_root_done_ps"][i] is not None]
+            if parts and roots and max(roots) > min(parts):
+                a, b = min(parts), max(roots)
+                fracs[r].append(_overlap(a, b, [(x, y) for x, y, j in sweeps if j != i]) / (b - a))
+    return [round(sum(f) / len(f), 4) if f else None for f in fracs]
+
+
 def check(system, profile: dict, p: dict, result, context: Context = None) -> dict:
     if context is None:
         return {}
@@ -453,7 +524,10 @@ def check(system, profile: dict, p: dict, result, context: Context = None) -> di
         t0 = host.get("launch_ps")
         return {"latency_ps": None, "latency_at_least_ps": None if t0 is None else max(0, result.end_time_ps - t0)}
     log, t0 = host["requests"], host["launch_ps"]
-    hidden = _hidden(log, _launch_reports(system, log), t0)
+    if p["batching"] == "kernel":
+        hidden = _hidden_batched(system, host, t0, len(log))
+    else:
+        hidden = _hidden(log, _launch_reports(system, log), t0)
     kinds = {(ln.req, ln.step): ln.kind for ln in context.launches}
     rows, per_request, step_lat, first, prefill = [], [], [], [], []
     for r, req in enumerate(log):
@@ -489,6 +563,12 @@ def check(system, profile: dict, p: dict, result, context: Context = None) -> di
     out["bound_ps"] = b["bound_ps"]
     out["ratio_to_bound"] = round((makespan + min(req["arrival_ps"] for req in log)) / b["bound_ps"], 4)
     out["bound_terms"] = {k: v for k, v in b.items() if k != "bound_ps"}
+    if p["batching"] == "kernel":   # continuous batching: which batch step served each of a request's steps
+        out["batch_steps"] = len(host["batches"])
+        out["batch_size_max"] = max(len(b["members"]) for b in host["batches"])
+        for r, req in enumerate(log):
+            per_request[r]["batches"] = [st["batch"] for st in req["steps"]]
+            per_request[r]["launch_ps"] = [st["launch_ps"] for st in req["steps"]]
     out["per_request"] = per_request
     if system.mode == "data":
         out["max_abs_err"], out["max_rel_err"], out["outputs_checked"] = _errors(context)

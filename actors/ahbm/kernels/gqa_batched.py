@@ -1,0 +1,101 @@
+"""Batched GQA decode: one launch sweeps every request of a batch, then reduces them (seed §4.3, §5.3, §6).
+
+The seed's argument for a blocking ``tl.recv`` in the §4 reduce (§6) is that its waits are hidden
+"by the sweep work of concurrent tokens": a PE with several decode tokens to serve sweeps the next
+token while the previous token's partials travel up the tree.  ``gqa_attention`` serves one request
+per launch, so a PE blocked in a ``tl.recv`` of the reduction cannot sweep anything else; this kernel
+is the batched form the argument needs.  Per launch, ``reqs`` lists the batch's requests (each with
+its own ``q_ptr``, ``k_ptr``, ``v_ptr``, ``o_ptr``, ``counter``, ``start_cube``, ``start_pe``, seed
+§2.2), all on the same CUBE Group:
+
+1. **sweep, request after request**: this rank's slice of each request (the §2.1 formulas, rotated
+   by the request's own ``start_cube`` / ``start_pe``), the online-softmax sweep of ``gqa_attention``
+   (``_sweep``); a **leaf** of the reduction tree sends its partial ``(m, l, O)`` to its parent as soon
+   as that request's sweep ends (seed §4.3: "send immediately"), then sweeps the next request;
+2. **reduce, request after request**: a PE with children merges each request's children in arrival
+   order (``_reduce``: data-driven, the ``[M]`` half while ``O`` is in flight) and sends up; the Group
+   root normalises and stores each request's ``O``.
+
+So the children's partials of the first requests arrive while their parents are still sweeping later
+requests: the reduction's waits overlap sweep work, and a request's latency grows with the batch (it
+waits for the batch's sweeps) while the batch's time shrinks.  The reduction trees are the tree
+topologies of ``gqa_attention`` (``l2``: tree or chain; ``l1``: mesh or chain; the chunked-O rings are
+not batched here).  Reports: ``batch_partial_done_ps`` and ``batch_root_done_ps`` (one entry per
+request of the batch, ``None`` where this PE is not the root), ``batch_my_len``.
+"""
+from __future__ import annotations
+
+from actors.ahbm.kernels.gqa_attention import _STEP, _reduce, _sweep, decode_tiles
+from actors.ahbm.kernels.gqa_index import (GroupLayout, children_of, local_coords, rank_of, reduce_tree, root_of,
+                                           valid_len)
+
+__all__ = ["gqa_batched_decode", "tree_links"]
+
+
+def tree_links(tl, lay: GroupLayout, *, pe_id: int, cube_id: int, sip: int, C: int, P: int, l2: str, l1: str):
+    """``(kids, parent)`` of this PE in the 2-level reduce-to-root trees (seed §4; the same trees as
+    ``gqa_attention`` builds for ``l2`` tree / chain and ``l1`` mesh / chain): IPCQ children as
+    ``(name, direction)``, CUBE-NOC children and parents as ``[sip, cube, pe]``; ``parent`` None at the root."""
+    prm = tl.prm
+    kids, parent, root_pe = [], None, pe_id
+    if P > 1:
+        par2 = reduce_tree(l2, prm.gx, prm.gy)
+        me = (pe_id % prm.gx, pe_id // prm.gx)
+        root_pe = root_of(par2)
+        kids += [(f"pe{c}", _STEP[(c % prm.gx - me[0], c // prm.gx - me[1])]) for c in children_of(par2, pe_id)]
+        if par2[pe_id] is not None:
+            p = par2[pe_id]
+            parent = _STEP[(p % prm.gx - me[0], p // prm.gx - me[1])]
+    if parent is None and C > 1:   # a CUBE root: Level-1 over the Group's CUBE roots
+        w, h = lay.shape
+        par1 = reduce_tree(l1, w, h)
+        gcube = lay.index_in_group(cube_id)
+        _, cubes = lay.cubes_of_head(lay.head_of_cube(sip, cube_id))
+        kids += [(f"cube{cubes[c]}", [sip, cubes[c], root_pe]) for c in children_of(par1, gcube)]
+        if par1[gcube] is not None:
+            parent = [sip, cubes[par1[gcube]], root_pe]
+    return kids, parent
+
+
+def gqa_batched_decode(reqs, *, G, d, tile, scale, C, P, gemm, l2, l1, tl):
+    prm = tl.prm
+    pe_id, cube_id, sip = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    if l2 == "ring" or l1 == "ring":
+        raise ValueError("the batched decode reduces over the tree topologies (l2 tree / chain, l1 mesh / chain)")
+    lay = GroupLayout(prm.cx, prm.cy, C)
+    gcube = lay.index_in_group(cube_id)
+    M, R = G, C * P
+    composite = gemm == "composite"
+    kids, parent = tree_links(tl, lay, pe_id=pe_id, cube_id=cube_id, sip=sip, C=C, P=P, l2=l2, l1=l1) \
+        if R > 1 else ([], None)
+    tl.report("kv_head", lay.head_of_cube(sip, cube_id))
+    states, partial_done, lens = [], [], []
+    for i, r in enumerate(reqs):   # 1. sweep request after request; a leaf sends each partial as soon as it is ready
+        cube_local, pe_local = local_coords(gcube, pe_id if P > 1 else 0, r["start_cube"] % C, r["start_pe"] % P,
+                                            C, P)
+        my_len = valid_len(r["counter"], rank_of(cube_local, pe_local, P), R)
+        tiles = [(s0, n, None) for s0, n in decode_tiles(my_len, tile)]
+        state = _sweep(tl, tl.load(r["q_ptr"], (M, d)), tiles, M=M, d=d, scale=scale, composite=composite,
+                       k_ptr=r["k_ptr"], v_ptr=r["v_ptr"])
+        partial_done.append(tl.now())
+        lens.append(my_len)
+        if R == 1:
+            m, l, O = state
+            tl.store(r["o_ptr"], O / l)
+        elif not kids:
+            _reduce(tl, state, [], parent, M, d)
+        else:
+            states.append((i, r, state))
+    root_done = [None] * len(reqs)
+    for i, r, state in states:   # 2. reduce request after request (the PEs with children)
+        (m, l, O), _ = _reduce(tl, state, kids, parent, M, d)
+        if parent is None:
+            tl.store(r["o_ptr"], O / l)
+            root_done[i] = tl.now()
+    if R == 1:
+        root_done = list(partial_done)
+    tl.report("batch_partial_done_ps", partial_done)
+    tl.report("batch_root_done_ps", root_done)
+    tl.report("batch_my_len", lens)
+    tl.report("tiles_computed", sum(len(decode_tiles(n, tile)) for n in lens))
+    return None
