@@ -47,6 +47,32 @@ async def test_same_loop_without_scratch_scope_overflows_the_tcm(vclock):
     assert "tests/test_tl_runtime.py" in r.error
 
 
+def k_collect(*, n, tl):
+    """Per item a 64 KiB temporary and one 4 KiB result kept in a list that was empty before the scopes."""
+    kept = []
+    for j in range(n):
+        with tl.scratch_scope():
+            tmp = tl.full((128, 128), float(j))
+            kept.append(tl.sum(tmp, axis=-1))
+    out = kept[0]
+    for x in kept[1:]:
+        out = out + x
+    tl.store(0, out)
+
+
+async def test_a_list_empty_before_the_scope_keeps_what_is_appended_inside(vclock):
+    """The batched decode's pattern (kernels/gqa_batched.py): results collected in a list bound (empty) before
+    the scopes outlive them, the temporaries do not."""
+    n = 8
+    system, prm, cube, host = machine(register_kernel(k_collect), lambda pe: {"n": n})
+    r = await run(system)
+    assert r.status == "finished", r.error
+    stats = system.reports["io/host"]["pes"]["sip0/cube00/pe0"]
+    assert stats["tcm_peak_B"] < 3 * 65536        # one temporary at a time, not n
+    want = sum(128.0 * j for j in range(n))
+    np.testing.assert_array_equal(hbm_fetch(cube[0], prm, 0, (128, 1), "<f4"), np.full((128, 1), want))
+
+
 # ------------------------------------------------------------------ lazy load overlap
 N_LOAD = (256, 256)      # fp16: 128 KiB
 GA, GB = (32, 64), (64, 32)

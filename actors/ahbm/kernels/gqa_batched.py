@@ -69,29 +69,33 @@ def gqa_batched_decode(reqs, *, G, d, tile, scale, C, P, gemm, l2, l1, tl):
     kids, parent = tree_links(tl, lay, pe_id=pe_id, cube_id=cube_id, sip=sip, C=C, P=P, l2=l2, l1=l1) \
         if R > 1 else ([], None)
     tl.report("kv_head", lay.head_of_cube(sip, cube_id))
-    states, partial_done, lens = [], [], []
+    kept, waiting, partial_done, lens = [], [], [], []
     for i, r in enumerate(reqs):   # 1. sweep request after request; a leaf sends each partial as soon as it is ready
         cube_local, pe_local = local_coords(gcube, pe_id if P > 1 else 0, r["start_cube"] % C, r["start_pe"] % P,
                                             C, P)
         my_len = valid_len(r["counter"], rank_of(cube_local, pe_local, P), R)
         tiles = [(s0, n, None) for s0, n in decode_tiles(my_len, tile)]
-        state = _sweep(tl, tl.load(r["q_ptr"], (M, d)), tiles, M=M, d=d, scale=scale, composite=composite,
-                       k_ptr=r["k_ptr"], v_ptr=r["v_ptr"])
-        partial_done.append(tl.now())
-        lens.append(my_len)
-        if R == 1:
-            m, l, O = state
-            tl.store(r["o_ptr"], O / l)
-        elif not kids:
-            _reduce(tl, state, [], parent, M, d)
-        else:
-            states.append((i, r, state))
+        with tl.scratch_scope():   # only the partials kept for step 2 (in the carried `states`) outlive it
+            state = _sweep(tl, tl.load(r["q_ptr"], (M, d)), tiles, M=M, d=d, scale=scale, composite=composite,
+                           k_ptr=r["k_ptr"], v_ptr=r["v_ptr"])
+            partial_done.append(tl.now())
+            lens.append(my_len)
+            if R == 1:
+                m, l, O = state
+                tl.store(r["o_ptr"], O / l)
+            elif not kids:
+                _reduce(tl, state, [], parent, M, d)
+            else:   # kept for step 2: a flat list of handles, which the scope's end moves out (tl/scratch.py)
+                kept += list(state)
+                waiting.append(i)
     root_done = [None] * len(reqs)
-    for i, r, state in states:   # 2. reduce request after request (the PEs with children)
-        (m, l, O), _ = _reduce(tl, state, kids, parent, M, d)
-        if parent is None:
-            tl.store(r["o_ptr"], O / l)
-            root_done[i] = tl.now()
+    for k, i in enumerate(waiting):   # 2. reduce request after request (the PEs with children)
+        r = reqs[i]
+        with tl.scratch_scope():
+            (m, l, O), _ = _reduce(tl, tuple(kept[3 * k:3 * k + 3]), kids, parent, M, d)
+            if parent is None:
+                tl.store(r["o_ptr"], O / l)
+                root_done[i] = tl.now()
     if R == 1:
         root_done = list(partial_done)
     tl.report("batch_partial_done_ps", partial_done)

@@ -11,7 +11,9 @@ budget is the TCM size minus the PE scheduler's own composite buffers
 * handles created inside and still bound to a *carried* local variable of the
   kernel frame - a name that was already bound before the block, like the
   running ``m, l, O`` of the seed's loop (also inside a list/tuple/dict held by
-  such a name) - move to the enclosing arena;
+  such a name, including a list or dict that was empty before the block, where
+  a kernel collects what it keeps: kernels/gqa_batched.py) - move to the
+  enclosing arena;
 * every other handle created inside is released: the runtime waits for the
   command producing it and the last command reading it, frees its TCM buffer and
   marks it dead (a later use is a KernelError "used after its scratch_scope
@@ -86,8 +88,12 @@ class ScratchScope:
 
     def __enter__(self):
         self.frame = sys._getframe(1)
-        live = {k: [h for h in handles_in(v) if h.dead is None] for k, v in self.frame.f_locals.items()}
-        self.before = {k: v for k, v in live.items() if v}  # names bound to dead handles are not carried
+        self.before = {}
+        for k, v in self.frame.f_locals.items():
+            held = handles_in(v)
+            live = [h for h in held if h.dead is None]
+            if live or (not held and isinstance(v, (list, dict)) and not v):
+                self.before[k] = live   # names bound to dead handles are not carried; an empty list or dict is
         self.arena = self.rt._push_arena(f"{self.frame.f_code.co_filename}:{self.frame.f_lineno}")
         return self
 
