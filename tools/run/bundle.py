@@ -37,6 +37,7 @@ from pathlib import Path
 import yaml
 
 from emulator.errors import EmulatorError
+from tools.run.energy import energy_columns
 
 __all__ = ["Bundle", "BundleError", "prepare_bundle", "check_trace_path", "BUNDLE_FILES"]
 
@@ -105,8 +106,8 @@ class Bundle:
         system, result = outcome.system, outcome.result
         if system is not None and result is not None:
             end = result.end_time_ps
-            _csv(d / "actors.csv", system.actor_metrics(end))
-            _csv(d / "links.csv", system.link_metrics(end))
+            _csv(d / "actors.csv", energy_columns(system.actor_metrics(end), "actor", outcome.energy))
+            _csv(d / "links.csv", energy_columns(system.link_metrics(end), "link", outcome.energy))
         for title, rows in (res.get("tables") or {}).items():   # every table the run printed, as a CSV
             if rows:
                 _csv(d / f"{TABLE_PREFIX}{table_slug(title)}.csv", [{k: _cell(v) for k, v in r.items()} for r in rows])

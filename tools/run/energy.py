@@ -1,0 +1,38 @@
+"""The run's energy (docs/energy.md): the family's action map over the finished system, summed exactly.
+
+A machine family opts in with two functions in its family module (actors/registry.py):
+``energy_inventory(system, profile, end_ps) -> (charges, leaks)`` and
+``energy_per(params, checks) -> (unit, n)``.  The runner calls :func:`run_energy` once
+the run and its check are over; the bundle adds the per-component columns to
+``actors.csv`` / ``links.csv`` (:func:`energy_columns`).
+"""
+from __future__ import annotations
+
+from emulator.energy import AJ_PER_J, account, energy_summary
+
+__all__ = ["run_energy", "energy_columns"]
+
+
+def run_energy(family, system, profile: dict, params: dict, checks: dict, end_ps: int):
+    """(account, result.json summary) of a run, or (None, None) for a family without an energy model."""
+    inventory = getattr(family, "energy_inventory", None)
+    if inventory is None or system is None or "energy" not in profile:
+        return None, None
+    charges, leaks = inventory(system, profile, end_ps)
+    acc = account(charges, leaks, end_ps)
+    per = family.energy_per(params, checks) if hasattr(family, "energy_per") else None
+    return acc, energy_summary(acc, per=per)
+
+
+def energy_columns(rows: list[dict], key: str, acc) -> list[dict]:
+    """``rows`` (actors.csv or links.csv, named by ``key``) with ``energy_j``, ``dynamic_j``, ``static_j``."""
+    if acc is None:
+        return rows
+    comps = acc.components
+    for r in rows:
+        c = comps.get(r[key])
+        d, s = (c["dynamic_aj"], c["static_aj"]) if c else (0, 0)
+        r["energy_j"] = (d + s) / AJ_PER_J
+        r["dynamic_j"] = d / AJ_PER_J
+        r["static_j"] = s / AJ_PER_J
+    return rows
