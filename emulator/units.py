@@ -212,6 +212,8 @@ def format_quantity(value: int, kind: str) -> str:
     for unit, scale in units:
         if value >= scale:
             return f"{Fraction(value, scale).__float__():g}{unit}"
+    if kind in ("energy", "energy_per_bit") and value:   # below 1 pJ: still in pJ ('0.15pJ/bit')
+        return f"{value / 1000:g}{'pJ/bit' if kind == 'energy_per_bit' else 'pJ'}"
     return f"{value}{ {'frequency': 'Hz', 'size': 'B', 'bandwidth': 'B/s', 'energy': 'fJ', 'energy_per_bit': 'fJ/bit', 'power': 'uW'}[kind] }"
 
 

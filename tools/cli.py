@@ -127,6 +127,9 @@ def cmd_explain(args) -> int:
     print("machine parameters:")
     for k, v in with_units(fam.PROFILE_SCHEMA, sc.profile).items():
         print(f"  {k}: {_flow(v)}")
+    from tools.run.energy import explain_energy
+    for line in explain_energy(sc, fam.PROFILE_SCHEMA):
+        print(line)
     print("workload parameters:")
     for k, v in with_units(fam.WORKLOADS[sc.workload].params, sc.params).items():
         print(f"  {k}: {_flow(v)}")

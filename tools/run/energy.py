@@ -36,3 +36,53 @@ def energy_columns(rows: list[dict], key: str, acc) -> list[dict]:
         r["dynamic_j"] = d / AJ_PER_J
         r["static_j"] = s / AJ_PER_J
     return rows
+
+
+def explain_energy(scenario, schema) -> list[str]:
+    """``emu explain``'s energy block: every coefficient with its unit, where it is set and the comment
+    that gives its source (the profile line and the comment lines under it)."""
+    from pathlib import Path
+
+    from emulator.scenario import read_profile
+    from emulator.schema import with_units
+
+    e = scenario.profile.get("energy")
+    if not e:
+        return []
+    spec = schema.fields["energy"]
+    shown = with_units(spec, e)
+    doc = read_profile(Path(scenario.profile_file)) if scenario.profile_file else None
+    texts: dict[str, list[str]] = {}
+
+    def origin(path):
+        if doc is None:
+            return None, None
+        if path in doc.origins:
+            return doc.origins[path]
+        return doc.file, doc.lines.get(path)
+
+    def source(path) -> str:
+        f, line = origin(path)
+        if not f or not line or not Path(str(f)).is_file():
+            return f"(set by {f})" if f else ""
+        lines = texts.setdefault(str(f), Path(str(f)).read_text().splitlines())
+        notes = []
+        if "#" in lines[line - 1]:
+            notes.append(lines[line - 1].split("#", 1)[1].strip())
+        for nxt in lines[line:]:
+            if not nxt.strip().startswith("#"):
+                break
+            notes.append(nxt.strip()[1:].strip())
+        return f"{Path(str(f)).name}:{line}: {' '.join(notes)}" if notes else f"{Path(str(f)).name}:{line}"
+
+    out = ["energy model (docs/energy.md): energy = sum(actions x energy per action) + static power x time"]
+
+    def walk(node, path):
+        for k, v in node.items():
+            if isinstance(v, dict):
+                walk(v, path + (k,))
+            else:
+                p = path + (k,)
+                out.append(f"  {'.'.join(p)} = {v}   {source(p)}".rstrip())
+    walk(shown, ("energy",))
+    return out
