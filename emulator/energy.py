@@ -36,18 +36,29 @@ AJ_PER_FJ = 1000
 
 @dataclass(frozen=True)
 class Charge:
-    """``count`` actions of one component at ``unit_fj`` femtojoules each (``coef`` names the profile key)."""
+    """``count`` actions of one component at ``unit_aj`` attojoules each (``coef`` names the profile key).
+
+    An energy per action in fJ is ``unit_aj = fJ x 1000`` (:meth:`of`); an active power in µW drawn while
+    busy is ``count = busy ps``, ``unit_aj = µW`` (µW x ps = aJ, :meth:`active`)."""
 
     component: str       # actor or link name
     cls: str             # energy class, e.g. "hbm", "noc_attach", "gemm"
     category: str        # one of DYNAMIC
     coef: str            # profile key of the coefficient, e.g. "energy.hbm.read"
-    count: int           # actions, in the coefficient's unit (bits, MACs, ops, cycles, commands)
-    unit_fj: int
+    count: int           # actions, in the coefficient's unit (bits, MACs, ops, cycles, commands, busy ps)
+    unit_aj: int
 
     @property
     def aj(self) -> int:
-        return self.count * self.unit_fj * AJ_PER_FJ
+        return self.count * self.unit_aj
+
+    @classmethod
+    def of(cls, component: str, klass: str, category: str, coef: str, count: int, unit_fj: int) -> "Charge":
+        return cls(component, klass, category, coef, count, unit_fj * AJ_PER_FJ)
+
+    @classmethod
+    def active(cls, component: str, klass: str, category: str, coef: str, busy_ps: int, power_uw: int) -> "Charge":
+        return cls(component, klass, category, coef, busy_ps, power_uw)
 
 
 @dataclass(frozen=True)
@@ -97,7 +108,7 @@ def account(charges, leaks, end_ps: int) -> EnergyAccount:
         cl["dynamic_aj"] += aj
         cl["components"].add(ch.component)
         acc.categories[ch.category] += aj
-        co = acc.coefs.setdefault(ch.coef, {"count": 0, "unit_fj": ch.unit_fj, "aj": 0})
+        co = acc.coefs.setdefault(ch.coef, {"count": 0, "unit_aj": ch.unit_aj, "aj": 0})
         co["count"] += ch.count
         co["aj"] += aj
     for lk in leaks:
@@ -137,7 +148,7 @@ def energy_summary(acc: EnergyAccount, *, per: tuple[str, int] | None = None, pe
         "by_class_j": {k: {"category": v["category"], "dynamic_j": _j(v["dynamic_aj"]), "static_j": _j(v["static_aj"]),
                            "components": len(v["components"])}
                        for k, v in sorted(acc.classes.items(), key=lambda kv: -(kv[1]["dynamic_aj"] + kv[1]["static_aj"]))},
-        "actions": {k: ({"count": v["count"], "unit_fj": v["unit_fj"], "j": _j(v["aj"])} if "unit_fj" in v else
+        "actions": {k: ({"count": v["count"], "unit_aj": v["unit_aj"], "j": _j(v["aj"])} if "unit_aj" in v else
                         {"components": v["count"], "power_uw": v["power_uw"], "j": _j(v["aj"])})
                     for k, v in sorted(acc.coefs.items())},
     }

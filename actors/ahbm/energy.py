@@ -108,32 +108,32 @@ def energy_inventory(system, profile: dict, end_ps: int) -> tuple[list, list]:
         if cls is not None and link.bytes:
             key = cls[1]
             coef = e[key] if key == "wire" else e[key.split(".")[0]][key.split(".")[1]]
-            charges.append(Charge(link.name, cls[0], "interconnect", f"energy.{key}", 8 * link.bytes, coef))
+            charges.append(Charge.of(link.name, cls[0], "interconnect", f"energy.{key}", 8 * link.bytes, coef))
     for name, n in sorted(router_bytes.items()):
-        charges.append(Charge(name, "router", "interconnect", "energy.noc.router", 8 * n, e["noc"]["router"]))
+        charges.append(Charge.of(name, "router", "interconnect", "energy.noc.router", 8 * n, e["noc"]["router"]))
     for name in sorted(tcm_bytes):
         if tcm_access.get(name):
-            charges.append(Charge(name, "tcm", "memory", "energy.tcm.access", tcm_access[name], e["tcm"]["access"]))
-        charges.append(Charge(name, "tcm", "memory", "energy.tcm.bit", 8 * tcm_bytes[name], e["tcm"]["bit"]))
+            charges.append(Charge.of(name, "tcm", "memory", "energy.tcm.access", tcm_access[name], e["tcm"]["access"]))
+        charges.append(Charge.of(name, "tcm", "memory", "energy.tcm.bit", 8 * tcm_bytes[name], e["tcm"]["bit"]))
     static = e["static"]
     for a in system.actors.values():
         t = _actor_type(a)
         if t == "HbmChannel":
             for op in ("read", "write"):
                 if a.bytes_by_op[op]:
-                    charges.append(Charge(a.name, "hbm", "memory", f"energy.hbm.{op}", 8 * a.bytes_by_op[op],
+                    charges.append(Charge.of(a.name, "hbm", "memory", f"energy.hbm.{op}", 8 * a.bytes_by_op[op],
                                           e["hbm"][op]))
         elif t == "DmaEngine" and a.busy_spans:
-            charges.append(Charge(a.name, "dma", "memory", "energy.dma.command", a.busy_spans, e["dma"]["command"]))
+            charges.append(Charge.of(a.name, "dma", "memory", "energy.dma.command", a.busy_spans, e["dma"]["command"]))
         elif t == "GemmEngine" and a.macs:
-            charges.append(Charge(a.name, "gemm", "compute", "energy.gemm.mac", a.macs, e["gemm"]["mac"]))
+            charges.append(Charge.of(a.name, "gemm", "compute", "energy.gemm.mac", a.macs, e["gemm"]["mac"]))
         elif t == "MathEngine" and a.elements:
-            charges.append(Charge(a.name, "math", "compute", "energy.math.element", a.elements,
+            charges.append(Charge.of(a.name, "math", "compute", "energy.math.element", a.elements,
                                   e["math"]["element"]))
         elif t == "PeCpu" and a.busy_ps:
             if pe_period is None:
                 pe_period = a.prm.pe_clk
-            charges.append(Charge(a.name, "cpu", "compute", "energy.cpu.cycle", pe_period.cycles(a.busy_ps),
+            charges.append(Charge.of(a.name, "cpu", "compute", "energy.cpu.cycle", pe_period.cycles(a.busy_ps),
                                   e["cpu"]["cycle"]))
         cls = STATIC_CLASSES.get(t)
         if cls is not None and static[cls]:
