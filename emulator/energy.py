@@ -161,49 +161,38 @@ def energy_summary(acc: EnergyAccount, *, per: tuple[str, int] | None = None, pe
     return out
 
 
-def power_series(acc: EnergyAccount, spans: dict, window_ps: int, classes_of=None) -> dict:
-    """Power over time: each component's dynamic energy spread evenly over its busy spans, static power flat.
+def power_series(acc: EnergyAccount, busy: dict, window_ps: int) -> dict:
+    """Power over time: each component's dynamic energy spread over the windows in proportion to its busy
+    time in each, its static power flat over the run.
 
-    ``spans``: component name -> list of (start_ps, end_ps) when it was busy (from the trace's busy spans
-    and link serialisations).  A component with dynamic energy and no span (its activity was not traced)
-    is spread over the whole run.  Returns ``{"window_ps", "t_ps": [...], "by_class_w": {cls: [...]},
-    "total_w": [...], "peak_w", "peak_at_ps"}``: the average power of each window of ``window_ps``.
+    ``busy``: component name -> list of busy ps per window (from the trace's busy spans and link
+    serialisations, tools/run/power.py).  A component with dynamic energy and no busy time (its activity
+    was not traced) is spread evenly over the run.  Returns ``{"window_ps", "t_ps", "by_class_w",
+    "total_w", "peak_w", "peak_at_ps"}``: the average power of each window (the last one over its own length).
+    Energy is conserved: sum(power x window length) is the account's total.
     """
     end = max(acc.end_ps, 1)
     n = -(-end // window_ps)
+    lengths = [min((w + 1) * window_ps, end) - w * window_ps for w in range(n)]
     cls_energy: dict[str, list[float]] = {}
     for name, comp in acc.components.items():
-        cls = comp["cls"]
-        row = cls_energy.setdefault(cls, [0.0] * n)
+        row = cls_energy.setdefault(comp["cls"], [0.0] * n)
         if comp["static_aj"]:
             per_ps = comp["static_aj"] / end
             for w in range(n):
-                a, b = w * window_ps, min((w + 1) * window_ps, end)
-                row[w] += per_ps * (b - a)
+                row[w] += per_ps * lengths[w]
         dyn = comp["dynamic_aj"]
         if not dyn:
             continue
-        sp = spans.get(name) or [(0, end)]
-        busy = sum(max(b - a, 0) for a, b in sp)
-        if busy <= 0:
-            sp, busy = [(0, end)], end
-        per_ps = dyn / busy
-        for a, b in sp:
-            while a < b:
-                w = min(a // window_ps, n - 1)
-                edge = min(b, (w + 1) * window_ps)
-                if edge <= a:       # a span past the end of the run: charge the last window
-                    edge = b
-                row[w] += per_ps * (edge - a)
-                a = edge
-    win_s = window_ps / 1e12
-    by_class = {c: [e / AJ_PER_J / win_s for e in row] for c, row in sorted(cls_energy.items())}
+        b = busy.get(name)
+        weights = b if b is not None and sum(b) > 0 else lengths
+        tot = sum(weights)
+        for w in range(n):
+            if weights[w]:
+                row[w] += dyn * weights[w] / tot
+    by_class = {c: [e / AJ_PER_J / (lengths[w] / 1e12) for w, e in enumerate(row)]
+                for c, row in sorted(cls_energy.items())}
     total = [sum(col) for col in zip(*by_class.values())] if by_class else [0.0] * n
-    # the last window may be partial: its power is its energy over its own length
-    if n and end % window_ps:
-        last = (end % window_ps) / window_ps
-        for row in (*by_class.values(), total):
-            row[-1] /= last
     peak_i = max(range(n), key=total.__getitem__) if n else 0
     return {"window_ps": window_ps, "t_ps": [w * window_ps for w in range(n)], "by_class_w": by_class,
             "total_w": total, "peak_w": total[peak_i] if n else 0.0, "peak_at_ps": peak_i * window_ps}

@@ -176,7 +176,7 @@ def test_account_and_power_series_are_exact_and_conserve_energy():
     assert acc.total_aj == 80 * 3900 * 1000 + 1000 * 500_000 + 20_000 * 10_000
     s = energy_summary(acc, per=("token", 2))
     assert s["per_token_j"] == pytest.approx(s["total_j"] / 2)
-    series = power_series(acc, {"x": [(0, 1000)], "h": [(2000, 3000)]}, 2500)
+    series = power_series(acc, {"x": [1000, 0, 0, 0], "h": [0, 1000, 0, 0]}, 2500)
     joules = sum(w * min(2500, 10_000 - t) / 1e12 for t, w in zip(series["t_ps"], series["total_w"]))
     assert joules == pytest.approx(s["total_j"], rel=1e-12)
     assert series["peak_at_ps"] == 0

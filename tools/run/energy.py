@@ -86,3 +86,20 @@ def explain_energy(scenario, schema) -> list[str]:
                 out.append(f"  {'.'.join(p)} = {v}   {source(p)}".rstrip())
     walk(shown, ("energy",))
     return out
+
+
+def write_power(directory, series: dict | None, res: dict) -> None:
+    """``power.csv`` (one row per window: start, total W, W per class) and the peak in ``res['energy']``."""
+    import csv
+
+    if series is None or "energy" not in res:
+        return
+    en = res["energy"]
+    en["power"] = {"window_ps": series["window_ps"], "peak_w": series["peak_w"], "peak_at_ps": series["peak_at_ps"],
+                   "file": "power.csv"}
+    classes = list(series["by_class_w"])
+    with open(directory / "power.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["t_ps", "total_w", *classes])
+        for i, t in enumerate(series["t_ps"]):
+            w.writerow([t, series["total_w"][i], *(series["by_class_w"][c][i] for c in classes)])
