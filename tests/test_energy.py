@@ -221,3 +221,33 @@ def _shipped_energy():
     from actors.ahbm.params import PROFILE_SCHEMA
     from emulator.scenario import load_profile
     return load_profile("ahbm-2sip", PROFILE_SCHEMA)["energy"]
+
+
+def test_power_profile_in_the_bundle_and_the_perfetto_counter_tracks(tmp_path):
+    """With a Perfetto trace: power.csv (its energy adds up to the total), the peak and its window in
+    result.json, and one power counter track per class in trace.pftrace."""
+    import csv
+
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    out = tmp_path / "mb"
+    r = subprocess.run([sys.executable, "-m", "tools.cli", "run", "scenarios/ahbm/microbench.yaml", "--out", str(out),
+                        "--set", "machine.profile=ahbm-1sip", "--set", "trace.enabled=true"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    en = json.loads((out / "result.json").read_text())["energy"]
+    window, end = en["power"]["window_ps"], en["time_s"] * 1e12
+    with open(out / "power.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 200
+    joules = sum(float(row["total_w"]) * (min(int(row["t_ps"]) + window, end) - int(row["t_ps"])) / 1e12
+                 for row in rows)
+    assert joules == pytest.approx(en["total_j"], rel=1e-9)
+    assert en["power"]["peak_w"] == pytest.approx(max(float(row["total_w"]) for row in rows))
+    assert en["power"]["peak_w"] > en["avg_power_w"]
+    t = pb.Trace()
+    t.ParseFromString((out / "trace.pftrace").read_bytes())
+    counters = {p.track_descriptor.name for p in t.packet
+                if p.HasField("track_descriptor") and p.track_descriptor.name.startswith("power ")}
+    assert "power total (mW)" in counters and "power hbm (mW)" in counters
+    assert {c for c in counters} == {f"power {c} (mW)" for c in ["total", *en["by_class_j"]]}
