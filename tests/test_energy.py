@@ -210,10 +210,17 @@ def test_microbench_cli_energy(tmp_path):
     assert prof_keys <= used, prof_keys - used
     import csv
     total = 0.0
+    by_class: dict = {}
     for name in ("actors.csv", "links.csv"):
         with open(out / name) as f:
-            total += sum(float(row["energy_j"]) for row in csv.DictReader(f))
+            for row in csv.DictReader(f):
+                total += float(row["energy_j"])
+                if row["energy_class"]:
+                    by_class[row["energy_class"]] = by_class.get(row["energy_class"], 0.0) + float(row["energy_j"])
     assert total == pytest.approx(en["total_j"], rel=1e-9)
+    assert set(by_class) == set(en["by_class_j"])
+    for cls, v in en["by_class_j"].items():     # per class in the CSVs = per class in result.json
+        assert by_class[cls] == pytest.approx(v["dynamic_j"] + v["static_j"], rel=1e-9), cls
     assert en["per_kernel_j"] == pytest.approx(en["total_j"])
 
 

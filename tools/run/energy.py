@@ -25,13 +25,15 @@ def run_energy(family, system, profile: dict, params: dict, checks: dict, end_ps
 
 
 def energy_columns(rows: list[dict], key: str, acc) -> list[dict]:
-    """``rows`` (actors.csv or links.csv, named by ``key``) with ``energy_j``, ``dynamic_j``, ``static_j``."""
+    """``rows`` (actors.csv or links.csv, named by ``key``) with ``energy_class`` (empty: no energy),
+    ``energy_j``, ``dynamic_j``, ``static_j``."""
     if acc is None:
         return rows
     comps = acc.components
     for r in rows:
         c = comps.get(r[key])
         d, s = (c["dynamic_aj"], c["static_aj"]) if c else (0, 0)
+        r["energy_class"] = c["cls"] if c else ""
         r["energy_j"] = (d + s) / AJ_PER_J
         r["dynamic_j"] = d / AJ_PER_J
         r["static_j"] = s / AJ_PER_J
