@@ -142,6 +142,10 @@ def energy_inventory(system, profile: dict, end_ps: int) -> tuple[list, list]:
 
 
 def energy_per(params: dict, checks: dict) -> tuple[str, int]:
-    """Energy is reported per kernel launch: per request when the workload runs several."""
-    n = checks.get("requests") if isinstance(checks.get("requests"), int) else None
-    return ("request", n) if n else ("kernel", 1)
+    """The unit energy is reported per: a decode token when the workload counts tokens (``gqa_requests``),
+    else a request when it counts requests, else the kernel (one launch)."""
+    for key, unit in (("tokens", "token"), ("requests", "request")):
+        n = checks.get(key)
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            return unit, n
+    return "kernel", 1
