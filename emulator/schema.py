@@ -359,7 +359,9 @@ class Quantity(Spec):
         self.high = high
         self.expected = {"time": "a time like '30ns'", "frequency": "a frequency like '1.2GHz'",
                          "size": "a size like '64KiB'",
-                         "bandwidth": "a bandwidth like '256GB/s' or 'unlimited'"}[kind]
+                         "bandwidth": "a bandwidth like '256GB/s' or 'unlimited'",
+                         "energy": "an energy like '0.4pJ'", "energy_per_bit": "an energy per bit like '3.9pJ/bit'",
+                         "power": "a power like '25mW'"}[kind]
 
     def check(self, value, path, ctx):
         if self.kind == "bandwidth" and value == UNLIMITED:

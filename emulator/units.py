@@ -1,7 +1,11 @@
 """Quantities with units, parsed exactly into the engine's integer units.
 
 The engine's units: time in **picoseconds** (int), frequency in **Hz** (int),
-bandwidth in **bytes per second** (int), sizes in **bytes** (int).  Strings such
+bandwidth in **bytes per second** (int), sizes in **bytes** (int); for the energy
+model (emulator/energy.py): energy per action in **femtojoules** (int, ``"0.4pJ"``
+= 400), energy per bit in **fJ per bit** (``"3.9pJ/bit"`` = 3900; ``pJ/B`` is
+divided by 8 and must stay whole) and power in **microwatts** (``"25mW"`` = 25000),
+so that static energy, µW x ps, is an exact count of attojoules.  Strings such
 as ``"30ns"``, ``"2.5us"``, ``"1.2GHz"``, ``"256GB/s"``, ``"64KiB"`` are parsed
 with exact decimal arithmetic (``fractions.Fraction``), so ``"0.1ns"`` is exactly
 100 ps and no float ever accumulates.  A value that does not land on a whole
@@ -53,8 +57,15 @@ _BW.update({"bps": Fraction(1, 8), "Kbps": Fraction(10**3, 8), "Mbps": Fraction(
             "b/s": Fraction(1, 8), "Kb/s": Fraction(10**3, 8), "Mb/s": Fraction(10**6, 8),
             "Gb/s": Fraction(10**9, 8), "Tb/s": Fraction(10**12, 8)})
 
-KINDS = {"time": _TIME, "frequency": _FREQ, "size": _SIZE, "bandwidth": _BW}
-_EXAMPLES = {"time": "30ns", "frequency": "1.2GHz", "size": "64KiB", "bandwidth": "256GB/s"}
+_ENERGY = {"fJ": 1, "pJ": 10**3, "nJ": 10**6, "uJ": 10**9, "µJ": 10**9, "mJ": 10**12, "J": 10**15}
+_ENERGY_BIT = {f"{k}/bit": v for k, v in _ENERGY.items() if k in ("fJ", "pJ", "nJ")}
+_ENERGY_BIT.update({f"{k}/B": Fraction(v, 8) for k, v in _ENERGY.items() if k in ("fJ", "pJ", "nJ")})
+_POWER = {"uW": 1, "µW": 1, "mW": 10**3, "W": 10**6, "kW": 10**9}
+
+KINDS = {"time": _TIME, "frequency": _FREQ, "size": _SIZE, "bandwidth": _BW, "energy": _ENERGY,
+         "energy_per_bit": _ENERGY_BIT, "power": _POWER}
+_EXAMPLES = {"time": "30ns", "frequency": "1.2GHz", "size": "64KiB", "bandwidth": "256GB/s", "energy": "0.4pJ",
+             "energy_per_bit": "3.9pJ/bit", "power": "25mW"}
 
 #: The range a scenario may give each kind of quantity (engine units). Virtual
 #: time is an int64 count of ps in the trace (msgpack); capping a single time
@@ -66,6 +77,9 @@ QUANTITY_RANGE = {
     "frequency": (1, 10**13),
     "size": (0, 2**50),
     "bandwidth": (1, 10**15),
+    "energy": (0, 10**15),          # up to 1 J per action
+    "energy_per_bit": (0, 10**9),   # up to 1 µJ per bit
+    "power": (0, 10**12),           # up to 1 MW per component
 }
 UNLIMITED = "unlimited"
 #: the longest wall-clock limit a scenario or sweep may set (ps): 10**6 s, about 11.6 days
@@ -101,7 +115,8 @@ def parse_quantity(value, kind: str) -> int:
         raise UnitError(f"expected {expected}, found {value!r}{hint}")
     exact = Fraction(number) * units[unit]
     if exact.denominator != 1:
-        smallest = {"time": "1ps", "frequency": "1Hz", "size": "1B", "bandwidth": "1B/s"}[kind]
+        smallest = {"time": "1ps", "frequency": "1Hz", "size": "1B", "bandwidth": "1B/s", "energy": "1fJ",
+                    "energy_per_bit": "1fJ/bit", "power": "1uW"}[kind]
         raise UnitError(f"{value!r} is not a whole number of {smallest}")
     if exact < 0:
         raise UnitError(f"{value!r} is negative")
@@ -189,12 +204,17 @@ def format_quantity(value: int, kind: str) -> str:
     if kind == "bandwidth" and value == 0:
         return UNLIMITED
     units = {"frequency": (("THz", 10**12), ("GHz", 10**9), ("MHz", 10**6), ("kHz", 10**3)),
+             "energy": (("J", 10**15), ("mJ", 10**12), ("uJ", 10**9), ("nJ", 10**6), ("pJ", 10**3)),
+             "energy_per_bit": (("nJ/bit", 10**6), ("pJ/bit", 10**3)),
+             "power": (("kW", 10**9), ("W", 10**6), ("mW", 10**3)),
              "size": (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)),
              "bandwidth": (("PB/s", 10**15), ("TB/s", 10**12), ("GB/s", 10**9), ("MB/s", 10**6))}[kind]
     for unit, scale in units:
         if value >= scale:
             return f"{Fraction(value, scale).__float__():g}{unit}"
-    return f"{value}{ {'frequency': 'Hz', 'size': 'B', 'bandwidth': 'B/s'}[kind] }"
+    if kind in ("energy", "energy_per_bit") and value:   # below 1 pJ: still in pJ ('0.15pJ/bit')
+        return f"{value / 1000:g}{'pJ/bit' if kind == 'energy_per_bit' else 'pJ'}"
+    return f"{value}{ {'frequency': 'Hz', 'size': 'B', 'bandwidth': 'B/s', 'energy': 'fJ', 'energy_per_bit': 'fJ/bit', 'power': 'uW'}[kind] }"
 
 
 def format_time(ps: int) -> str:

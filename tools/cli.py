@@ -127,6 +127,9 @@ def cmd_explain(args) -> int:
     print("machine parameters:")
     for k, v in with_units(fam.PROFILE_SCHEMA, sc.profile).items():
         print(f"  {k}: {_flow(v)}")
+    from tools.run.energy import explain_energy
+    for line in explain_energy(sc, fam.PROFILE_SCHEMA):
+        print(line)
     print("workload parameters:")
     for k, v in with_units(fam.WORKLOADS[sc.workload].params, sc.params).items():
         print(f"  {k}: {_flow(v)}")
@@ -154,6 +157,23 @@ def _flow(v) -> str:
     return str(v)
 
 
+def energy_line(en: dict) -> str:
+    """One line of a run's energy (docs/energy.md): joules, work per joule, average power, the split."""
+    from emulator.energy import CATEGORIES
+
+    per = next((k[:-len("s_per_j")] for k in en if k.endswith("s_per_j")), None)
+    rate = f" ({en[per + 's_per_j']:.4g} {per}/J)" if per and en.get(per + "s_per_j") else ""
+    split = ", ".join(f"{c} {en['split_pct'][c]:.1f}%" for c in CATEGORIES)
+    return f"{_joules(en['total_j'])}{rate}, avg {en['avg_power_w']:.4g} W: {split}"
+
+
+def _joules(j: float) -> str:
+    for unit, scale in (("J", 1), ("mJ", 1e-3), ("uJ", 1e-6), ("nJ", 1e-9)):
+        if j >= scale:
+            return f"{j / scale:.4g} {unit}"
+    return f"{j / 1e-12:.4g} pJ"
+
+
 def _summary(res: dict) -> str:
     lines = [f"{res['scenario']}: {res['status']}"]
     lines.append(f"  end time       {format_time(res['end_time_ps'])} ({res['end_time_ps']} ps)")
@@ -163,6 +183,8 @@ def _summary(res: dict) -> str:
     lines.append(f"  digest         {res['digest']}")
     if res.get("trace"):
         lines.append(f"  trace          {res['trace']}")
+    if res.get("energy"):
+        lines.append(f"  energy         {energy_line(res['energy'])}")
     for key in ("max_abs_err", "max_rel_err"):
         if key in res:
             lines.append(f"  {key:<14} {res[key]:.3g}")

@@ -100,6 +100,7 @@ class MathEngine(Actor):
         self.cmd = self.in_port("cmd", idle=True)
         self.done = {c: self.out_port(f"done_{c}") for c in clients}
         self.tcm = TcmClient(self, "math")
+        self.elements = 0
 
     def _check(self, c: MathCmd) -> None:
         if c.op not in MATH_OPS:
@@ -118,6 +119,7 @@ class MathEngine(Actor):
             shapes = tuple([tuple(x.shape) for x in xs])
             elements = max(map(math.prod, shapes))
             await self.busy(math_ps(c.op, elements, self.prm), f"{c.op} {elements}")
+            self.elements += elements     # element ops, the energy model's MATH count (actors/ahbm/energy.py)
             if data_mode:
                 out = compute(c.op, xs, c.scalar).astype(np.dtype(c.out_dtype))
             else:

@@ -66,6 +66,7 @@ class HbmChannel(Actor):
         self.store: dict[int, bytearray] = {}
         self._queue: deque = deque()      # (earliest burst start, request), arrival order
         self._arrived = WaitQueue()
+        self.bytes_by_op = {"read": 0, "write": 0}   # bytes served, the energy model's HBM count (actors/ahbm/energy.py)
 
     def preload(self, addr: int, data: bytes) -> None:
         """Build-time initial contents of one piece (the host's placement, before the run)."""
@@ -109,6 +110,7 @@ class HbmChannel(Actor):
                 await self._arrived.park()
             ready, req = self._queue.popleft()
             await self.busy(pc_occupancy_ps(req.nbytes, self.prm), f"{req.op} {req.nbytes}B", start=ready)
+            self.bytes_by_op[req.op] += req.nbytes
             items = []
             if data_mode:
                 if req.op == "write":

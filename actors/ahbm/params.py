@@ -14,6 +14,8 @@ from emulator.declare import Param
 from emulator.schema import Bool, Enum, Float, Int, Map, Quantity, Str
 from emulator.units import ClockDomain
 
+from actors.ahbm.energy import ENERGY_SCHEMA
+
 __all__ = ["Params", "PARAMS", "GEOMETRY", "declare", "PROFILE_SCHEMA", "DIRS", "OPPOSITE", "pe_name", "cube_name"]
 
 DIRS = ("N", "S", "E", "W")
@@ -82,6 +84,7 @@ PROFILE_SCHEMA = Map({
         "bandwidth": Quantity("bandwidth", doc="host interface, per direction"),
         "latency": Quantity("time", doc="host interface one-way latency"),
     }),
+    "energy": ENERGY_SCHEMA,
 }, check=lambda p: _check(p))
 
 

@@ -161,6 +161,7 @@ class MatEngine(Actor):
         self.data_mode = data_mode
         self.next_port = 0
         self.spans: list[tuple[int, int, int, int]] = []   # (start, end, seq, stream) of every MAC span
+        self.macs = 0      # N x K of every µop, the energy model's count (actors/pccx/energy.py)
 
     def rate(self, parallel_lane: int) -> int:
         """MAC/clk (the GEMM ignores ``parallel_lane``)."""
@@ -205,6 +206,7 @@ class MatEngine(Actor):
             if got != total:
                 raise RuntimeError(f"{self.name}: {self.op}#{u.seq} received {got} weight bytes, expected {total}")
             await self.busy(self.fill_cycles * self.cycle_ps, f"{self.op}#{u.seq} drain")
+            self.macs += N * K
             if self.data_mode:
                 y = self._compute(np.concatenate(chunks), x, old, N, K, bool(f["w_scale"]))
                 out = to_bf16(y)
@@ -263,6 +265,7 @@ class Cvo(Actor):
         self.fifo_arrived = trio.Event()
         self.fifo_hits = 0
         self.fifo_hits_by: dict[str, int] = {}
+        self.elements = 0  # elements streamed through the SFU, the energy model's count (actors/pccx/energy.py)
         self.emax_log: list[tuple[int, int, int]] = []   # (elem, nelem, bits) of recent findemax results, newest last
 
     async def run(self) -> None:
@@ -354,6 +357,7 @@ class Cvo(Actor):
             if func == "REDUCE_SUM":
                 c += L * cfg["reduce_cycles_per_element"]
             await self.busy(c * self.cycle_ps, f"CVO#{u.seq} {func}")
+            self.elements += L
             if self.data_mode:
                 out = cvo_apply(func, data, emax_bits=emax_bits,
                                 recip_scale=bool(f["recip_scale"]), gelu_form=cfg["gelu_form"])

@@ -394,6 +394,7 @@ class GemvLane(Actor):
         self.data_mode = data_mode
         self.spans: list[tuple[int, int, int, int]] = []   # (start, end, seq, stream) of every MAC span
         self.zero_rows = 0
+        self.macs = 0      # rows x K of every job, the energy model's count (actors/pccx/energy.py)
 
     def _burst_cycles(self, done_beats: int, beats: int) -> int:
         """Cycles of a burst of ``beats`` after ``done_beats`` beats of the same job (module docstring)."""
@@ -465,6 +466,7 @@ class GemvLane(Actor):
                     self.spans.append((t, self.now, j.seq, stream))
                 blob = np.concatenate([c for p in order for c in chunks[p]]) if self.data_mode else None
             await self.busy(self.pipeline_cycles * self.cycle_ps, f"GEMV#{j.seq} drain")
+            self.macs += j.rows * j.K
             y = self._compute(blob, j.x, j.rows, j.K, j.w_scale) if self.data_mode else TensorDesc.of((j.rows,), "f4")
             await self.res.send(LaneResult(j.seq, self.index, stream, y))
 

@@ -96,6 +96,7 @@ class HostDDR(Actor):
         self.bandwidth = bandwidth
         self.size = size
         self.mem = np.zeros(size, np.uint8) if data_mode else None
+        self.rd_bytes = self.wr_bytes = 0
         for addr, blob in (init or {}).items():
             if self.mem is not None:
                 b = np.frombuffer(bytes(blob), np.uint8)
@@ -114,6 +115,7 @@ class HostDDR(Actor):
             if isinstance(m, DdrRead):
                 self._check(m.addr, m.nbytes)
                 await self.busy(transfer_ps(m.nbytes, self.bandwidth), f"rd {who}")
+                self.rd_bytes += m.nbytes     # the energy model's DDR counts (actors/pccx/energy.py)
                 data = (self.mem[m.addr:m.addr + m.nbytes].copy() if self.mem is not None
                         else TensorDesc.of((m.nbytes,), "u1"))
                 await self.resp[who].send(DdrData(m.req, data))
@@ -121,6 +123,7 @@ class HostDDR(Actor):
                 n = m.data.nbytes if not isinstance(m.data, np.ndarray) else m.data.size
                 self._check(m.addr, n)
                 await self.busy(transfer_ps(n, self.bandwidth), f"wr {who}")
+                self.wr_bytes += n
                 if self.mem is not None:
                     self.mem[m.addr:m.addr + n] = m.data
                 await self.resp[who].send(Ack(m.req))
@@ -140,6 +143,7 @@ class L2(Actor):
         self.words = words
         self.cycle_ps = cycle_ps
         self.mem = np.zeros(words * 8, np.uint16) if data_mode else None
+        self.rd_words = self.wr_words = 0
         self.clients = ("acp",) + self.PORT_B_PRIORITY
         self.req = {c: self.in_port(f"req_{c}", idle=True) for c in self.clients}
         self.resp = {c: self.out_port(f"resp_{c}") for c in self.clients}
@@ -159,11 +163,13 @@ class L2(Actor):
                                    f"{self.words} words (the dispatcher should have caught it)")
             if isinstance(m, L2Read):
                 await self.busy(nwords * m.cycles_per_word * self.cycle_ps, f"{port_name}:rd {who}")
+                self.rd_words += nwords       # the energy model's URAM counts (actors/pccx/energy.py)
                 data = (self.mem[m.elem:m.elem + m.nelem].copy() if self.mem is not None
                         else TensorDesc.of((m.nelem,), "u2"))
                 await self.resp[who].send(L2Data(m.req, data))
             else:
                 await self.busy(nwords * self.cycle_ps, f"{port_name}:wr {who}")
+                self.wr_words += nwords
                 if self.mem is not None:
                     self.mem[m.elem:m.elem + m.nelem] = m.data
                 await self.resp[who].send(Ack(m.req))
@@ -200,6 +206,7 @@ class HpPort(Actor):
         self.beat_ps = beat_ps
         self.outstanding = outstanding
         self.bursts = 0
+        self.moved_bytes = 0
         self.spans: list[tuple[int, int, int]] = []   # (start, end, stream) of every burst transfer
 
     async def _fetch(self, ahead) -> None:
@@ -219,6 +226,7 @@ class HpPort(Actor):
             beats = -(-n // self.beat_bytes)
             t = self.now
             await self.busy(beats * self.beat_ps, f"w{stream}")
+            self.moved_bytes += n             # the energy model's HP count (actors/pccx/energy.py)
             self.spans.append((t, self.now, stream))
             await self.fifo.send(WeightBurst(stream, index, beats, d.data, dest, tag))
             self.bursts += 1

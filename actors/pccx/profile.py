@@ -7,6 +7,8 @@ from emulator.schema import Bool, Enum, Int, List, Map, OneOf, Quantity, Spec, S
 from emulator.units import ClockDomain
 from protocols.pccx_isa import CVO_FUNCS, OPCODES
 
+from actors.pccx.energy import ENERGY_SCHEMA
+
 __all__ = ["PROFILE_SCHEMA", "PARAMS", "declare", "load_profile", "clocks"]
 
 
@@ -80,6 +82,7 @@ PROFILE_SCHEMA = Map({
                    "poll_max_interval": Quantity("time", default="0s", doc="poll backoff cap (0 or poll_interval: "
                                                  "fixed period; ASSUMPTION: uca_sync-style doubling)"),
                    "wait_timeout": Quantity("time", default="10ms", doc="a DONE wait longer than this halts the driver")}),
+    "energy": ENERGY_SCHEMA,
 })
 
 

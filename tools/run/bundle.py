@@ -12,8 +12,9 @@ choose; docs/outputs.md describes every file and column):
 * ``scenario.resolved.yaml`` -- the same with the profile merged in and every unit parsed;
 * ``result.json``    -- status, digest, seed, metrics, checks, faults, versions,
   host speed (wall seconds, events/s, peak memory);
-* ``actors.csv``, ``links.csv`` -- per-actor and per-link metrics;
+* ``actors.csv``, ``links.csv`` -- per-actor and per-link metrics (with their energy);
 * ``table.<title>.csv`` -- each table the run printed (e.g. ``table.gqa-requests.csv``: one row per request);
+* ``power.csv`` -- power per component class over time (docs/energy.md), when a trace was recorded;
 * ``trace.emutrace`` -- the binary trace (the run plan's size policy, tools/run/runner.py);
 * ``trace.pftrace`` -- the trace for ui.perfetto.dev (Perfetto protobuf), when the
   scenario enables the trace (capped at 1 GB: a trimmed file says so, on the terminal,
@@ -37,10 +38,13 @@ from pathlib import Path
 import yaml
 
 from emulator.errors import EmulatorError
+from tools.run.energy import energy_columns, write_power
+from tools.run.power import run_power
 
 __all__ = ["Bundle", "BundleError", "prepare_bundle", "check_trace_path", "BUNDLE_FILES"]
 
 BUNDLE_FILES = ("scenario.yaml", "scenario.resolved.yaml", "profile.yaml", "result.json", "actors.csv", "links.csv",
+                "power.csv",
                 "faults.json", "trace.emutrace", "trace.pftrace", "trace.perfetto.json")
 INPUT_PREFIX = "input."
 TABLE_PREFIX = "table."
@@ -105,11 +109,16 @@ class Bundle:
         system, result = outcome.system, outcome.result
         if system is not None and result is not None:
             end = result.end_time_ps
-            _csv(d / "actors.csv", system.actor_metrics(end))
-            _csv(d / "links.csv", system.link_metrics(end))
+            _csv(d / "actors.csv", energy_columns(system.actor_metrics(end), "actor", outcome.energy))
+            _csv(d / "links.csv", energy_columns(system.link_metrics(end), "link", outcome.energy))
         for title, rows in (res.get("tables") or {}).items():   # every table the run printed, as a CSV
             if rows:
                 _csv(d / f"{TABLE_PREFIX}{table_slug(title)}.csv", [{k: _cell(v) for k, v in r.items()} for r in rows])
+        power = None
+        if (outcome.energy is not None and (plan.plots or plan.trace_requested) and outcome.trace_path
+                and Path(outcome.trace_path).exists()):   # asked for plots or Perfetto: the power profile too
+            power = run_power(outcome.energy, outcome.trace_path, result.end_time_ps)
+            write_power(d, power, res)
         if result is not None and result.faults:   # every injection; result.json holds the per-fault summary
             with open(d / "faults.json", "w") as f:
                 json.dump(result.faults, f, indent=None)
@@ -120,7 +129,8 @@ class Bundle:
             from emulator.trace import TraceStream
             from tools.trace.perfetto import export_perfetto
             stats = export_perfetto(TraceStream(trace_path, payloads=False, allow_truncated=True),
-                                    str(d / "trace.pftrace"), max_mb=PERFETTO_CAP_MB, trim=True, fmt="proto")
+                                    str(d / "trace.pftrace"), max_mb=PERFETTO_CAP_MB, trim=True, fmt="proto",
+                                    power=power)
             res["perfetto"] = {"file": "trace.pftrace", "bytes": stats.bytes, "trace_events": stats.events,
                                "trimmed": stats.cut_note(PERFETTO_CAP_MB) or None}
             if stats.trimmed:
@@ -131,6 +141,9 @@ class Bundle:
                 step("plots")
             from tools.run.plots import make_plots
             make_plots(d, system, result, trace_path)
+            if power is not None:
+                from tools.run.plots import plot_power
+                plot_power(d / "power.png", power, sc.name)
         with open(d / "result.json", "w") as f:       # last: a bundle with result.json is complete
             json.dump(res, f, indent=1)
 

@@ -354,3 +354,27 @@ def _save(fig, path: Path, *, tight: bool = True) -> Path:
     fig.savefig(path, dpi=90, bbox_inches="tight" if not tight else None)
     plt.close(fig)
     return path
+
+
+def plot_power(path: Path, series: dict, title: str) -> None:
+    """``power.png``: power per component class over time, stacked (the energy model, docs/energy.md)."""
+    plt = _plt()
+    t = np.array(series["t_ps"], dtype=float)
+    scale, unit = (1e6, "us") if t[-1] < 1e9 else (1e9, "ms")
+    classes = sorted(series["by_class_w"], key=lambda c: -sum(series["by_class_w"][c]))
+    top, rest = classes[:8], classes[8:]
+    ys = [series["by_class_w"][c] for c in top]
+    labels = list(top)
+    if rest:
+        ys.append([sum(series["by_class_w"][c][i] for c in rest) for i in range(len(t))])
+        labels.append("other")
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    ax.stackplot(t / scale, ys, labels=labels, step="post")
+    ax.set_xlabel(f"virtual time ({unit})")
+    ax.set_ylabel("power (W)")
+    ax.set_title(f"{title}: power by component class (window {series['window_ps'] / scale:g} {unit}; "
+                 f"peak {series['peak_w']:.3g} W)")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

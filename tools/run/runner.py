@@ -39,6 +39,7 @@ from emulator.interrupt import RunStopped, StopSwitch
 from emulator.scenario import Scenario
 from emulator.system import RunResult, System, building, versions
 from emulator.trace import TraceOptions
+from tools.run.energy import run_energy
 
 __all__ = ["RunPlan", "RunOutcome", "plan_run", "execute", "final_status", "build_system", "run_scenario", "result_dict",
            "default_out_dir", "jsonable", "scenario_from_resolved", "EXIT_CODES", "EXIT_BAD_INPUT",
@@ -183,6 +184,7 @@ class RunOutcome:
     notes: list = field(default_factory=list)
     context: Any = None              # what the workload's ``build`` returned (handed to its check)
     checks: dict = field(default_factory=dict)   # what the workload's check measured (also in ``res``)
+    energy: Any = None               # the exact energy account (emulator/energy.py), None without a model
 
 
 def final_status(result: RunResult | None, checks: dict, stopped: str | None) -> tuple[str, str | None]:
@@ -258,8 +260,13 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
     res = result_dict(sc, system, result, status, error, checks, trace_path, build_s)
     if stopped:
         res["stopped_in"] = phase
+    energy = None
+    if result is not None:   # from the counters the run kept (docs/energy.md); never traced, digest unchanged
+        energy, res["energy"] = run_energy(plan.family, system, sc.profile, sc.params, checks, result.end_time_ps)
+        if energy is None:
+            del res["energy"]
     return RunOutcome(res=res, system=system, result=result, trace_path=trace_path, notes=notes, context=context,
-                      checks=checks)
+                      checks=checks, energy=energy)
 
 
 def _apply_trace_policy(plan: RunPlan, trace_path: str | None, notes: list) -> str | None:

@@ -21,6 +21,8 @@ import csv
 import json
 from pathlib import Path
 
+from tools.sweep.energy_metrics import ENERGY_METRICS, energy_metric
+
 __all__ = ["HOST_COLUMNS", "metric_value", "default_metrics", "make_row", "write_results", "format_rows",
            "varying_metrics", "constant_summary", "short_names", "metric_label", "time_scale"]
 
@@ -29,7 +31,7 @@ HOST_COLUMNS = ("wall_s", "events_per_s", "peak_rss_mib")
 # keys every result.json has (tools.run.runner); anything else at the top level came from the workload's check
 RUNNER_KEYS = {"scenario", "file", "status", "digest", "seed", "mode", "end_time_ps", "messages", "events",
                "time_steps", "wall_s", "build_s", "events_per_s", "peak_rss_mib", "actors", "links", "reports",
-               "faults", "versions", "deadlock", "error", "bundle", "tables", "traceback"}
+               "faults", "versions", "deadlock", "error", "bundle", "tables", "traceback", "energy"}
 
 _MISSING = object()
 
@@ -44,6 +46,8 @@ def metric_value(result: dict, name: str):
             break
     if node is not _MISSING:
         return node
+    if name in ENERGY_METRICS:        # energy_j, energy_per_token_j, avg_power_w, tokens_per_j, edp_js
+        return energy_metric(result, name)
     # a bare report key, e.g. ``round_latency_ps`` of reports["cube05/pe0"]
     for report in (result.get("reports") or {}).values():
         if isinstance(report, dict) and name in report:

@@ -105,7 +105,9 @@ def _from_bundle(d: Path) -> RunRecord:
         from emulator.trace import read_trace
 
         _add_flights(links, read_trace(str(trace)))
-    return RunRecord(str(d), {k: res.get(k) for k in RESULT_KEYS}, actors, links,
+    record = {k: res.get(k) for k in RESULT_KEYS}
+    record["energy_j"] = (res.get("energy") or {}).get("total_j")   # docs/energy.md
+    return RunRecord(str(d), record, actors, links,
                      str(trace) if trace.is_file() else None)
 
 
@@ -206,7 +208,7 @@ def _rows(a: dict, b: dict, key: str, metrics, main: str) -> list[dict]:
 
 def compare_runs(a: RunRecord, b: RunRecord, *, divergence: bool = True) -> Comparison:
     """Compare two records (see the module docstring)."""
-    result = {k: (a.result.get(k), b.result.get(k)) for k in RESULT_KEYS}
+    result = {k: (a.result.get(k), b.result.get(k)) for k in RESULT_KEYS + ("energy_j",)}
     c = Comparison(a, b, result, _rows(a.actors, b.actors, "actor", ACTOR_METRICS, "busy_ps"),
                    _rows(a.links, b.links, "link", LINK_METRICS, "bytes"))
     only = [r for r in c.actors if "only_in" in r]
@@ -244,6 +246,10 @@ def format_comparison(c: Comparison, *, rows: int = 10) -> str:
         va, vb = c.result[k]
         if va is not None and vb is not None:
             out.append(f"{k:<12} {va:>16} {vb:>16} {_signed(vb - va):>16}")
+    ja, jb = c.result.get("energy_j", (None, None))
+    if ja is not None and jb is not None:   # bundles of machines with an energy model (docs/energy.md)
+        pct = f" ({100 * (jb - ja) / ja:+.2f} %)" if ja else ""
+        out.append(f"{'energy':<12} {ja * 1e6:>13.4g} uJ {jb * 1e6:>13.4g} uJ {(jb - ja) * 1e6:>+13.4g} uJ{pct}")
     changed = [r for r in c.actors if r["busy_ps"][2] or r["spans"][2] or "only_in" in r]
     out.append("")
     out.append(f"actors whose busy time changed: {len(changed)} of {len(c.actors)}"

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
+import itertools
 import json
 import os
 from dataclasses import dataclass
@@ -246,8 +247,21 @@ class _EventConverter:
 KINDS_NAME = {MARK: "mark", DONE: "done", BLOCK: "block"}
 
 
+def power_events(series: dict, pid: int = 10**6):
+    """Trace-event dicts of a power profile (tools/run/power.py): one counter track per component class and
+    one for the total, in mW, under a process named ``power (energy model)``; a counter value per window."""
+    yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "power (energy model)"}}
+    yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "power"}}
+    rows = {"total": series["total_w"], **series["by_class_w"]}
+    for name, ws in rows.items():
+        for t, w in zip(series["t_ps"], ws):
+            yield {"ph": "C", "name": f"power {name} (mW)", "pid": pid, "tid": 1, "ts": _us(t), "_t": t,
+                   "args": {"mW": int(round(w * 1000))}}
+
+
 def export_perfetto(trace, out_path: str, *, actors=None, kinds=None, start=None, end=None,
-                    max_mb: float = 200.0, trim: bool = False, fmt: str | None = None) -> ExportStats:
+                    max_mb: float = 200.0, trim: bool = False, fmt: str | None = None,
+                    power: dict | None = None) -> ExportStats:
     """Write ``trace`` (a :class:`TraceFile` or a :class:`~emulator.trace.TraceStream`) to ``out_path`` as
     Perfetto protobuf (``fmt="proto"``, the default for a ``.pftrace`` / ``.perfetto-trace`` name) or JSON.
 
@@ -270,7 +284,10 @@ def export_perfetto(trace, out_path: str, *, actors=None, kinds=None, start=None
     try:
         with open(tmp, "wb") as f:
             stats.bytes = writer.begin(f)
-            for e in _trace_events(trace, actors=actors, kinds=kinds, start=start, end=end, position=position):
+            events = _trace_events(trace, actors=actors, kinds=kinds, start=start, end=end, position=position)
+            if power is not None:    # the power counter tracks (docs/energy.md), after the trace's events
+                events = itertools.chain(events, power_events(power))
+            for e in events:
                 size = writer.size(e)
                 if stats.bytes + size > cap:
                     if not trim:
