@@ -172,6 +172,8 @@ def _summary(res: dict) -> str:
         lines.append(f"  fault          {f['fault']} ({f['kind']}): {fired}")
     if res.get("bundle"):
         lines.append(f"  bundle         {res['bundle']}")
+    if res.get("limits"):
+        lines.append(f"  limits         {res['limits']['line']}")
     for name, rows in (res.get("tables") or {}).items():
         lines.append("")
         lines.append(format_table(name, rows))

@@ -258,6 +258,9 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
     res = result_dict(sc, system, result, status, error, checks, trace_path, build_s)
     if stopped:
         res["stopped_in"] = phase
+    if result is not None:   # what limits it: the bound's binding term, critical-path shares (tools/explain/limits.py)
+        from tools.explain.limits import run_limits
+        res["limits"] = run_limits(sc, res, trace_path, context)
     return RunOutcome(res=res, system=system, result=result, trace_path=trace_path, notes=notes, context=context,
                       checks=checks)
 
