@@ -310,6 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     from tools import pccx_cli
     campaign.add_parser(sub)   # emu faults campaign
     pccx_cli.add_parser(sub)   # pccx-specific subcommands
+    from tools.explain import profile as explain_profile
+    explain_profile.add_parser(sub)   # emu profile (tools/explain/)
     return p
 
 
