@@ -312,6 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     pccx_cli.add_parser(sub)   # pccx-specific subcommands
     from tools.explain import profile as explain_profile
     explain_profile.add_parser(sub)   # emu profile (tools/explain/)
+    from tools.explain import whatif
+    whatif.add_parser(sub)            # emu whatif
     return p
 
 
