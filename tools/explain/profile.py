@@ -341,7 +341,7 @@ def pccx_folded(p: dict) -> list[str]:
 def _scenario_of(path: str, sets):
     """(scenario, recorded digest or None) of a trace file, a bundle directory or a scenario file."""
     from actors import registry
-    from emulator.scenario import load_scenario
+    from emulator.scenario import load_scenario, scenario_path
     from emulator.trace import iter_trace
     from tools.run.runner import scenario_from_resolved
 
@@ -367,7 +367,7 @@ def _scenario_of(path: str, sets):
         if not d:
             raise ValueError(f"{path}: not a trace, or its header holds no scenario_resolved; profile the scenario file")
         return scenario_from_resolved(d), footer.get("digest") if isinstance(footer, dict) else None
-    return load_scenario(str(p), registry, sets), None
+    return load_scenario(str(scenario_path(str(p))), registry, sets), None
 
 
 def profile_run(path: str, sets=()) -> dict:

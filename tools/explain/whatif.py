@@ -181,11 +181,11 @@ def run_whatif(path: str, sets=(), *, factor: float = 0.1, only=None, backend: s
                address=None, quiet: bool = True) -> dict:
     """Baseline (with its critical path), every knob group at ``1 + factor`` and ``1 - factor`` speed, the table."""
     from actors import registry
-    from emulator.scenario import load_scenario
+    from emulator.scenario import load_scenario, scenario_path
     from tools.run.runner import build_system, execute, plan_run
     from tools.sweep.backends import make_backend
 
-    sc = load_scenario(path, registry, list(sets))
+    sc = load_scenario(str(scenario_path(path)), registry, list(sets))
     system, _ = build_system(sc)
     groups = knob_groups(system, sc)
     del system
@@ -301,10 +301,10 @@ def main(args) -> int:
         raise ValueError(f"emu whatif --factor: expected a number in (0, 1), found {args.factor}")
     if args.list:
         from actors import registry
-        from emulator.scenario import load_scenario
+        from emulator.scenario import load_scenario, scenario_path
         from tools.run.runner import build_system
 
-        sc = load_scenario(args.scenario, registry, list(args.set))
+        sc = load_scenario(str(scenario_path(args.scenario)), registry, list(args.set))
         system, _ = build_system(sc)
         for g, spec in knob_groups(system, sc).items():
             extra = f" (drives {', '.join(spec['classes'])})" if spec["classes"] != [g] else ""
