@@ -29,3 +29,15 @@ def test_no_reduction_gives_launch_kernel_completion(emu):
                          check=0).stdout)
     assert [p["phase"] for p in res["phases"]] == ["launch", "kernel", "completion"]
     assert sum(p["ps"] for p in res["phases"]) == res["latency_ps"]
+
+
+def test_gemma_stage_time_partitions_the_token(emu):
+    """Per-token stage time (actors/pccx/gemma3n/phases.py): the stages' times sum to the token time, and
+    on the tiny model's 4 tokens the FFN up-projection (the largest weight stream) is where the time sits."""
+    res = json.loads(emu("run", "scenarios/pccx/gemma3n/tiny-timing.yaml", "--no-bundle", "--json", "--quiet",
+                         check=0).stdout)
+    st = res["stage_time_us"]
+    assert abs(sum(st.values()) - res["token_time_us"]) < 0.01 * len(st)
+    assert max(st, key=st.get) == "ffn_up"
+    rows = res["tables"]["gemma3n per-stage (per token)"]
+    assert all("time_us" in r for r in rows)
