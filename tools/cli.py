@@ -1,7 +1,7 @@
 """``emu``: the one command of the emulator.
 
 Subcommands: ``run``, ``validate``, ``explain``, ``trace`` (perfetto, summary,
-diff, replay), ``sweep``, ``bench``.  Errors a user can cause (a bad scenario, a model
+diff, replay), ``sweep``, ``bench``, ``profile`` and ``whatif`` (tools/explain/).  Errors a user can cause (a bad scenario, a model
 error, a deadlock) are printed as clear messages with a non-zero exit status,
 never as a traceback; ``--debug`` shows the traceback too.
 

@@ -246,7 +246,7 @@ def format_whatif(w: dict) -> str:
            f"{'estimate':>9}  keys (actual speed factor when faster)"]
 
     def pct(x):
-        return "  failed" if x is None else f"{100 * x:+8.2f}%"
+        return "  failed" if x is None else f"{100 * x:+8.2f}%" if abs(x) >= 5e-5 else "    0.00%"
 
     for r in w["rows"]:
         fa, sl = r["variants"].get("faster", {}), r["variants"].get("slower", {})
