@@ -54,3 +54,19 @@ def test_profile_of_a_recorded_trace_checks_its_digest(emu, tmp_path):
     p = emu("profile", tmp_path / "t.emutrace", "--folded", tmp_path / "f.txt", check=0)
     assert "same digest as recorded" in p.stdout and "unattributed 0" in p.stdout
     assert (tmp_path / "f.txt").read_text().strip()
+
+
+def test_pccx_profile_by_stage_names_the_stream_bound_stage(emu):
+    """Gemma 3N (tiny, 4 tokens): the stages partition the run and the critical path inside each sums to it;
+    the FFN up-projection dominates and waits on the HP weight stream; the digest is the plain run's."""
+    out = profile_run("scenarios/pccx/gemma3n/tiny-timing.yaml")
+    sp = out["pccx"]["stage_path"]
+    assert sum(r["time_ps"] for r in sp["stages"]) == out["end_time_ps"]
+    for r in sp["stages"]:
+        assert sum(r["waited_on"].values()) == r["time_ps"]
+    top = sp["stages"][0]
+    assert top["stage"] == "ffn_up" and next(iter(top["waited_on"])) == "HP ports"
+    ops = {r["opcode"]: r for r in out["pccx"]["opcodes"]}
+    assert ops["GEMV"]["engine_ps"] == max(r["engine_ps"] for r in ops.values())
+    plain = emu("run", "scenarios/pccx/gemma3n/tiny-timing.yaml", "--no-bundle", "--json", "--quiet", check=0)
+    assert out["digest"] == json.loads(plain.stdout)["digest"]     # the profile's traced re-run changes nothing

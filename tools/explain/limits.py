@@ -34,7 +34,7 @@ from emulator.units import format_time
 from tools.trace.summary import component_kind, critical_path, end_time, kind_stems, missing_parts
 from tools.trace.compact import compact
 
-__all__ = ["run_limits", "binding_term", "path_classes", "step_class", "limits_line", "CLASSES"]
+__all__ = ["run_limits", "binding_term", "path_classes", "classified_steps", "step_class", "limits_line", "CLASSES"]
 
 #: resource class -> what it covers (docs/outputs.md has the same table)
 CLASSES = {
@@ -108,6 +108,16 @@ def step_class(step: dict, links: dict, stems: set, family: str) -> str:
     return "links" if family == "demo" else b
 
 
+def classified_steps(trace, family: str) -> tuple[list[dict], int]:
+    """The critical path's steps of non-zero length, each with its resource ``class``; and the end time."""
+    ct = compact(trace)
+    steps = critical_path(ct)
+    links = {l["name"]: l for l in ct.links}
+    stems = kind_stems(ct.actors)
+    out = [{**s, "class": step_class(s, links, stems, family)} for s in steps if s["end_ps"] > s["start_ps"]]
+    return out, end_time(ct)
+
+
 def path_classes(trace, family: str) -> dict:
     """``{"classes": {class: {"ps", "share"}}, "top", "end_ps", "steps"}`` of ``trace``'s critical path,
     largest first; ``{"missing": why}`` when the trace cannot give one (recorded with filters)."""
@@ -115,16 +125,10 @@ def path_classes(trace, family: str) -> dict:
     missing = missing_parts(ct).get("critical_path")
     if missing:
         return {"missing": missing}
-    steps = critical_path(ct)
-    end = end_time(ct)
-    links = {l["name"]: l for l in ct.links}
-    stems = kind_stems(ct.actors)
+    steps, end = classified_steps(ct, family)
     acc: dict[str, int] = {}
     for s in steps:
-        d = s["end_ps"] - s["start_ps"]
-        if d > 0:
-            c = step_class(s, links, stems, family)
-            acc[c] = acc.get(c, 0) + d
+        acc[s["class"]] = acc.get(s["class"], 0) + s["end_ps"] - s["start_ps"]
     order = sorted(acc.items(), key=lambda kv: (-kv[1], kv[0]))
     return {"classes": {c: {"ps": ps, "share": round(ps / end, 4) if end else 0.0} for c, ps in order},
             "top": order[0][0] if order else None, "end_ps": end, "steps": len(steps)}

@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -287,6 +288,37 @@ def folded_lines(stacks: list[dict], *, split: bool = True) -> list[str]:
 
 
 # -- pccx -------------------------------------------------------------------------------------------------
+def stage_path(system, context, trace_path: str, end: int) -> dict:
+    """Per stage (the run partitioned by what finishes next, actors/pccx/gemma3n/phases.py): its time and
+    the critical path's time inside it per resource class (tools/explain/limits.py): what the stage waited on."""
+    from actors.pccx.gemma3n.phases import stage_segments
+    from tools.explain.limits import classified_steps
+
+    comp = context.compiler
+    driver = system.actors["pccx/driver"]
+    segs = stage_segments(system.actors["pccx/axil_stat"].records, driver.host_spans, comp.where, 0, end)
+    steps, _ = classified_steps(trace_path, "pccx")
+    acc: dict = defaultdict(lambda: defaultdict(int))
+    total: dict = defaultdict(int)
+    for s, e, st in segs:
+        total[st] += e - s
+    i = 0
+    for step in steps:   # both in time order: a two-pointer sweep of the overlaps
+        a, b = step["start_ps"], step["end_ps"]
+        while i < len(segs) and segs[i][1] <= a:
+            i += 1
+        j = i
+        while j < len(segs) and segs[j][0] < b:
+            s, e, st = segs[j]
+            acc[st][step["class"]] += min(b, e) - max(a, s)
+            j += 1
+    out = []
+    for st, ps in sorted(total.items(), key=lambda kv: -kv[1]):
+        on = dict(sorted(acc[st].items(), key=lambda kv: -kv[1]))
+        out.append({"stage": st, "time_ps": ps, "share": round(ps / end, 4) if end else 0.0, "waited_on": on})
+    return {"stages": out, "end_ps": end}
+
+
 def pccx_profile(system, context) -> dict:
     """Per stage, layer and opcode of a pccx program run (module docstring); needs the compiler's ``where``."""
     comp = getattr(context, "compiler", None)
@@ -324,11 +356,18 @@ def pccx_profile(system, context) -> dict:
 
 
 def pccx_folded(p: dict) -> list[str]:
-    """Folded lines of a pccx profile: ``stage;opcode;engine|stall value`` (ns), plus ``stage;host``."""
+    """Folded lines of a pccx profile: ``stage;class value`` (ns) from the stage partition and the critical path
+    (they sum to the run's time); without it ``stage;opcode;engine|idle value`` plus ``stage;host``."""
     out = []
+    if p.get("stage_path"):
+        for r in p["stage_path"]["stages"]:
+            for c, ps in r["waited_on"].items():
+                if ps >= 1000:
+                    out.append(f"{r['stage']};{c.replace(' ', '_')} {round(ps / 1000)}")
+        return sorted(out)
     for r in p["stage_opcodes"]:
         stage, op = r["stage/opcode"].split("/", 1)
-        for leaf, ps in (("engine", r["engine_ps"]), ("stall", r["stall_ps"])):
+        for leaf, ps in (("engine", r["engine_ps"]), ("idle", r["stall_ps"])):
             if ps >= 1000:
                 out.append(f"{stage};{op};{leaf} {round(ps / 1000)}")
     for r in p["stages"]:
@@ -375,7 +414,8 @@ def profile_run(path: str, sets=()) -> dict:
     from tools.run.runner import plan_run, _build, final_status
 
     sc, digest = _scenario_of(path, list(sets))
-    plan = plan_run(sc, bundle=False)
+    tmp = tempfile.TemporaryDirectory(prefix="emu-profile-") if sc.family == "pccx" else None
+    plan = plan_run(sc, bundle=False, trace_path=str(Path(tmp.name) / "t.emutrace") if tmp else None)
     system, workload, context = _build(plan)
     prof = LineProfiler() if sc.family == "ahbm" else None
     if prof is not None:
@@ -395,6 +435,11 @@ def profile_run(path: str, sets=()) -> dict:
         out["kernel"] = prof.result()
     elif sc.family == "pccx":
         out["pccx"] = pccx_profile(system, context)
+        if tmp is not None:
+            system.finish_trace(status, result.end_time_ps)
+            if "missing" not in out["pccx"]:
+                out["pccx"]["stage_path"] = stage_path(system, context, plan.trace.path, result.end_time_ps)
+            tmp.cleanup()
     else:
         out["missing"] = f"no source attribution for the {sc.family} family (its actors run no kernel or program)"
     return out
@@ -428,6 +473,17 @@ def format_pccx(p: dict, rows: int = 12) -> str:
     if "missing" in p:
         return f"no program profile: {p['missing']}"
     out = []
+    sp = p.get("stage_path")
+    if sp:
+        out.append("time by stage (the run partitioned by what finishes next) and what the critical path did in it:")
+        out.append(f"  {'stage':<16} {'time':>11} {'share':>6}  critical path in the stage, by resource class")
+        for r in sp["stages"][:rows]:
+            tot = r["time_ps"] or 1
+            on = ", ".join(f"{c} {100 * v / tot:.0f} %" for c, v in list(r["waited_on"].items())[:3])
+            out.append(f"  {r['stage']:<16} {_t(r['time_ps']):>11} {100 * r['share']:5.1f}%  {on}")
+        if len(sp["stages"]) > rows:
+            out.append(f"  ... {len(sp['stages']) - rows} more")
+        out.append("")
     for key, name in (("stages", "stage"), ("opcodes", "opcode"), ("layers", "layer")):
         total = sum(r["engine_ps"] + r["host_ps"] for r in p[key]) or 1
         out.append(f"by {name} (engine = retire end - start; idle = the same engine idle before it; host = driver spans):")

@@ -13,25 +13,34 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-__all__ = ["stage_time"]
+__all__ = ["stage_time", "stage_segments"]
 
 
-def stage_time(records, host_spans, where, t0: int, t1: int) -> dict[str, int]:
-    """``{stage: ps}`` over ``[t0, t1]`` (module docstring); ``where[seq] = (token, layer, stage)``."""
+def stage_segments(records, host_spans, where, t0: int, t1: int) -> list[tuple[int, int, str]]:
+    """``[(start, end, stage)]`` partitioning ``[t0, t1]`` in time order (module docstring);
+    ``where[seq] = (token, layer, stage)``."""
     ends = [(r["end"], r["seq"], where[r["seq"]][2]) for r in records
             if r["kind"] == "retire" and 0 <= r["seq"] < len(where)]
     ends += [(e, -1, lab.split(":")[0]) for s, e, lab in host_spans]
     ends.sort()
-    out: dict[str, int] = defaultdict(int)
+    out = []
     prev = t0
     for end, _, stage in ends:
         if end <= prev:
             continue
         e = min(end, t1)
-        out[stage] += e - prev
+        out.append((prev, e, stage))
         prev = e
         if prev >= t1:
             break
     if prev < t1:
-        out["(after the last retirement)"] += t1 - prev
+        out.append((prev, t1, "(after the last retirement)"))
+    return out
+
+
+def stage_time(records, host_spans, where, t0: int, t1: int) -> dict[str, int]:
+    """``{stage: ps}`` over ``[t0, t1]``: :func:`stage_segments` summed per stage."""
+    out: dict[str, int] = defaultdict(int)
+    for s, e, stage in stage_segments(records, host_spans, where, t0, t1):
+        out[stage] += e - s
     return dict(out)
