@@ -431,8 +431,10 @@ def profile_run(path: str, sets=()) -> dict:
            "digest": result.digest, "recorded_digest": digest,
            "digest_matches": None if digest is None else digest == result.digest,
            "latency_ps": checks.get("latency_ps")}
-    if prof is not None:
+    if prof is not None and prof.kernel:
         out["kernel"] = prof.result()
+    elif prof is not None:
+        out["missing"] = "no tl kernel ran in this run (its PEs ran command scripts: the trace has their spans)"
     elif sc.family == "pccx":
         out["pccx"] = pccx_profile(system, context)
         if tmp is not None:
