@@ -5,7 +5,7 @@ the *declarations* (emulator/declare.py): every :class:`~emulator.declare.Param`
 class of the built machine (and the AHBM family's derived-parameter table,
 actors/ahbm/params.py ``PARAMS``) whose unit is a speed -- ``B/s``, ``MAC/clk`` and ``clock``
 (scaled by the speed factor ``s``), ``ps`` and ``cycles`` (divided by ``s``) -- except guards
-(``*timeout*``).  Of a derived parameter (several key paths) the first key is the knob (``hbm.pc_bandwidth``
+(``*timeout*``) and keys set to 0 (a feature off, e.g. ``driver.poll_max_interval: 0``).  Of a derived parameter (several key paths) the first key is the knob (``hbm.pc_bandwidth``
 of ``pc_bandwidth x efficiency``); a table value (``cpu.dispatch_cycles``) scales entry by entry.  Each
 key goes to a resource class by its section (:data:`SECTION_CLASS`, the classes of
 tools/explain/limits.py); a clock (``clock.pe``, ``clocks.core``) drives several classes and is a knob
@@ -48,7 +48,8 @@ SECTION_CLASS = {
              "cpu": "CPU dispatch", "ipcq": "IPCQ", "noc": "NOC", "ucie": "UCIe", "io": "host", "clock": None},
     "pccx": {"hp": "HP ports", "ddr": "DDR", "l2": "L2", "gemv": "GEMV lanes", "cvo": "SFU",
              "gemm": "systolic array", "driver": "host round trips", "acp": "host round trips",
-             "axil": "host round trips", "dispatcher": "control", "decoder_cycles": "control",
+             "axil": "host round trips", "driver.poll_interval": "DONE polls",
+             "driver.poll_max_interval": "DONE polls", "dispatcher": "control", "decoder_cycles": "control",
              "scheduler_cycles": "control", "clocks": None},
     "demo": {"workload.params.merge": "reduce PEs", "workload.params.produce": "reduce PEs",
              "workload.params.period": "reduce PEs", "workload.params.work": "ring nodes",
@@ -112,6 +113,8 @@ def knob_groups(system, scenario) -> dict:
         value = _get(scenario.params, key[len(_WORKLOAD):]) if key.startswith(_WORKLOAD) else _get(scenario.profile, key)
         if value is None or isinstance(value, bool) or not (isinstance(value, (int, float)) or (
                 isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values()))):
+            continue
+        if not (sum(value.values()) if isinstance(value, dict) else value):   # 0: off (no backoff), no speed
             continue
         klass = _section_class(key, family)
         if klass is None:   # a clock: its own group; the classes it drives from the components declaring it
