@@ -87,3 +87,12 @@ def test_no_trace_says_why(emu, tmp_path):
     p = emu("run", "scenarios/demo/ring.yaml", "--no-bundle", "--json", "--quiet", check=0)
     lim = json.loads(p.stdout)["limits"]
     assert lim["bound"] is None and "no trace" in lim["critical_path"]["missing"]
+
+
+@pytest.mark.parametrize("sets, binding", [
+    ([], "weight stream over HP2/HP3"),
+    (["--set", "machine.overrides.hp.beat_bytes=64"], "host DDR"),   # 4x the HP bandwidth: DDR binds
+])
+def test_gemma_names_the_weight_stream_and_a_4x_hp_variant_moves_it(emu, tmp_path, sets, binding):
+    p = emu("run", "scenarios/pccx/gemma3n/tiny-timing.yaml", *sets, "--no-bundle", "--json", "--quiet", check=0)
+    assert json.loads(p.stdout)["limits"]["bound"]["binding"] == binding

@@ -204,7 +204,7 @@ def limits_line(lim: dict) -> str:
         top = list(cp["classes"].items())[:4]
         parts.append("critical path: " + ", ".join(f"{c} {100 * v['share']:.0f} %" for c, v in top))
     else:
-        parts.append(f"critical path not computed ({cp.get('missing', 'no trace')})")
+        parts.append(f"critical path not computed: {cp.get('missing', 'no trace')}")
     return "; ".join(parts)
 
 
