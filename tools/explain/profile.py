@@ -75,7 +75,7 @@ class LineProfiler:
     def __init__(self):
         self.rows: dict[str, dict[tuple, dict]] = defaultdict(dict)   # pe -> stack -> row
         self.kernel: dict[str, list] = defaultdict(list)               # pe -> [(start, end)]
-        self.cmd: dict[tuple, tuple] = {}                              # (pe, cid) -> (stack, engine, issued)
+        self.cmd: dict[str, dict] = defaultdict(dict)                  # pe -> cid -> (stack, engine, issued, what)
         self._handlers = None
 
     # -- the call site ----------------------------------------------------------------------
@@ -136,6 +136,7 @@ class LineProfiler:
                 t0 = cpu.now
                 done = await handler(cpu, launch)
                 prof.kernel[cpu.pe].append((t0, cpu.now))
+                prof.cmd.pop(cpu.pe, None)   # the launch's commands are all complete
                 return done
             return timed
 
@@ -169,13 +170,14 @@ class LineProfiler:
                             what = f"ipcq {a[0]} {a[1]}"
                         elif name == "noc_recv":
                             what = "noc recv from " + ("any" if a[0] is None else ",".join(map(str, a[0])))
-                        prof.cmd[(pe, out)] = (stack, eng, cpu.now, what)
+                        prof.cmd[pe][out] = (stack, eng, cpu.now, what)
                 elif kind == "wait":
                     cids = a[0] if name == "wait_any" else [a[0]]
-                    info = prof.cmd.get((pe, cids[0]))
+                    mine = prof.cmd[pe]
+                    info = mine.get(cids[0])
                     what = info[3] if info else "?"
                     if name == "wait_any":
-                        engines = sorted({(prof.cmd.get((pe, c)) or (0, "?"))[1] for c in cids})
+                        engines = sorted({(mine.get(c) or (0, "?"))[1] for c in cids})
                         what = f"first of {len(cids)} {'/'.join(engines)}"
                     if dt:
                         r["wait_ps"][what] += dt
@@ -193,8 +195,8 @@ class LineProfiler:
             timed(name, "tcm")
         cpu.completed = _Completions(self, pe, cpu.completed)
 
-    def _completed(self, pe: str, cid: int, info: dict, now: int) -> None:
-        c = self.cmd.get((pe, cid))
+    def _completed(self, pe: str, cid: int, info: dict) -> None:
+        c = self.cmd[pe].get(cid)
         if c is None:
             return
         stack, eng, issued, _ = c
@@ -228,7 +230,7 @@ class _Completions(dict):
 
     def __setitem__(self, cid, info):
         super().__setitem__(cid, info)
-        self.prof._completed(self.pe, cid, info, 0)
+        self.prof._completed(self.pe, cid, info)
 
 
 def _cpu(r: dict) -> int:

@@ -52,7 +52,7 @@ SECTION_CLASS = {
              "driver.poll_max_interval": "DONE polls", "dispatcher": "control", "decoder_cycles": "control",
              "scheduler_cycles": "control", "clocks": None},
     "demo": {"workload.params.merge": "reduce PEs", "workload.params.produce": "reduce PEs",
-             "workload.params.period": "reduce PEs", "workload.params.work": "ring nodes",
+             "workload.params.period": "reduce PEs", "workload.params.service": "ring nodes",
              "links": "links", "link": "links"},
 }
 _WORKLOAD = "workload.params."
