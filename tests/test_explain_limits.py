@@ -96,3 +96,12 @@ def test_no_trace_says_why(emu, tmp_path):
 def test_gemma_names_the_weight_stream_and_a_4x_hp_variant_moves_it(emu, tmp_path, sets, binding):
     p = emu("run", "scenarios/pccx/gemma3n/tiny-timing.yaml", *sets, "--no-bundle", "--json", "--quiet", check=0)
     assert json.loads(p.stdout)["limits"]["bound"]["binding"] == binding
+
+
+def test_a_bound_that_names_its_binding_term_is_taken_at_its_word():
+    from tools.explain.limits import binding_term
+    res = {"bound_ps": 900, "bound_terms": {"sharing_ps": 600, "arrival_ps": 900, "binding": "arrival"}}
+    b = binding_term(res, {}, {})
+    assert b["binding"].startswith("request arrivals") and b["runner_up"]["name"].startswith("Group sharing")
+    res["bound_terms"]["binding"] = "sharing"     # the workload's word wins over the larger number
+    assert binding_term(res, {}, {})["binding"].startswith("Group sharing")

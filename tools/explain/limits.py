@@ -18,6 +18,10 @@ docs/outputs.md "What limits it"):
     tok/s bounds (weight + KV bytes over the GEMV HP ports, GEMV MACs over the lanes, the same
     bytes over host DDR), named ``weight stream over HP2/HP3`` (the ports the compiler
     streams on), ``GEMV MACs`` or ``host DDR``;
+  - many GQA requests (``gqa_requests``): the bound names its binding term itself
+    (``bound_terms.binding``: ``sharing``, the launches in turn on a CUBE Group's PEs, or
+    ``arrival``, each request's launches in turn after it arrives); another workload that reports
+    ``bound_ps`` with ``bound_terms`` gets its largest ``*_ps`` term;
   - any other workload has no analytic bound: ``binding`` is None and the line names only the
     critical path's largest class.
 
@@ -178,10 +182,35 @@ def _gemma_binding(res: dict, ports: list | None) -> dict:
             "terms": per_tok, "source": "bounds (actors/pccx/gemma3n/budget.py), ps per token"}
 
 
+#: gqa_requests (actors/ahbm/tl/gqa_requests.py work_bound): its two bounds' names
+_REQUEST_NAMES = {"sharing": "Group sharing (launches in turn on a CUBE Group's PEs)",
+                  "arrival": "request arrivals (each request's launches in turn after it arrives)"}
+
+
+def _named_binding(res: dict) -> dict:
+    """A bound that names its binding term itself (``bound_terms.binding``: gqa_requests), or else the largest
+    ``*_ps`` term."""
+    t = res["bound_terms"]
+    terms = {k[:-3]: v for k, v in t.items() if k.endswith("_ps") and isinstance(v, (int, float))}
+    key = t.get("binding") if t.get("binding") in terms else max(terms, key=terms.get)
+    names = {k: _REQUEST_NAMES.get(k, k.replace("_", " ")) for k in terms}
+    others = sorted((k for k in terms if k != key), key=lambda k: -terms[k])
+    out = {"binding": names[key], "term": f"{key}_ps", "ps": terms[key], "bound_ps": res["bound_ps"],
+           "share_of_bound": round(terms[key] / res["bound_ps"], 4),
+           "terms": {names[k]: v for k, v in terms.items()}, "source": "bound_terms"}
+    out["runner_up"] = ({"term": f"{others[0]}_ps", "name": names[others[0]], "ps": terms[others[0]]}
+                        if others else {"term": None, "name": "none", "ps": 0})
+    return out
+
+
 def binding_term(res: dict, profile: dict, params: dict, context=None) -> dict | None:
     """The bound's binding term (module docstring); None for a workload without an analytic bound."""
-    if res.get("bound_terms") and res.get("bound_ps"):
-        return _gqa_binding(res, profile, params)
+    t = res.get("bound_terms")
+    if isinstance(t, dict) and res.get("bound_ps"):
+        if {"kv_ps", "gemm_ps", "launch_ps", "first_access_ps", "reduction_ps"} <= t.keys():
+            return _gqa_binding(res, profile, params)
+        if any(k.endswith("_ps") for k in t):
+            return _named_binding(res)
     if isinstance(res.get("bounds"), dict) and "binding" in res["bounds"]:
         comp = getattr(context, "compiler", None)
         return _gemma_binding(res, list(getattr(comp, "ports", []) or []))
