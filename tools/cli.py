@@ -1,7 +1,7 @@
 """``emu``: the one command of the emulator.
 
 Subcommands: ``run``, ``validate``, ``explain``, ``trace`` (perfetto, summary,
-diff, replay), ``sweep``, ``bench``.  Errors a user can cause (a bad scenario, a model
+diff, replay), ``sweep``, ``bench``, ``profile`` and ``whatif`` (tools/explain/).  Errors a user can cause (a bad scenario, a model
 error, a deadlock) are printed as clear messages with a non-zero exit status,
 never as a traceback; ``--debug`` shows the traceback too.
 
@@ -194,6 +194,8 @@ def _summary(res: dict) -> str:
         lines.append(f"  fault          {f['fault']} ({f['kind']}): {fired}")
     if res.get("bundle"):
         lines.append(f"  bundle         {res['bundle']}")
+    if res.get("limits"):
+        lines.append(f"  limits         {res['limits']['line']}")
     for name, rows in (res.get("tables") or {}).items():
         lines.append("")
         lines.append(format_table(name, rows))
@@ -330,6 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
     from tools import pccx_cli
     campaign.add_parser(sub)   # emu faults campaign
     pccx_cli.add_parser(sub)   # pccx-specific subcommands
+    from tools.explain import profile as explain_profile
+    explain_profile.add_parser(sub)   # emu profile (tools/explain/)
+    from tools.explain import whatif
+    whatif.add_parser(sub)            # emu whatif
     return p
 
 

@@ -265,6 +265,9 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
         energy, res["energy"] = run_energy(plan.family, system, sc.profile, sc.params, checks, result.end_time_ps)
         if energy is None:
             del res["energy"]
+    if result is not None:   # what limits it: the bound's binding term, critical-path shares (tools/explain/limits.py)
+        from tools.explain.limits import run_limits
+        res["limits"] = run_limits(sc, res, trace_path, context)
     return RunOutcome(res=res, system=system, result=result, trace_path=trace_path, notes=notes, context=context,
                       checks=checks, energy=energy)
 

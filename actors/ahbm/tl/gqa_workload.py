@@ -47,6 +47,7 @@ from actors.ahbm.kernels.gqa_index import (GroupLayout, coords_of_rank, reduce_t
                                            tree_depth, valid_len)
 from actors.ahbm.dma import REGION_BITS
 from actors.ahbm.params import pe_name
+from actors.ahbm.tl.gqa_phases import decode_phases
 from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.tl.kernel_workload import KernelHooks, KernelLayout, Output, kernel_workload
 from actors.ahbm.tl.scratch import scheduler_reserve
@@ -470,6 +471,12 @@ def _metrics(ctx, system, res) -> dict:
     if "max_abs_err" in res:
         row["max_abs_err"] = res["max_abs_err"]
     out["tables"] = {"gqa attention": [row]}
+    phases = decode_phases(system.reports.get("io/host", {}), {pe_name(*c): r for c, r in cpus.items()})
+    if phases:   # where the latency sits along the critical chain (gqa_phases.py)
+        out["phases"] = phases
+        out["tables"]["gqa phases (critical chain: launch, sweep, reduction hops, store)"] = [
+            {"phase": ph["phase"], "where": ph["where"], "time": format_time(ph["ps"]),
+             "share": f"{100 * ph['ps'] / lat:.1f} %"} for ph in phases]
     return out
 
 

@@ -30,6 +30,7 @@ from actors.pccx.builder import build_machine
 from actors.pccx.gemma3n.budget import bounds, hp_idle_per_stage, design_budget
 from actors.pccx.gemma3n.compiler import STAGES, CompileError, Compiler
 from actors.pccx.gemma3n.config import load_config
+from actors.pccx.gemma3n.phases import stage_time
 from emulator.errors import BuildError
 from emulator.schema import Bool, Enum, Float, Int, List, Map, Str
 from protocols import pccx_isa as isa
@@ -350,6 +351,11 @@ def check(system, profile: dict, p: dict, result, context: Context) -> dict:
     out["tok_per_s"] = round(1e12 / tok_ps, 3)
     out["per_layer_us_last_token"] = _per_layer_us(driver, starts[-1])
     rows = _stage_rows(driver, stat, comp, ntok)
+    st_time = stage_time(stat.records, driver.host_spans, comp.where, starts[0], ends[-1])   # where the time sits
+    for row in rows:   # per-token stage time (actors/pccx/gemma3n/phases.py)
+        row["time_us"] = round(st_time.get(row["stage"], 0) / 1e6 / ntok, 3)
+        row["time_share"] = f"{100 * st_time.get(row['stage'], 0) / max(1, ends[-1] - starts[0]):.1f} %"
+    out["stage_time_us"] = {k: round(v / 1e6 / ntok, 3) for k, v in sorted(st_time.items(), key=lambda kv: -kv[1])}
     util = _utilisation(system, driver, stat, starts[0], ends[-1])
     b = bounds(comp, profile, ntok)   # bytes, bandwidths and bounds (actors/pccx/gemma3n/budget.py)
     out["budget"] = _budget_rows(comp, b, out["tok_per_s"], tok_ps, ntok)

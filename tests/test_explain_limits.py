@@ -1,0 +1,107 @@
+"""What limits a run (tools/explain/limits.py): the bound's binding term named right, and the
+critical path's time put into resource classes that sum to the run."""
+import json
+
+import pytest
+
+from tools.explain.limits import _gemma_binding, _gqa_binding, step_class
+
+GQA = "scenarios/ahbm/gqa/llama70b_decode_8k_1sip.yaml"
+LLAMA_16K = ["--set", "workload.params.C=4", "--set", "workload.params.context=16384"]
+
+
+def _gqa_res(kv, gemm, red=10):
+    return {"bound_ps": 100 + max(kv, gemm) + red, "ring_q_tile": 1,
+            "bound_terms": {"launch_ps": 50, "first_access_ps": 50, "kv_ps": kv, "gemm_ps": gemm,
+                            "reduction_ps": red}}
+
+
+def test_gqa_binding_term_is_the_larger_of_kv_and_gemm_and_names_padding():
+    prof = {"gemm": {"array_rows": 32, "charge_padded": True}}
+    decode = {"case": "decode", "G": 8, "C": 4, "P": 8}
+    b = _gqa_binding(_gqa_res(1000, 4000), prof, decode)
+    assert b["binding"] == "gemm (padded rows: M = 8 of 32)" and b["runner_up"]["name"] == "kv stream"
+    assert _gqa_binding(_gqa_res(4000, 1000), prof, decode)["binding"] == "kv stream"
+    # no padding charged, or M a multiple of the array rows: plain "gemm"
+    assert _gqa_binding(_gqa_res(1000, 4000), {"gemm": {"array_rows": 32, "charge_padded": False}},
+                        decode)["binding"] == "gemm"
+    assert _gqa_binding(_gqa_res(1000, 4000), prof, {**decode, "G": 32})["binding"] == "gemm"
+    # a reduction larger than both binds
+    assert _gqa_binding(_gqa_res(10, 20, red=500), prof, decode)["binding"] == "reduction depth"
+
+
+def test_gemma_binding_names_the_smallest_tok_s_bound():
+    res = {"bounds": {"binding": "ddr", "tok_s_bound": 2.0, "tok_s_bound_weight_stream": 3.0,
+                      "tok_s_bound_macs": 50.0, "tok_s_bound_ddr": 2.0}}
+    b = _gemma_binding(res, [2, 3])
+    assert b["binding"] == "host DDR" and b["runner_up"]["name"] == "weight stream over HP2/HP3"
+    assert b["ps"] == 500_000_000_000   # 1 / 2 tok/s
+
+
+LINKS = {"a": {"src": "sip0/cube00/router", "dst": "sip0/cube01/router"},
+         "b": {"src": "sip0/cube00/pe1/cpu", "dst": "sip0/cube00/router"},
+         "c": {"src": "io/host", "dst": "sip0/cube00/pe1/cpu"},
+         "d": {"src": "sip0/cube00/pe1/dma", "dst": "sip0/cube00/pe1/pc3"},
+         "e": {"src": "sip0/cube00/pe1/cpu", "dst": "sip0/cube00/pe1/ipcq"}}
+
+
+@pytest.mark.parametrize("step, cls", [
+    ({"kind": "message", "link": "a"}, "UCIe"), ({"kind": "message", "link": "b"}, "NOC"),
+    ({"kind": "message", "link": "c"}, "host"), ({"kind": "message", "link": "d"}, "HBM channels"),
+    ({"kind": "message", "link": "e"}, "IPCQ"), ({"kind": "busy", "actor": "sip0/cube00/pe1/gemm"}, "GEMM array"),
+    ({"kind": "idle", "actor": "sip0/cube00/pe1/pc3"}, "HBM channels"),
+    ({"kind": "poll", "actor": "io/host"}, "DONE polls"),
+    ({"kind": "busy", "actor": "sip0/cube00/pe1/cpu"}, "CPU dispatch"),
+])
+def test_step_classes_ahbm(step, cls):
+    assert step_class(step, LINKS, {"pc", "cube", "pe"}, "ahbm") == cls
+
+
+def test_step_classes_pccx():
+    assert step_class({"kind": "busy", "actor": "pccx/hp2"}, {}, {"hp"}, "pccx") == "HP ports"
+    assert step_class({"kind": "busy", "actor": "pccx/gemm"}, {}, {"hp"}, "pccx") == "systolic array"
+    links = {"x": {"src": "pccx/ddr", "dst": "pccx/driver"}}
+    assert step_class({"kind": "message", "link": "x"}, links, {"hp"}, "pccx") == "host round trips"
+
+
+def _limits(emu, tmp_path, *sets):
+    p = emu("run", GQA, *LLAMA_16K, *sets, "--no-bundle", "--trace", tmp_path / "t.emutrace", "--json", "--quiet",
+            check=0)
+    return json.loads(p.stdout)["limits"]
+
+
+def test_llama_decode_is_gemm_bound_shipped_and_kv_bound_unpadded(emu, tmp_path):
+    """The GQA decode at Llama shapes (16K, C = 4): padded M = 8 -> 32 rows makes it GEMM-bound with the shipped
+    profile; charging only the valid rows (gemm.charge_padded: false) makes the K/V stream bind."""
+    lim = _limits(emu, tmp_path)
+    assert lim["bound"]["binding"] == "gemm (padded rows: M = 8 of 32)"
+    cp = lim["critical_path"]
+    assert cp["top"] == "GEMM array"
+    assert sum(v["ps"] for v in cp["classes"].values()) == cp["end_ps"]    # the steps partition [0, end]
+    lim = _limits(emu, tmp_path, "--set", "machine.overrides.gemm.charge_padded=false")
+    assert lim["bound"]["binding"] == "kv stream"
+    assert lim["critical_path"]["top"] == "HBM channels"
+
+
+def test_no_trace_says_why(emu, tmp_path):
+    p = emu("run", "scenarios/demo/ring.yaml", "--no-bundle", "--json", "--quiet", check=0)
+    lim = json.loads(p.stdout)["limits"]
+    assert lim["bound"] is None and "no trace" in lim["critical_path"]["missing"]
+
+
+@pytest.mark.parametrize("sets, binding", [
+    ([], "weight stream over HP2/HP3"),
+    (["--set", "machine.overrides.hp.beat_bytes=64"], "host DDR"),   # 4x the HP bandwidth: DDR binds
+])
+def test_gemma_names_the_weight_stream_and_a_4x_hp_variant_moves_it(emu, tmp_path, sets, binding):
+    p = emu("run", "scenarios/pccx/gemma3n/tiny-timing.yaml", *sets, "--no-bundle", "--json", "--quiet", check=0)
+    assert json.loads(p.stdout)["limits"]["bound"]["binding"] == binding
+
+
+def test_a_bound_that_names_its_binding_term_is_taken_at_its_word():
+    from tools.explain.limits import binding_term
+    res = {"bound_ps": 900, "bound_terms": {"sharing_ps": 600, "arrival_ps": 900, "binding": "arrival"}}
+    b = binding_term(res, {}, {})
+    assert b["binding"].startswith("request arrivals") and b["runner_up"]["name"].startswith("Group sharing")
+    res["bound_terms"]["binding"] = "sharing"     # the workload's word wins over the larger number
+    assert binding_term(res, {}, {})["binding"].startswith("Group sharing")

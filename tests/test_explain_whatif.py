@@ -1,0 +1,57 @@
+"""``emu whatif`` (tools/explain/whatif.py): the knobs come from the declared parameters, the variants run
+on the sweep pool, and the measured sensitivity agrees with the one-run critical-path estimate."""
+import pytest
+
+from tools.explain.whatif import run_whatif, scaled_profile
+
+SCENARIO = "scenarios/ahbm/gqa/decode_sp.yaml"
+
+
+@pytest.fixture(scope="module")
+def whatif():
+    return run_whatif(SCENARIO, jobs=2)
+
+
+def test_top_three_agree_in_sign_and_order_with_the_estimate(whatif):
+    rows = whatif["rows"]
+    assert all(v["status"] == "finished" for r in rows for v in r["variants"].values())
+
+    def top(what):
+        ranked = sorted(rows, key=lambda r: (-abs(r["variants"]["faster"][what]), r["resource"]))
+        return [r["resource"] for r in ranked[:3]]
+
+    assert top("measured") == top("estimate")
+    for r in rows:
+        if r["resource"] in top("measured"):
+            for v in r["variants"].values():
+                assert v["measured"] != 0 and (v["measured"] > 0) == (v["estimate"] > 0)
+            assert r["variants"]["faster"]["measured"] < 0 < r["variants"]["slower"]["measured"]
+
+
+def test_a_resource_off_the_critical_path_changes_nothing(whatif):
+    """The decode's single SIP has no SIP-to-SIP traffic and its NOC is off the path: estimate and run say 0."""
+    (ucie,) = [r for r in whatif["rows"] if r["resource"] == "UCIe"]
+    assert ucie["critical_share"] == 0
+    assert all(v["measured"] == 0 for v in ucie["variants"].values())
+
+
+def test_knobs_scale_in_the_right_direction():
+    resolved = {"machine": {"resolved": {"hbm": {"pc_bandwidth": 32_000_000_000, "access_latency": 30000},
+                                         "cpu": {"dispatch_cycles": {"dma": 8, "gemm": 10}}}},
+                "workload": {"params": {}}}
+    out, ch = scaled_profile(resolved, {"hbm.pc_bandwidth": "B/s", "hbm.access_latency": "ps",
+                                        "cpu.dispatch_cycles": "ps"}, 1.1)
+    m = out["machine"]["resolved"]
+    assert m["hbm"]["pc_bandwidth"] == 35_200_000_000          # a rate grows
+    assert m["hbm"]["access_latency"] == 27273                 # a time shrinks (rounded to an integer ps)
+    assert m["cpu"]["dispatch_cycles"] == {"dma": 7, "gemm": 9}
+    assert ch["cpu.dispatch_cycles"]["speed"] == round(18 / 16, 4)   # the factor it really got
+    assert resolved["hbm" if False else "machine"]["resolved"]["hbm"]["pc_bandwidth"] == 32_000_000_000   # a copy
+
+
+def test_list_names_the_keys_and_a_bad_only_is_an_error(emu):
+    p = emu("whatif", SCENARIO, "--list", check=0)
+    assert "HBM channels: hbm.access_latency [ps], hbm.pc_bandwidth [B/s]" in p.stdout
+    assert "clock.pe (drives CPU dispatch, DMA, GEMM array, MATH)" in p.stdout
+    p = emu("whatif", SCENARIO, "--only", "warp drive", check=2)
+    assert "unknown resource warp drive" in p.stderr
