@@ -171,3 +171,12 @@ def test_batching_refuses_what_it_does_not_batch(capsys):
                    "--set", f"workload.params.{key}"])
         err = capsys.readouterr().err
         assert rc == 2 and "workload.params.batching: kernel batches decode requests" in err, err
+
+
+def test_the_bundle_has_the_request_table_and_plot(tmp_path, capsys):
+    out = tmp_path / "b"
+    assert main(["run", str(REQ / "spread.yaml"), "--set", "mode=timing", "--plots", "--out", str(out)]) == 0
+    capsys.readouterr()
+    rows = (out / "table.gqa-requests.csv").read_text().splitlines()
+    assert rows[0].startswith("request,context,prefill,steps") and len(rows) == 5
+    assert (out / "requests.png").stat().st_size > 10_000

@@ -144,6 +144,9 @@ class Bundle:
             if power is not None:
                 from tools.run.plots import plot_power
                 plot_power(d / "power.png", power, sc.name)
+            if res.get("per_request"):
+                from tools.run.plots import plot_requests
+                plot_requests(d / "requests.png", res["per_request"], sc.name)
         with open(d / "result.json", "w") as f:       # last: a bundle with result.json is complete
             json.dump(res, f, indent=1)
 

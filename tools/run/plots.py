@@ -356,6 +356,32 @@ def _save(fig, path: Path, *, tight: bool = True) -> Path:
     return path
 
 
+def plot_requests(path: Path, per_request: list, title: str) -> None:
+    """``requests.png`` (several requests, docs/requests.md): the distribution of the decode step latencies
+    and first-token times (empirical CDFs), and each request's life from arrival to its last step."""
+    plt = _plt()
+    steps = sorted(x for r in per_request for x in r["step_latency_ps"])
+    first = sorted(r["first_token_ps"] for r in per_request)
+    top = max(steps + first + [r["done_ps"] for r in per_request])
+    scale, unit = (1e6, "us") if top < 1e9 else (1e9, "ms")
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    for vals, label in ((steps, "decode step latency"), (first, "first-token time")):
+        if vals:
+            a.step(np.array(vals) / scale, np.arange(1, len(vals) + 1) / len(vals), where="post", label=label)
+    a.set_xlabel(f"latency ({unit})")
+    a.set_ylabel("fraction of steps / requests")
+    a.set_title("latency distribution")
+    a.legend()
+    for i, r in enumerate(per_request):
+        b.plot([r["arrival_ps"] / scale, r["done_ps"] / scale], [i, i], color="C0", lw=3)
+        b.plot([r["arrival_ps"] / scale], [i], "k|")
+    b.set_xlabel(f"time ({unit})")
+    b.set_ylabel("request")
+    b.set_title("arrival to last step")
+    fig.suptitle(title)
+    _save(fig, path)
+
+
 def plot_power(path: Path, series: dict, title: str) -> None:
     """``power.png``: power per component class over time, stacked (the energy model, docs/energy.md)."""
     plt = _plt()
