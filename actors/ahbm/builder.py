@@ -206,11 +206,16 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
                                                                                    prm.sip_link_bw)
             connect(r.outs[d], other.ins[OPPOSITE[d]], capacity=prm.link_capacity, latency=lat, bandwidth=bw)
 
-    # host / IO die
-    programs = programs_of(scripts, kernels)
+    _add_host(system, m, prm, programs_of(scripts, kernels), requests or [], batches, batch_pes)
+    return m
+
+
+def _add_host(system, m: Machine, prm, programs: dict, requests: list, batches, batch_pes) -> None:
+    """The host / IO die and its links: the load path through its router, a launch and a completion link per
+    launched PE (a requests plan's launch link holds every launch queued for that PE, build_machine)."""
     queued = {c: 1 for c in programs}
     plans = []
-    for req in requests or []:
+    for req in requests:
         for step in req.steps:
             for coord, launch in step.items():
                 queued[tuple(coord)] = queued.get(tuple(coord), 0) + 1
@@ -221,9 +226,10 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
         programs.setdefault(tuple(coord), None)
     for coord in programs:
         m.pe(*coord)   # a clear error for a PE outside the machine
-    m.host = add(Host("io/host", programs={pe_name(*c): p for c, p in programs.items()}, coord=prm.io_coord,
-                      requests=plans, batches=batches))
+    m.host = system.add(Host("io/host", programs={pe_name(*c): p for c, p in programs.items()}, coord=prm.io_coord,
+                             requests=plans, batches=batches))
     r = m.routers[prm.io_attach]
+    connect = system.connect
     connect(m.host.noc_out, r.ins["io"], capacity=prm.link_capacity, latency=prm.io_latency, bandwidth=prm.io_bw)
     connect(r.outs["io"], m.host.noc_in, capacity=prm.link_capacity, latency=prm.io_latency, bandwidth=prm.io_bw)
     for coord in programs:
@@ -231,4 +237,3 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
         connect(m.host.outs[pe_name(*coord)], pe.cpu.launch, capacity=queued.get(coord, 1) if plans else 1,
                 latency=prm.launch_latency)
         connect(pe.cpu.pe_done, m.host.done, capacity=1, latency=prm.launch_latency)
-    return m
