@@ -296,6 +296,10 @@ def _utilisation(system, driver, stat, t0: int, t1: int) -> dict:
     return util
 
 
+#: the title of the budget table in ``tables``; the energy rows join it after the run (actors/pccx/energy.py)
+BUDGET_TABLE = "budget vs the pccx Gemma 3N plan and bounds"
+
+
 def _budget_rows(comp: Compiler, b: dict, tok_per_s: float, tok_ps: float, ntok: int) -> list[dict]:
     """Throughput and the HP / weight / KV / L2 bandwidths beside the plan's budget and the bounds."""
     gbps = lambda nbytes: round(nbytes * 1e3 / tok_ps, 3)   # noqa: E731  bytes per token -> GB/s
@@ -374,7 +378,7 @@ def check(system, profile: dict, p: dict, result, context: Context) -> dict:
                       "attended": comp.ring.attended()}
     out["tables"] = {"gemma3n per-stage (per token)": rows,
                      "utilisation (emulated tokens)": [{"unit": k, "busy": v} for k, v in util.items()],
-                     "budget vs the pccx Gemma 3N plan and bounds": out["budget"],
+                     BUDGET_TABLE: out["budget"],
                      "the design document's budget (pccx Gemma 3N execution page §6) row by row": out["design_budget"]}
     return out
 
