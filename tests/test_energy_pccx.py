@@ -84,7 +84,7 @@ def test_gemma3n_cli_energy(tmp_path):
     assert en["actions"]["energy.host.active"]["count"] > 0
     assert "  energy " in r.stdout and "token/J" in r.stdout
     # tokens per joule inside the budget table, under tok/s: in result.json's budget, its table and the printout
-    from actors.pccx.gemma3n.workload import BUDGET_TABLE
+    from actors.pccx.gemma3n.budget import BUDGET_TABLE
     for table in (res["budget"], res["tables"][BUDGET_TABLE]):
         assert [r["metric"] for r in table[:3]] == ["decode throughput (tok/s)", "tokens per joule (tok/J)",
                                                    "average power (W)"]

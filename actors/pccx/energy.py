@@ -28,6 +28,8 @@ from __future__ import annotations
 from emulator.energy import Charge, Leak
 from emulator.schema import Map, Quantity
 
+from actors.pccx.gemma3n.budget import BUDGET_TABLE
+
 __all__ = ["ENERGY_SCHEMA", "energy_inventory", "energy_per", "energy_report", "STATIC_CLASSES"]
 
 
@@ -126,8 +128,6 @@ def energy_report(res: dict, energy: dict) -> None:
     here: the two rows go right under the throughput row, in ``res["budget"]`` and in the printed
     table.  Per token = the whole run's energy over the emulated tokens (``energy.per_token_j``).
     Any other pccx program has no budget table and is left as it is."""
-    from actors.pccx.gemma3n.workload import BUDGET_TABLE
-
     if "tokens_per_j" not in energy or not isinstance(res.get("budget"), list):
         return
     rows = [{"metric": "tokens per joule (tok/J)", "emulated": round(energy["tokens_per_j"], 4),

@@ -27,7 +27,7 @@ import bisect
 from collections import defaultdict
 
 from actors.pccx.builder import build_machine
-from actors.pccx.gemma3n.budget import bounds, hp_idle_per_stage, design_budget
+from actors.pccx.gemma3n.budget import BUDGET_TABLE, bounds, hp_idle_per_stage, design_budget
 from actors.pccx.gemma3n.compiler import STAGES, CompileError, Compiler
 from actors.pccx.gemma3n.config import load_config
 from actors.pccx.gemma3n.phases import stage_time
@@ -294,10 +294,6 @@ def _utilisation(system, driver, stat, t0: int, t1: int) -> dict:
     util["pccx/gemm (systolic array)"] = round(_busy(system.actors["pccx/gemm"].spans, t0, t1) / span, 4)
     util["host CPU"] = round(sum(e - s for s, e, _ in driver.host_spans if s >= t0) / span, 4)
     return util
-
-
-#: the title of the budget table in ``tables``; the energy rows join it after the run (actors/pccx/energy.py)
-BUDGET_TABLE = "budget vs the pccx Gemma 3N plan and bounds"
 
 
 def _budget_rows(comp: Compiler, b: dict, tok_per_s: float, tok_ps: float, ntok: int) -> list[dict]:
