@@ -83,6 +83,14 @@ def test_gemma3n_cli_energy(tmp_path):
     assert en["tokens_per_j"] == pytest.approx(res["tokens"] / en["total_j"])
     assert en["actions"]["energy.host.active"]["count"] > 0
     assert "  energy " in r.stdout and "token/J" in r.stdout
+    # tokens per joule inside the budget table, under tok/s: in result.json's budget, its table and the printout
+    from actors.pccx.gemma3n.budget import BUDGET_TABLE
+    for table in (res["budget"], res["tables"][BUDGET_TABLE]):
+        assert [r["metric"] for r in table[:3]] == ["decode throughput (tok/s)", "tokens per joule (tok/J)",
+                                                   "average power (W)"]
+        assert table[1]["emulated"] == round(en["tokens_per_j"], 4) and table[2]["emulated"] == round(en["avg_power_w"], 4)
+    rows = [line for line in r.stdout.splitlines() if line.startswith("  tokens per joule (tok/J)")]
+    assert len(rows) == 1 and f"{round(en['tokens_per_j'], 4):.4g}" in rows[0], rows
     assert metric_value(res, "energy_per_token_j") == en["per_token_j"]
     assert metric_value(res, "edp_js") == pytest.approx(en["total_j"] * res["end_time_ps"] / 1e12)
 

@@ -4,6 +4,7 @@ Profiles: scenarios/machines/ahbm-{1,2,4}sip.yaml.  Workloads:
 
 * ``microbench``: engine and interconnect microbenchmarks, measured vs closed form;
 * ``idle``: builds the whole machine and runs empty scripts (scale check);
+* ``energy_handcheck``: one DMA, one GEMM, one IPCQ send (the energy model's hand check);
 * the ``tl`` kernel runtime's workloads (``attention_decode``, ``attention_prefill``,
   actors/ahbm/tl/workloads.py), merged in below.
 
@@ -14,6 +15,7 @@ on the same PE CPU actor (actors/ahbm/cpu.py).
 from __future__ import annotations
 
 from actors.ahbm.energy import energy_inventory, energy_per  # noqa: F401 (the family's energy model, tools/run/energy.py)
+from actors.ahbm.handcheck import HANDCHECK_PARAMS, build_handcheck, check_handcheck
 from actors.ahbm.idle import IDLE_PARAMS, build_idle, check_idle
 from actors.ahbm.microbench import MICRO_PARAMS, build_microbench, check_microbench
 from actors.ahbm.params import PROFILE_SCHEMA
@@ -28,5 +30,7 @@ WORKLOADS = {
                            MICRO_PARAMS, build_microbench, check_microbench),
     "idle": Workload("idle", "build the whole machine and run an empty script on every PE", IDLE_PARAMS, build_idle,
                      check_idle),
+    "energy_handcheck": Workload("energy_handcheck", "one DMA load, one GEMM, one IPCQ send: the energy hand check "
+                                 "(docs/energy.md)", HANDCHECK_PARAMS, build_handcheck, check_handcheck),
 }
 WORKLOADS.update(TL_WORKLOADS)

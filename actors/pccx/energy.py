@@ -28,7 +28,9 @@ from __future__ import annotations
 from emulator.energy import Charge, Leak
 from emulator.schema import Map, Quantity
 
-__all__ = ["ENERGY_SCHEMA", "energy_inventory", "energy_per", "STATIC_CLASSES"]
+from actors.pccx.gemma3n.budget import BUDGET_TABLE
+
+__all__ = ["ENERGY_SCHEMA", "energy_inventory", "energy_per", "energy_report", "STATIC_CLASSES"]
 
 
 def _E(d=""):
@@ -116,3 +118,23 @@ def energy_per(params: dict, checks: dict) -> tuple[str, int] | None:
     """Per decode token for the gemma3n workload; per program run otherwise."""
     n = checks.get("tokens")
     return ("token", n) if isinstance(n, int) and n > 0 else ("program", 1)
+
+
+def energy_report(res: dict, energy: dict) -> None:
+    """The Gemma 3N budget table gets tokens per joule and the average power beside tok/s.
+
+    The workload's check builds that table before the energy exists (the energy is summed from the
+    counters once the check is over, tools/run/energy.py), so the runner hands the finished result
+    here: the two rows go right under the throughput row, in ``res["budget"]`` and in the printed
+    table.  Per token = the whole run's energy over the emulated tokens (``energy.per_token_j``).
+    Any other pccx program has no budget table and is left as it is."""
+    if "tokens_per_j" not in energy or not isinstance(res.get("budget"), list):
+        return
+    rows = [{"metric": "tokens per joule (tok/J)", "emulated": round(energy["tokens_per_j"], 4),
+             "design_budget": None, "bound": None, "ratio_to_bound": None, "binding": None},
+            {"metric": "average power (W)", "emulated": round(energy["avg_power_w"], 4),
+             "design_budget": None, "bound": None, "ratio_to_bound": None, "binding": None}]
+    for table in (res["budget"], (res.get("tables") or {}).get(BUDGET_TABLE)):
+        if table is not None:
+            at = next((i + 1 for i, r in enumerate(table) if r.get("metric") == "decode throughput (tok/s)"), 0)
+            table[at:at] = [dict(r) for r in rows]

@@ -9,7 +9,7 @@ driver) and the workloads: ``program`` — the hand-written overlap program of a
 from __future__ import annotations
 
 from actors.pccx import asmprog as _asm
-from actors.pccx.energy import energy_inventory, energy_per  # noqa: F401 (the family's energy model, tools/run/energy.py)
+from actors.pccx.energy import energy_inventory, energy_per, energy_report  # noqa: F401 (the family's energy model, tools/run/energy.py)
 from actors.pccx import program as _program
 from actors.pccx.gemma3n import workload as _gemma3n
 from actors.pccx.profile import PROFILE_SCHEMA

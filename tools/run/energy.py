@@ -2,15 +2,18 @@
 
 A machine family opts in with two functions in its family module (actors/registry.py):
 ``energy_inventory(system, profile, end_ps) -> (charges, leaks)`` and
-``energy_per(params, checks) -> (unit, n)``.  The runner calls :func:`run_energy` once
-the run and its check are over; the bundle adds the per-component columns to
-``actors.csv`` / ``links.csv`` (:func:`energy_columns`).
+``energy_per(params, checks) -> (unit, n)``, and optionally ``energy_report(res, energy)``.
+The runner calls :func:`run_energy` once the run and its check are over, then
+:func:`report_energy`: a check's own tables are built before the energy exists, so a family
+that reports energy inside them (the Gemma 3N budget's tokens per joule) adds it there, to the
+finished result; the bundle adds the per-component columns to ``actors.csv`` / ``links.csv``
+(:func:`energy_columns`).
 """
 from __future__ import annotations
 
 from emulator.energy import AJ_PER_J, account, energy_summary
 
-__all__ = ["run_energy", "energy_columns"]
+__all__ = ["run_energy", "report_energy", "energy_columns"]
 
 
 def run_energy(family, system, profile: dict, params: dict, checks: dict, end_ps: int):
@@ -22,6 +25,13 @@ def run_energy(family, system, profile: dict, params: dict, checks: dict, end_ps
     acc = account(charges, leaks, end_ps)
     per = family.energy_per(params, checks) if hasattr(family, "energy_per") else None
     return acc, energy_summary(acc, per=per)
+
+
+def report_energy(family, res: dict) -> None:
+    """Let the family put the run's energy into its own report (``energy_report(res, res["energy"])``)."""
+    hook = getattr(family, "energy_report", None)
+    if hook is not None and res.get("energy"):
+        hook(res, res["energy"])
 
 
 def energy_columns(rows: list[dict], key: str, acc) -> list[dict]:

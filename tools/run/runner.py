@@ -39,7 +39,7 @@ from emulator.interrupt import RunStopped, StopSwitch
 from emulator.scenario import Scenario
 from emulator.system import RunResult, System, building, versions
 from emulator.trace import TraceOptions
-from tools.run.energy import run_energy
+from tools.run.energy import report_energy, run_energy
 
 __all__ = ["RunPlan", "RunOutcome", "plan_run", "execute", "final_status", "build_system", "run_scenario", "result_dict",
            "default_out_dir", "jsonable", "scenario_from_resolved", "EXIT_CODES", "EXIT_BAD_INPUT",
@@ -265,6 +265,8 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
         energy, res["energy"] = run_energy(plan.family, system, sc.profile, sc.params, checks, result.end_time_ps)
         if energy is None:
             del res["energy"]
+        else:
+            report_energy(plan.family, res)   # e.g. tokens per joule in the Gemma 3N budget table
     if result is not None:   # what limits it: the bound's binding term, critical-path shares (tools/explain/limits.py)
         from tools.explain.limits import run_limits
         res["limits"] = run_limits(sc, res, trace_path, context)

@@ -21,9 +21,13 @@ from collections import defaultdict
 
 from emulator.units import ClockDomain
 
-__all__ = ["bounds", "design_budget", "hp_idle_per_stage"]
+__all__ = ["BUDGET_TABLE", "bounds", "design_budget", "hp_idle_per_stage"]
 
 GB = 1e9
+
+#: the title of the workload's budget table in ``tables``; the energy rows join it after the run
+#: (actors/pccx/energy.py ``energy_report``)
+BUDGET_TABLE = "budget vs the pccx Gemma 3N plan and bounds"
 
 
 def bounds(comp, profile: dict, ntok: int) -> dict:

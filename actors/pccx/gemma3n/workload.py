@@ -27,7 +27,7 @@ import bisect
 from collections import defaultdict
 
 from actors.pccx.builder import build_machine
-from actors.pccx.gemma3n.budget import bounds, hp_idle_per_stage, design_budget
+from actors.pccx.gemma3n.budget import BUDGET_TABLE, bounds, hp_idle_per_stage, design_budget
 from actors.pccx.gemma3n.compiler import STAGES, CompileError, Compiler
 from actors.pccx.gemma3n.config import load_config
 from actors.pccx.gemma3n.phases import stage_time
@@ -374,7 +374,7 @@ def check(system, profile: dict, p: dict, result, context: Context) -> dict:
                       "attended": comp.ring.attended()}
     out["tables"] = {"gemma3n per-stage (per token)": rows,
                      "utilisation (emulated tokens)": [{"unit": k, "busy": v} for k, v in util.items()],
-                     "budget vs the pccx Gemma 3N plan and bounds": out["budget"],
+                     BUDGET_TABLE: out["budget"],
                      "the design document's budget (pccx Gemma 3N execution page §6) row by row": out["design_budget"]}
     return out
 
