@@ -7,7 +7,11 @@ import pytest
 from tools.explain.limits import _gemma_binding, _gqa_binding, step_class
 
 GQA = "scenarios/ahbm/gqa/llama70b_decode_8k_1sip.yaml"
-LLAMA_16K = ["--set", "workload.params.C=4", "--set", "workload.params.context=16384"]
+# Llama3-70B decode at 8K with C = 2 CUBEs a KV head: 512 tokens a PE, the per-PE shapes of 16K at C = 4 (the
+# docs' example) at half the PEs and the run time
+LLAMA_C2 = ["--set", "workload.params.C=2"]
+# Gemma 3N tiny, one token after the context: the per-token stage times are those of the scenario's 4 tokens
+GEMMA_1 = ["--set", "workload.params.tokens=1"]
 
 
 def _gqa_res(kv, gemm, red=10):
@@ -65,13 +69,13 @@ def test_step_classes_pccx():
 
 
 def _limits(emu, tmp_path, *sets):
-    p = emu("run", GQA, *LLAMA_16K, *sets, "--no-bundle", "--trace", tmp_path / "t.emutrace", "--json", "--quiet",
+    p = emu("run", GQA, *LLAMA_C2, *sets, "--no-bundle", "--trace", tmp_path / "t.emutrace", "--json", "--quiet",
             check=0)
     return json.loads(p.stdout)["limits"]
 
 
 def test_llama_decode_is_gemm_bound_shipped_and_kv_bound_unpadded(emu, tmp_path):
-    """The GQA decode at Llama shapes (16K, C = 4): padded M = 8 -> 32 rows makes it GEMM-bound with the shipped
+    """The GQA decode at Llama shapes (512 tokens a PE: 8K at C = 2, 16K at C = 4): padded M = 8 -> 32 rows makes it GEMM-bound with the shipped
     profile; charging only the valid rows (gemm.charge_padded: false) makes the K/V stream bind."""
     lim = _limits(emu, tmp_path)
     assert lim["bound"]["binding"] == "gemm (padded rows: M = 8 of 32)"
@@ -94,7 +98,7 @@ def test_no_trace_says_why(emu, tmp_path):
     (["--set", "machine.overrides.hp.beat_bytes=64"], "host DDR"),   # 4x the HP bandwidth: DDR binds
 ])
 def test_gemma_names_the_weight_stream_and_a_4x_hp_variant_moves_it(emu, tmp_path, sets, binding):
-    p = emu("run", "scenarios/pccx/gemma3n/tiny-timing.yaml", *sets, "--no-bundle", "--json", "--quiet", check=0)
+    p = emu("run", "scenarios/pccx/gemma3n/tiny-timing.yaml", *GEMMA_1, *sets, "--no-bundle", "--json", "--quiet", check=0)
     assert json.loads(p.stdout)["limits"]["bound"]["binding"] == binding
 
 

@@ -42,11 +42,12 @@ def test_ray_and_pool_give_identical_rows(tmp_path, local_ray):
 
 def test_whatif_on_ray_gives_the_pool_rows(capsys, local_ray):
     """``emu whatif --backend ray``: the same variants, measured changes and key factors as on the pool (one
-    resource of the small decode: baseline + 2 variants; the pool's own numbers are tests/test_explain_whatif.py's)."""
+    resource of the small decode, one KV head in timing mode: baseline + 2 variants; the pool's own numbers are tests/test_explain_whatif.py's)."""
     scenario = str(ROOT / "scenarios/ahbm/gqa/decode_sp.yaml")
     out = {}
     for backend in ("pool", "ray"):
-        assert main(["whatif", scenario, "--only", "MATH", "--backend", backend, "-j", "2", "--json"]) == 0
+        assert main(["whatif", scenario, "--set", "mode=timing", "--set", "workload.params.heads=1", "--only", "MATH",
+                     "--backend", backend, "-j", "2", "--json"]) == 0
         out[backend] = json.loads(capsys.readouterr().out)
     pool, by_ray = out["pool"], out["ray"]
     assert by_ray.pop("backend") == "ray" and pool.pop("backend") == "pool"
