@@ -82,6 +82,7 @@ def test_llama_decode_is_gemm_bound_shipped_and_kv_bound_unpadded(emu, tmp_path)
     cp = lim["critical_path"]
     assert cp["top"] == "GEMM array"
     assert sum(v["ps"] for v in cp["classes"].values()) == cp["end_ps"]    # the steps partition [0, end]
+    assert cp["walk"]["events"] > 0 and cp["walk"]["wall_s"] >= 0          # what the walk cost is recorded
     lim = _limits(emu, tmp_path, "--set", "machine.overrides.gemm.charge_padded=false")
     assert lim["bound"]["binding"] == "kv stream"
     assert lim["critical_path"]["top"] == "HBM channels"
@@ -109,3 +110,15 @@ def test_a_bound_that_names_its_binding_term_is_taken_at_its_word():
     assert b["binding"].startswith("request arrivals") and b["runner_up"]["name"].startswith("Group sharing")
     res["bound_terms"]["binding"] = "sharing"     # the workload's word wins over the larger number
     assert binding_term(res, {}, {})["binding"].startswith("Group sharing")
+
+
+def test_the_line_states_the_walk_cost_on_a_large_trace():
+    """The critical-path walk costs ~1 s a million events: from WALK_NOTE_EVENTS up the line says so."""
+    from tools.explain.limits import WALK_NOTE_EVENTS, limits_line
+    cp = {"classes": {"GEMM array": {"ps": 56, "share": 0.56}, "MATH": {"ps": 44, "share": 0.44}}}
+    small = {"bound": None, "critical_path": {**cp, "walk": {"events": 5000, "wall_s": 0.01, "share_of_run": 0.01}}}
+    assert "critical path: GEMM array 56 %, MATH 44 %" in limits_line(small)
+    large = {"bound": None, "critical_path": {**cp, "walk": {"events": WALK_NOTE_EVENTS + 900_000, "wall_s": 2.406,
+                                                             "share_of_run": 0.174}}}
+    assert ("critical path (1.9 M events walked in 2.4 s, 17 % of the run's wall time): GEMM array 56 %"
+            in limits_line(large))
