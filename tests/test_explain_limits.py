@@ -122,3 +122,18 @@ def test_the_line_states_the_walk_cost_on_a_large_trace():
                                                              "share_of_run": 0.174}}}
     assert ("critical path (1.9 M events walked in 2.4 s, 17 % of the run's wall time): GEMM array 56 %"
             in limits_line(large))
+
+
+def test_a_default_trace_removed_by_the_size_policy_is_named_as_the_reason(tmp_path, monkeypatch):
+    """A bundle's default trace over the kept size is removed before the walk: the line says so (not 'no trace
+    was recorded', which would be wrong)."""
+    from actors import registry
+    from emulator.scenario import load_scenario
+    from tools.run import runner
+
+    monkeypatch.setattr(runner, "DEFAULT_TRACE_KEEP_MB", 0.0)
+    sc = load_scenario("scenarios/demo/ring.yaml", registry)
+    res = runner.execute(runner.plan_run(sc, out=str(tmp_path / "b"))).res
+    assert res["trace"] is None
+    assert "over the size kept and removed" in res["limits"]["critical_path"]["missing"]
+    assert "over the size kept" in res["limits"]["line"]

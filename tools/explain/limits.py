@@ -255,8 +255,9 @@ def limits_line(lim: dict) -> str:
     return "; ".join(parts)
 
 
-def run_limits(scenario, res: dict, trace_path: str | None, context=None) -> dict:
-    """The ``limits`` entry of result.json for one run (module docstring)."""
+def run_limits(scenario, res: dict, trace_path: str | None, context=None, *, trace_dropped: bool = False) -> dict:
+    """The ``limits`` entry of result.json for one run (module docstring); ``trace_dropped``: the run recorded its
+    default trace and the size policy removed it (tools/run/runner.py), so there is none to walk."""
     out: dict = {"bound": binding_term(res, scenario.profile, scenario.params, context)}
     if trace_path:
         try:
@@ -269,6 +270,9 @@ def run_limits(scenario, res: dict, trace_path: str | None, context=None) -> dic
                               "share_of_run": round(wall / run_wall, 3) if run_wall else None}
         except (OSError, ValueError) as e:   # a trace cut short (the run was stopped): say so, not fail
             out["critical_path"] = {"missing": f"the trace cannot be read ({e})"}
+    elif trace_dropped:
+        out["critical_path"] = {"missing": "the default trace was over the size kept and removed (--set "
+                                           "trace.enabled=true keeps it, and the walk then costs ~1 s a million events)"}
     else:
         out["critical_path"] = {"missing": "no trace was recorded (--no-bundle without --trace, or "
                                            "trace.enabled: false)"}
