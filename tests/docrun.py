@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MASKS = [
     (re.compile(r"wall\s+[\d.]+ s \([\d,]+ events/s\)"), "wall <wall> s (<rate> events/s)"),
     (re.compile(r"peak RSS [\d.]+ MiB"), "peak RSS <mem> MiB"),
+    (re.compile(r"walked in [\d.]+ s, [\d.]+ % of the run's wall time"),        # a large trace's limits walk
+     "walked in <wall> s, <share> % of the run's wall time"),
 ]
 _HEX = re.compile(r"\b(0x)?[0-9a-f]{8,}\b")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*(?:e[+-]?\d+)?")

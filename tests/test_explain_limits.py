@@ -7,7 +7,11 @@ import pytest
 from tools.explain.limits import _gemma_binding, _gqa_binding, step_class
 
 GQA = "scenarios/ahbm/gqa/llama70b_decode_8k_1sip.yaml"
-LLAMA_16K = ["--set", "workload.params.C=4", "--set", "workload.params.context=16384"]
+# Llama3-70B decode at 8K with C = 2 CUBEs a KV head: 512 tokens a PE, the per-PE shapes of 16K at C = 4 (the
+# docs' example) at half the PEs and the run time
+LLAMA_C2 = ["--set", "workload.params.C=2"]
+# Gemma 3N tiny, one token after the context: the per-token stage times are those of the scenario's 4 tokens
+GEMMA_1 = ["--set", "workload.params.tokens=1"]
 
 
 def _gqa_res(kv, gemm, red=10):
@@ -65,19 +69,20 @@ def test_step_classes_pccx():
 
 
 def _limits(emu, tmp_path, *sets):
-    p = emu("run", GQA, *LLAMA_16K, *sets, "--no-bundle", "--trace", tmp_path / "t.emutrace", "--json", "--quiet",
+    p = emu("run", GQA, *LLAMA_C2, *sets, "--no-bundle", "--trace", tmp_path / "t.emutrace", "--json", "--quiet",
             check=0)
     return json.loads(p.stdout)["limits"]
 
 
 def test_llama_decode_is_gemm_bound_shipped_and_kv_bound_unpadded(emu, tmp_path):
-    """The GQA decode at Llama shapes (16K, C = 4): padded M = 8 -> 32 rows makes it GEMM-bound with the shipped
+    """The GQA decode at Llama shapes (512 tokens a PE: 8K at C = 2, 16K at C = 4): padded M = 8 -> 32 rows makes it GEMM-bound with the shipped
     profile; charging only the valid rows (gemm.charge_padded: false) makes the K/V stream bind."""
     lim = _limits(emu, tmp_path)
     assert lim["bound"]["binding"] == "gemm (padded rows: M = 8 of 32)"
     cp = lim["critical_path"]
     assert cp["top"] == "GEMM array"
     assert sum(v["ps"] for v in cp["classes"].values()) == cp["end_ps"]    # the steps partition [0, end]
+    assert cp["walk"]["events"] > 0 and cp["walk"]["wall_s"] >= 0          # what the walk cost is recorded
     lim = _limits(emu, tmp_path, "--set", "machine.overrides.gemm.charge_padded=false")
     assert lim["bound"]["binding"] == "kv stream"
     assert lim["critical_path"]["top"] == "HBM channels"
@@ -94,7 +99,7 @@ def test_no_trace_says_why(emu, tmp_path):
     (["--set", "machine.overrides.hp.beat_bytes=64"], "host DDR"),   # 4x the HP bandwidth: DDR binds
 ])
 def test_gemma_names_the_weight_stream_and_a_4x_hp_variant_moves_it(emu, tmp_path, sets, binding):
-    p = emu("run", "scenarios/pccx/gemma3n/tiny-timing.yaml", *sets, "--no-bundle", "--json", "--quiet", check=0)
+    p = emu("run", "scenarios/pccx/gemma3n/tiny-timing.yaml", *GEMMA_1, *sets, "--no-bundle", "--json", "--quiet", check=0)
     assert json.loads(p.stdout)["limits"]["bound"]["binding"] == binding
 
 
@@ -105,3 +110,30 @@ def test_a_bound_that_names_its_binding_term_is_taken_at_its_word():
     assert b["binding"].startswith("request arrivals") and b["runner_up"]["name"].startswith("Group sharing")
     res["bound_terms"]["binding"] = "sharing"     # the workload's word wins over the larger number
     assert binding_term(res, {}, {})["binding"].startswith("Group sharing")
+
+
+def test_the_line_states_the_walk_cost_on_a_large_trace():
+    """The critical-path walk costs ~1 s a million events: from WALK_NOTE_EVENTS up the line says so."""
+    from tools.explain.limits import WALK_NOTE_EVENTS, limits_line
+    cp = {"classes": {"GEMM array": {"ps": 56, "share": 0.56}, "MATH": {"ps": 44, "share": 0.44}}}
+    small = {"bound": None, "critical_path": {**cp, "walk": {"events": 5000, "wall_s": 0.01, "share_of_run": 0.01}}}
+    assert "critical path: GEMM array 56 %, MATH 44 %" in limits_line(small)
+    large = {"bound": None, "critical_path": {**cp, "walk": {"events": WALK_NOTE_EVENTS + 900_000, "wall_s": 2.406,
+                                                             "share_of_run": 0.174}}}
+    assert ("critical path (1.9 M events walked in 2.4 s, 17 % of the run's wall time): GEMM array 56 %"
+            in limits_line(large))
+
+
+def test_a_default_trace_removed_by_the_size_policy_is_named_as_the_reason(tmp_path, monkeypatch):
+    """A bundle's default trace over the kept size is removed before the walk: the line says so (not 'no trace
+    was recorded', which would be wrong)."""
+    from actors import registry
+    from emulator.scenario import load_scenario
+    from tools.run import runner
+
+    monkeypatch.setattr(runner, "DEFAULT_TRACE_KEEP_MB", 0.0)
+    sc = load_scenario("scenarios/demo/ring.yaml", registry)
+    res = runner.execute(runner.plan_run(sc, out=str(tmp_path / "b"))).res
+    assert res["trace"] is None
+    assert "over the size kept and removed" in res["limits"]["critical_path"]["missing"]
+    assert "over the size kept" in res["limits"]["line"]

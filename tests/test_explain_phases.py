@@ -33,8 +33,8 @@ def test_no_reduction_gives_launch_kernel_completion(emu):
 
 def test_gemma_stage_time_partitions_the_token(emu):
     """Per-token stage time (actors/pccx/gemma3n/phases.py): the stages' times sum to the token time, and
-    on the tiny model's 4 tokens the FFN up-projection (the largest weight stream) is where the time sits."""
-    res = json.loads(emu("run", "scenarios/pccx/gemma3n/tiny-timing.yaml", "--no-bundle", "--json", "--quiet",
+    on the tiny model (one token: its stage times are those of the scenario's 4) the FFN up-projection (the largest weight stream) is where the time sits."""
+    res = json.loads(emu("run", "scenarios/pccx/gemma3n/tiny-timing.yaml", "--set", "workload.params.tokens=1", "--no-bundle", "--json", "--quiet",
                          check=0).stdout)
     st = res["stage_time_us"]
     assert abs(sum(st.values()) - res["token_time_us"]) < 0.01 * len(st)

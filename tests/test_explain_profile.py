@@ -57,9 +57,9 @@ def test_profile_of_a_recorded_trace_checks_its_digest(emu, tmp_path):
 
 
 def test_pccx_profile_by_stage_names_the_stream_bound_stage(emu):
-    """Gemma 3N (tiny, 4 tokens): the stages partition the run and the critical path inside each sums to it;
+    """Gemma 3N (tiny, one token: the per-token stage times of the scenario's 4): the stages partition the run and the critical path inside each sums to it;
     the FFN up-projection dominates and waits on the HP weight stream; the digest is the plain run's."""
-    out = profile_run("scenarios/pccx/gemma3n/tiny-timing.yaml")
+    out = profile_run("scenarios/pccx/gemma3n/tiny-timing.yaml", ["workload.params.tokens=1"])
     sp = out["pccx"]["stage_path"]
     assert sum(r["time_ps"] for r in sp["stages"]) == out["end_time_ps"]
     for r in sp["stages"]:
@@ -68,5 +68,5 @@ def test_pccx_profile_by_stage_names_the_stream_bound_stage(emu):
     assert top["stage"] == "ffn_up" and next(iter(top["waited_on"])) == "HP ports"
     ops = {r["opcode"]: r for r in out["pccx"]["opcodes"]}
     assert ops["GEMV"]["engine_ps"] == max(r["engine_ps"] for r in ops.values())
-    plain = emu("run", "scenarios/pccx/gemma3n/tiny-timing.yaml", "--no-bundle", "--json", "--quiet", check=0)
+    plain = emu("run", "scenarios/pccx/gemma3n/tiny-timing.yaml", "--set", "workload.params.tokens=1", "--no-bundle", "--json", "--quiet", check=0)
     assert out["digest"] == json.loads(plain.stdout)["digest"]     # the profile's traced re-run changes nothing

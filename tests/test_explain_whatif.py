@@ -2,14 +2,21 @@
 on the sweep pool, and the measured sensitivity agrees with the one-run critical-path estimate."""
 import pytest
 
-from tools.explain.whatif import run_whatif, scaled_profile
+from tools.explain.whatif import format_whatif, knob_coverage, run_whatif, scaled_profile
 
 SCENARIO = "scenarios/ahbm/gqa/decode_sp.yaml"
 
 
+#: one KV head (its two are alike) in timing mode: the same end time and critical path at a third of the run time
+CHEAP = ["mode=timing", "workload.params.heads=1"]
+#: every resource of the decode but three that are off its critical path (share 0: they cannot enter a top three)
+#: and cost 6 of the 22 variant runs; UCIe, also off the path, stays for the zero check
+ON_PATH = ["clock.pe", "MATH", "HBM channels", "CPU dispatch", "host", "DMA", "GEMM array", "UCIe"]
+
+
 @pytest.fixture(scope="module")
 def whatif():
-    return run_whatif(SCENARIO, jobs=2)
+    return run_whatif(SCENARIO, CHEAP, only=ON_PATH, jobs=2)
 
 
 def test_top_three_agree_in_sign_and_order_with_the_estimate(whatif):
@@ -53,5 +60,35 @@ def test_list_names_the_keys_and_a_bad_only_is_an_error(emu):
     p = emu("whatif", SCENARIO, "--list", check=0)
     assert "HBM channels: hbm.access_latency [ps], hbm.pc_bandwidth [B/s]" in p.stdout
     assert "clock.pe (drives CPU dispatch, DMA, GEMM array, MATH)" in p.stdout
+    assert "GEMM array *: gemm.fill_drain_cycles [cycles]" in p.stdout       # no exclusive knob for its MACs
     p = emu("whatif", SCENARIO, "--only", "warp drive", check=2)
     assert "unknown resource warp drive" in p.stderr
+
+
+def test_the_gemm_array_is_marked_as_having_no_exclusive_knob(whatif):
+    """Its core MAC cycles run at clock.pe (actors/ahbm/costs.py): the row scales only gemm.fill_drain_cycles, so
+    the output marks it, names the widths that set its throughput and the clock row that speeds it."""
+    rows = {r["resource"]: r for r in whatif["rows"]}
+    assert rows["GEMM array"]["own_knob"] == "part" and rows["MATH"]["own_knob"] == "part"
+    assert rows["HBM channels"]["own_knob"] == rows["CPU dispatch"]["own_knob"] == "all"
+    g = whatif["coverage"]["partial"]["GEMM array"]
+    assert g["own_keys"] == ["gemm.fill_drain_cycles"] and g["widths"] == ["gemm.array_rows", "gemm.array_cols"]
+    assert g["clock"] == "clock.pe" and set(g["shared_with"]) == {"CPU dispatch", "DMA", "MATH"}
+    # the measured change of its own row is well short of its estimate: what the mark warns of
+    f = rows["GEMM array"]["variants"]["faster"]
+    assert abs(f["measured"]) < 0.75 * abs(f["estimate"])
+    text = format_whatif(whatif)
+    assert "  GEMM array *" in text and "GEMM array: core MAC cycles ceil(m/R) ceil(n/C) k" in text
+    assert "the clock.pe row speeds it (with CPU dispatch, DMA, MATH)" in text
+
+
+def test_a_class_on_the_path_without_a_row_of_its_own_is_listed():
+    """pccx: the HP ports have no speed key of their own, only their clock (clocks.axi, which drives nothing
+    else); a class off the path (share 0) is not listed."""
+    groups = {"DDR": {"classes": ["DDR"], "keys": {"ddr.bandwidth": "B/s"}},
+              "clocks.axi": {"classes": ["HP ports"], "keys": {"clocks.axi": "clock"}},
+              "clocks.core": {"classes": ["GEMV lanes", "SFU"], "keys": {"clocks.core": "clock"}},
+              "GEMV lanes": {"classes": ["GEMV lanes"], "keys": {"gemv.macs_per_lane": "MAC/clk"}}}
+    cov = knob_coverage(groups, "pccx", {"HP ports": 0.82, "DDR": 0.1, "SFU": 0.0, "GEMV lanes": 0.05})
+    assert cov["partial"] == {}
+    assert cov["none"] == {"HP ports": {"share": 0.82, "clock": "clocks.axi", "shared_with": []}}

@@ -1,7 +1,9 @@
-"""The Ray backend gives the same rows (and digests) as the process pool, on a local Ray started here."""
+"""The Ray backend gives the same rows (and digests) as the process pool, on a local Ray started here: for a
+sweep (``emu sweep``) and for the variants of ``emu whatif`` (tools/explain/whatif.py)."""
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -36,3 +38,20 @@ def test_ray_and_pool_give_identical_rows(tmp_path, local_ray):
     # the Ray workers sent their bundles back to the sweep directory
     for r in by_ray:
         assert (tmp_path / "ray" / r["bundle"] / "result.json").is_file()
+
+
+def test_whatif_on_ray_gives_the_pool_rows(capsys, local_ray):
+    """``emu whatif --backend ray``: the same variants, measured changes and key factors as on the pool (one
+    resource of the small decode, one KV head in timing mode: baseline + 2 variants; the pool's own numbers are tests/test_explain_whatif.py's)."""
+    scenario = str(ROOT / "scenarios/ahbm/gqa/decode_sp.yaml")
+    out = {}
+    for backend in ("pool", "ray"):
+        assert main(["whatif", scenario, "--set", "mode=timing", "--set", "workload.params.heads=1", "--only", "MATH",
+                     "--backend", backend, "-j", "2", "--json"]) == 0
+        out[backend] = json.loads(capsys.readouterr().out)
+    pool, by_ray = out["pool"], out["ray"]
+    assert by_ray.pop("backend") == "ray" and pool.pop("backend") == "pool"
+    (row,) = pool["rows"]
+    assert row["resource"] == "MATH" and {v["status"] for v in row["variants"].values()} == {"finished"}
+    assert row["variants"]["faster"]["measured"] < 0 < row["variants"]["slower"]["measured"]
+    assert by_ray == pool

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -223,3 +224,28 @@ def test_the_compact_trace_reads_like_the_tuples_in_25_bytes_an_event(machine_tr
         columns = sum(x.nbytes for x in (ct.k, ct.t, ct.a, ct.b, ct.c))
         assert columns == 25 * len(full.events)
         assert summarise(ct) == summarise(full)
+
+
+def test_compact_of_an_irregular_file_says_what_the_checked_stream_says(reduce_trace, tmp_path):
+    """compact(path) reads a file in one fast loop (tools/trace/compact.py _compact_file); a file that fails
+    its checks (a link index out of range, no footer) gets the checked stream's error, not wrong columns."""
+    import msgpack
+
+    from emulator.trace import SEND, iter_trace
+    from tools.trace.compact import _compact_file, compact
+
+    trace_path, _ = reduce_trace
+    objs = list(iter_trace(str(trace_path)))
+    first_send = next(i for i, o in enumerate(objs) if isinstance(o, (list, tuple)) and o[0] == SEND)
+    n_links = len(objs[0]["links"])
+    bad = list(objs)
+    bad[first_send] = (SEND, bad[first_send][1], n_links, *bad[first_send][3:])
+    cases = {"bad-link": (bad, f"event {first_send - 1} (send) names link {n_links} of {n_links}"),
+             "no-footer": (objs[:-1], "truncated trace: no footer")}
+    for name, (seq, message) in cases.items():
+        path = tmp_path / f"{name}.emutrace"
+        path.write_bytes(b"".join(msgpack.packb(o, use_bin_type=True) for o in seq))
+        assert _compact_file(str(path)) is None
+        with pytest.raises(ValueError, match=re.escape(message)):
+            compact(str(path))
+    assert _compact_file(str(trace_path)) is not None       # a regular file takes the fast loop

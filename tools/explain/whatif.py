@@ -23,6 +23,15 @@ changes by ``c (1/s - 1)``; for a clock, ``c`` is the sum over the classes that 
 first order: it ignores work that moves on or off the path, and it assumes the group's keys are all of the
 class's time (a class whose main cost has no exclusive knob, the AHBM GEMM array's core cycles at ``clock.pe``,
 is over-estimated by its own row; the ``clock.pe`` row covers it).
+
+**Coverage** (:func:`knob_coverage`, printed under the table, ``coverage`` in ``--json``).  The output says
+which classes the what-if cannot speed up by themselves: a class of :data:`PARTIAL_KNOBS` (its main cost
+counted in a width at a shared clock: the AHBM GEMM array's core MAC cycles ``ceil(m/R) ceil(n/C) k``, MATH's
+per-element cycles) is marked ``*`` with its formula, its own keys and the clock row that reaches the rest;
+a class on the critical path that no group of its own covers (the pccx HP ports: only ``clocks.axi``) is
+listed with its clock.  Why the widths are not scaled instead: a 10 % larger array is another machine (32 ->
+35 rows changes which tiles pad), and an integer width moves its time in steps (``ceil(n/C)``), not by 10 %;
+``emu sweep`` over ``gemm.array_rows`` answers "a wider array" exactly.
 """
 from __future__ import annotations
 
@@ -56,6 +65,17 @@ SECTION_CLASS = {
              "links": "links", "link": "links"},
 }
 _WORKLOAD = "workload.params."
+
+#: per family: a class whose own keys cover only part of its time, the rest counted in a width (a count, not a
+#: speed: scaling it changes the machine's shape and its padding, not its speed) at a clock it shares; the
+#: part's formula (actors/ahbm/costs.py).  :func:`knob_coverage` adds the clock and the keys that are its own.
+PARTIAL_KNOBS = {
+    "ahbm": {
+        "GEMM array": ("core MAC cycles ceil(m/R) ceil(n/C) k, R x C = gemm.array_rows x gemm.array_cols",
+                       ("gemm.array_rows", "gemm.array_cols")),
+        "MATH": ("per-element cycles passes x ceil(elements / lanes), lanes = math.lanes", ("math.lanes",)),
+    },
+}
 
 
 def _declared(system, family: str) -> list:
@@ -133,6 +153,37 @@ def knob_groups(system, scenario) -> dict:
             for k, v in sorted(groups.items())}
 
 
+def knob_coverage(groups: dict, family: str, shares: dict) -> dict:
+    """Which classes the what-if cannot speed up by themselves, and why (module docstring):
+
+    ``partial``: ``{class: {"what", "widths", "clock", "shared_with", "own_keys"}}`` for a class of
+    :data:`PARTIAL_KNOBS` that has a group: its row scales only ``own_keys``, so its measured change is
+    smaller than its estimate, and only its clock's row (shared with ``shared_with``) speeds the rest;
+    ``none``: ``{class: {"share", "clock", "shared_with"}}`` for a class on the critical path that no group
+    of its own covers (only a clock's row reaches it; ``shared_with`` empty: the clock is its own)."""
+    clocks = {g: spec["classes"] for g, spec in groups.items() if g not in spec["classes"]}
+
+    def clock_of(cls):
+        for g, classes in clocks.items():
+            if cls in classes:
+                return g, [c for c in classes if c != cls]
+        return None, []
+
+    partial = {}
+    for cls, (what, widths) in PARTIAL_KNOBS.get(family, {}).items():
+        if cls in groups:
+            clock, others = clock_of(cls)
+            partial[cls] = {"what": what, "widths": list(widths), "clock": clock, "shared_with": others,
+                            "own_keys": list(groups[cls]["keys"])}
+    covered = {c for g, spec in groups.items() if g not in clocks for c in spec["classes"]}
+    none = {}
+    for cls, share in sorted(shares.items(), key=lambda kv: -kv[1]):
+        if share > 0 and cls not in covered:
+            clock, others = clock_of(cls)
+            none[cls] = {"share": share, "clock": clock, "shared_with": others}
+    return {"partial": partial, "none": none}
+
+
 def _scale(value, unit: str, s: float):
     f = s if unit in RATE_UNITS else 1 / s
     if isinstance(value, dict):
@@ -190,7 +241,7 @@ def run_whatif(path: str, sets=(), *, factor: float = 0.1, only=None, backend: s
 
     sc = load_scenario(str(scenario_path(path)), registry, list(sets))
     system, _ = build_system(sc)
-    groups = knob_groups(system, sc)
+    groups = all_groups = knob_groups(system, sc)
     del system
     if only:
         unknown = [o for o in only if o not in groups]
@@ -237,8 +288,12 @@ def run_whatif(path: str, sets=(), *, factor: float = 0.1, only=None, backend: s
         row["keys"] = {k: c["speed"] for k, c in changes.items()}
     order = sorted(rows.values(), key=lambda r: (-(abs(r["variants"].get("faster", {}).get("measured") or 0)),
                                                  r["resource"]))
+    coverage = knob_coverage(all_groups, sc.family, shares)
+    coverage["partial"] = {c: v for c, v in coverage["partial"].items() if c in rows}
+    for r in order:
+        r["own_knob"] = "part" if r["resource"] in coverage["partial"] else "all"
     return {"scenario": sc.name, "end_time_ps": end, "factor": factor, "backend": backend,
-            "critical_path": shares, "rows": order}
+            "critical_path": shares, "rows": order, "coverage": coverage}
 
 
 def format_whatif(w: dict) -> str:
@@ -254,9 +309,34 @@ def format_whatif(w: dict) -> str:
     for r in w["rows"]:
         fa, sl = r["variants"].get("faster", {}), r["variants"].get("slower", {})
         keys = ", ".join(f"{k} x{c['speed']}" for k, c in fa.get("changes", {}).items())
-        out.append(f"  {r['resource']:<16} {100 * r['critical_share']:9.1f}% {pct(fa.get('measured')):>17} "
+        name = r["resource"] + (" *" if r.get("own_knob") == "part" else "")
+        out.append(f"  {name:<16} {100 * r['critical_share']:9.1f}% {pct(fa.get('measured')):>17} "
                    f"{pct(fa.get('estimate')):>9} {pct(sl.get('measured')):>17} {pct(sl.get('estimate')):>9}  {keys}")
+    out.extend(coverage_lines(w.get("coverage") or {}))
     return "\n".join(out)
+
+
+def _clock_text(clock, others) -> str:
+    if clock is None:
+        return "no knob reaches it"
+    return f"the {clock} row speeds it" + (f" (with {', '.join(others)})" if others else " (the clock is its own)")
+
+
+def coverage_lines(cov: dict) -> list[str]:
+    """The notes under the table: the rows marked ``*`` and the classes on the path without a row of their own."""
+    out = []
+    partial, none = cov.get("partial") or {}, cov.get("none") or {}
+    if partial:
+        out.append("  * no exclusive speed knob for its main cost: the row scales only its own keys, the estimate "
+                   "assumes they are all of the class's time")
+        for cls, p in partial.items():
+            own = ", ".join(p["own_keys"]) or "none"
+            out.append(f"    {cls}: {p['what']} (counts, not scaled) at {p['clock'] or 'a shared clock'}; "
+                       f"its own keys: {own}; {_clock_text(p['clock'], p['shared_with'])}")
+    if none:
+        out.append("  on the critical path without a row of their own: " + "; ".join(
+            f"{cls} {100 * v['share']:.1f}% ({_clock_text(v['clock'], v['shared_with'])})" for cls, v in none.items()))
+    return out
 
 
 def plot_whatif(w: dict, path: str) -> None:
@@ -309,9 +389,13 @@ def main(args) -> int:
 
         sc = load_scenario(str(scenario_path(args.scenario)), registry, list(args.set))
         system, _ = build_system(sc)
-        for g, spec in knob_groups(system, sc).items():
+        groups = knob_groups(system, sc)
+        partial = knob_coverage(groups, sc.family, {})["partial"]
+        for g, spec in groups.items():
             extra = f" (drives {', '.join(spec['classes'])})" if spec["classes"] != [g] else ""
-            print(f"{g}{extra}: {', '.join(f'{k} [{u}]' for k, u in spec['keys'].items())}")
+            print(f"{g}{' *' if g in partial else ''}{extra}: {', '.join(f'{k} [{u}]' for k, u in spec['keys'].items())}")
+        for line in coverage_lines({"partial": partial}):
+            print(line[2:])
         return 0
     w = run_whatif(args.scenario, args.set, factor=args.factor, only=args.only or None, backend=args.backend,
                    jobs=args.jobs, address=args.address, quiet=args.json or not sys.stderr.isatty())

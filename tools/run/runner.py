@@ -269,7 +269,8 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
             report_energy(plan.family, res)   # e.g. tokens per joule in the Gemma 3N budget table
     if result is not None:   # what limits it: the bound's binding term, critical-path shares (tools/explain/limits.py)
         from tools.explain.limits import run_limits
-        res["limits"] = run_limits(sc, res, trace_path, context)
+        dropped = plan.trace is not None and trace_path is None and not plan.trace_requested   # the size policy
+        res["limits"] = run_limits(sc, res, trace_path, context, trace_dropped=dropped)
     return RunOutcome(res=res, system=system, result=result, trace_path=trace_path, notes=notes, context=context,
                       checks=checks, energy=energy)
 
