@@ -122,7 +122,8 @@ def programs_of(scripts: dict | None, kernels: dict | None) -> dict:
     return out
 
 
-def build_machine(system, profile: dict, scripts: dict | None = None, kernels: dict | None = None) -> Machine:
+def build_machine(system, profile: dict, scripts: dict | None = None, kernels: dict | None = None,
+                  fidelity: str = "block") -> Machine:
     """Add every actor and link of the machine to ``system``.
 
     What the host launches, per PE ``(sip, cube, pe)``: ``scripts`` = {coord: [commands]} (cpu.py) and
@@ -156,6 +157,7 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
                     pcs=[add(HbmChannel(f"{base}/hbm/pc{i}", index=i, prm=v(HbmChannel))) for i in range(prm.pcs)],
                     port=add(HbmPort(f"{base}/hbm/port", prm=v(HbmPort), coord=(sip, cube, p))),
                 )
+                pe.sched.fidelity = fidelity
                 m.pes[(sip, cube, p)] = pe
                 for eng in (pe.dma, pe.gemm, pe.math):
                     key = {pe.dma: "dma", pe.gemm: "gemm", pe.math: "math"}[eng]
