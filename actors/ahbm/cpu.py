@@ -80,6 +80,10 @@ _KIND = {"dma": "dma", "gemm": "gemm", "math": "math", "composite": "composite",
 _PORT = {"dma": "dma", "gemm": "gemm", "math": "math", "sched": "sched", "ipcq": "ipcq"}
 
 
+#: what :meth:`PeCpu.wait` returns for a completed command whose info :meth:`PeCpu.forget` dropped
+FORGOTTEN = {"engine": "", "end": 0, "forgotten": True}
+
+
 class PeCpu(Actor):
     """A PE CPU (see the module docstring); it offers the ``tl`` runtime's backend interface
     (actors/ahbm/tl/backend.py, a structural protocol) without importing the runtime."""
@@ -127,6 +131,7 @@ class PeCpu(Actor):
         self.outstanding: list[int] = []          # async script commands
         self.mailbox: deque = deque()             # NOC packets arrived before their receive was posted
         self.noc_waiting: deque = deque()         # posted NOC receives (src or None, cid, buf)
+        self.forgotten_below = 0                  # every command id below it not in `completed` completed (forget)
         self.pkt_seq = 0
         self._pump_ports = None                   # the ports completions arrive on (_pump)
 
@@ -262,16 +267,34 @@ class PeCpu(Actor):
         self.inflight[engine] -= 1
 
     async def wait(self, cid: int) -> dict:
-        """Wait until command ``cid`` completed (idempotent within a launch); its completion info."""
+        """Wait until command ``cid`` completed (idempotent within a launch); its completion info
+        (:data:`FORGOTTEN` for a completion :meth:`forget` dropped: it completed, so no wait)."""
         while cid not in self.completed:
+            if cid < self.forgotten_below:
+                return FORGOTTEN
             await self._pump()
         return self.completed[cid]
+
+    def forget(self, keep) -> None:
+        """Drop the completion info of every completed command except ``keep`` (ids someone may still ask
+        the info of: the tl runtime's live handles).  Waiting for a dropped one still returns at once,
+        without consuming a completion, as before (every id below ``forgotten_below``, the smallest still
+        in flight, has completed), so timing is unchanged; only its info is gone.  Why: the info of every
+        command of a launch was kept until its end, 1.2 GB at a 16K Ring prefill (issue 22)."""
+        w = self.seq + 1
+        if self.engine_of:
+            w = min(w, min(self.engine_of))
+        for _src, cid, _buf in self.noc_waiting:
+            w = min(w, cid)
+        self.completed = {k: v for k, v in self.completed.items() if k >= w or k in keep}
+        self.forgotten_below = max(self.forgotten_below, w)
 
     async def wait_any(self, cids: list) -> int:
         """Index in ``cids`` of the command that completed first (earliest ``end``, then list order);
         consumes completions until one of them is done."""
         while True:
-            done = [(self.completed[c].get("end", 0), i) for i, c in enumerate(cids) if c in self.completed]
+            done = [(self.completed[c].get("end", 0) if c in self.completed else 0, i) for i, c in enumerate(cids)
+                    if c in self.completed or c < self.forgotten_below]
             if done:
                 return min(done)[1]
             await self._pump()

@@ -113,6 +113,10 @@ async def _in_turn(first, then):
     return await then
 
 
+#: completions a PE's CPU keeps before the tl runtime first lets it drop the ones no handle needs (_forget)
+FORGET_MIN = 1024
+
+
 class Tl:
     """The kernel-side API of one launch on one PE (see the module docstring)."""
 
@@ -134,6 +138,7 @@ class Tl:
         self._burst = burst
         self.outstanding: list[int] = []
         self.counts: dict[str, int] = {}
+        self._forget_at = FORGET_MIN      # completions kept before the next _forget
 
     # -- helpers ------------------------------------------------------------------
     def site(self) -> str:
@@ -269,6 +274,29 @@ class Tl:
             h.dead = why
         if bufs:
             _await(self.be.tcm_free_all(bufs))
+        completed = getattr(self.be, "completed", None)
+        if completed is not None and len(completed) > self._forget_at:
+            self._forget()
+
+    def _forget(self) -> None:
+        """Let the backend drop the completion info no live handle can ask for (PeCpu.forget): the pending
+        and reader commands of every handle of the open scopes are kept, the outstanding list loses the
+        completed ones (the kernel's end waits for the rest).  Exact: waiting for a completed command
+        returns at once either way.  Run at a scope's end once the kept completions doubled."""
+        done = self.be.completed
+        below = self.be.forgotten_below
+        self.outstanding = [c for c in self.outstanding if c not in done and c >= below]
+        keep = set(self.outstanding)
+        arena = self.arena
+        while arena is not None:
+            for h in arena.handles:
+                if h.pending is not None:
+                    keep.add(h.pending)
+                if h.readers:
+                    keep.update(h.readers.values())
+            arena = arena.parent
+        self.be.forget(keep)
+        self._forget_at = max(FORGET_MIN, 2 * len(self.be.completed))
 
     def _push_arena(self, site: str) -> Arena:
         self.arena = Arena(self.arena, site)
