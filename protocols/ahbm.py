@@ -23,7 +23,7 @@ import numpy as np
 from protocols.codec import TensorDesc, array_ext_len, desc_ext_len, ext_header_len, message
 
 __all__ = [
-    "DmaCmd", "GemmCmd", "MathCmd", "CompositeCmd", "Done", "GemmBatch", "MathBatch",
+    "DmaCmd", "GemmCmd", "MathCmd", "CompositeCmd", "Done", "GemmBatch", "MathBatch", "MathOp",
     "TcmReq", "TcmResp", "PcReq", "PcResp",
     "IpcqCmd", "IpcqResp", "IpcqData", "IpcqCredit", "NocPacket", "MemReq", "MemResp",
     "Launch", "PeDone", "Payload", "payload", "desc_of",
@@ -159,6 +159,23 @@ class MathBatch:
     ops: list
     tiles: list
     client: str
+
+
+@message(tag=207)
+class MathOp:
+    """``fidelity: pipeline``, timing mode: a :class:`MathCmd` that carries what the MATH engine would read
+    from the TCM's descriptors, ``elements`` (the largest operand) and the result ``shape``, so the engine
+    reads nothing (the TCM takes no time; in timing mode it holds descriptors only)."""
+
+    id: int
+    op: str
+    srcs: list
+    out: str
+    scalar: float
+    out_dtype: str
+    client: str
+    elements: int
+    shape: list
 
 
 # --------------------------------------------------------------------------- memories

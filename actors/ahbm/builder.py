@@ -158,6 +158,7 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
                     port=add(HbmPort(f"{base}/hbm/port", prm=v(HbmPort), coord=(sip, cube, p))),
                 )
                 pe.sched.fidelity = fidelity
+                pe.cpu.math_op = fidelity == "pipeline" and system.mode == "timing"
                 m.pes[(sip, cube, p)] = pe
                 for eng in (pe.dma, pe.gemm, pe.math):
                     key = {pe.dma: "dma", pe.gemm: "gemm", pe.math: "math"}[eng]

@@ -58,11 +58,13 @@ from __future__ import annotations
 
 from collections import deque
 
+import math
+
 import numpy as np
 
 from emulator.actor import Actor
 from emulator.declare import In, Out
-from protocols.ahbm import (CompositeCmd, DmaCmd, Done, GemmCmd, IpcqCmd, IpcqResp, Launch, MathCmd, NocPacket,
+from protocols.ahbm import (CompositeCmd, DmaCmd, Done, GemmCmd, IpcqCmd, IpcqResp, Launch, MathCmd, MathOp, NocPacket,
                             PeDone, payload)
 from protocols.ahbm_tl import KernelDone, KernelLaunch
 
@@ -92,7 +94,7 @@ class PeCpu(Actor):
     PORTS = (In("launch", Launch, KernelLaunch, doc="a script or a registered launch type, from the host", idle=True),
              Out("pe_done", PeDone, KernelDone, doc="the launch's completion, to the host"),
              Out("dma", DmaCmd, doc="DMA commands"), Out("gemm", GemmCmd, doc="GEMM commands"),
-             Out("math", MathCmd, doc="MATH commands"), Out("sched", CompositeCmd, doc="composites, to the scheduler"),
+             Out("math", MathCmd, MathOp, doc="MATH commands (MathOp: fidelity pipeline)"), Out("sched", CompositeCmd, doc="composites, to the scheduler"),
              Out("ipcq", IpcqCmd, doc="IPCQ send / recv"), Out("noc_out", NocPacket, doc="NOC packets to other PEs"),
              In("done", Done, doc="completions of the DMA, GEMM, MATH engines and the scheduler"),
              In("ipcq_resp", IpcqResp, doc="IPCQ completions"), In("noc_in", NocPacket, doc="NOC packets from other PEs"),
@@ -131,6 +133,7 @@ class PeCpu(Actor):
         self.outstanding: list[int] = []          # async script commands
         self.mailbox: deque = deque()             # NOC packets arrived before their receive was posted
         self.noc_waiting: deque = deque()         # posted NOC receives (src or None, cid, buf)
+        self.math_op = False                      # send MathOps (fidelity pipeline, timing mode; builder.py)
         self.forgotten_below = 0                  # every command id below it not in `completed` completed (forget)
         self.pkt_seq = 0
         self._pump_ports = None                   # the ports completions arrive on (_pump)
@@ -196,8 +199,14 @@ class PeCpu(Actor):
                                                  out=out, out_dtype=out_dtype, m=int(m), k=int(k), n=int(n),
                                                  client="cpu"))
 
-    async def math(self, op, srcs, out, scalar, out_dtype) -> int:
+    async def math(self, op, srcs, out, scalar, out_dtype, shapes=None) -> int:
+        """A MATH command; with ``shapes`` (the operands' and the result's, from the tl runtime) under
+        ``fidelity: pipeline`` in timing mode, a :class:`MathOp` the engine runs without reading the TCM."""
         self.seq += 1     # self._id(), inlined (every MATH op)
+        if shapes is not None and self.math_op:
+            ins, res = shapes
+            return await self._issue("math", MathOp(self.seq, op, list(srcs), out, float(scalar), out_dtype, "cpu",
+                                                    max(map(math.prod, ins)), list(res)))
         return await self._issue("math", MathCmd(self.seq, op, list(srcs), out, float(scalar), out_dtype, "cpu"))
 
     async def composite(self, a_addr, b_addr, c_addr, m, k, n, dtype, epilogue, *, a_buf="", b_buf="", c_buf="",

@@ -31,7 +31,7 @@ import numpy as np
 from emulator import numerics
 from emulator.actor import Actor
 from emulator.declare import In, Out
-from protocols.ahbm import Done, MathBatch, MathCmd
+from protocols.ahbm import Done, MathBatch, MathCmd, MathOp
 from protocols.codec import TensorDesc
 
 from actors.ahbm.costs import MATH_OPS, math_ps
@@ -89,7 +89,7 @@ class MathEngine(Actor):
 
     daemon = True
     starts_on = "cmd"    # started by its first command (Actor.starts_on)
-    PORTS = (In("cmd", MathCmd, MathBatch, idle=True,
+    PORTS = (In("cmd", MathCmd, MathBatch, MathOp, idle=True,
                 doc="MATH commands from the CPU and the scheduler, FIFO (MathBatch: fidelity pipeline)"),
              Out("done_{client}", Done, doc="completion to each client (cpu, sched)"),
              *TCM_CLIENT_PORTS)
@@ -152,12 +152,23 @@ class MathEngine(Actor):
         data_mode = self.system.mode == "data"
         clock = self.system.clock
         c = await self.cmd.recv()
-        while type(c) is MathBatch:
-            await self._batch(c, data_mode)
-            c = await self.cmd.recv()
-        self._check(c)
-        xs = await self.tcm.read_all(c.srcs)
+        xs = None            # the operands of ``c`` once read (a MathCmd)
         while True:
+            t = type(c)
+            if t is MathBatch:
+                await self._batch(c, data_mode)
+                c, xs = self.cmd.poll() or await self.cmd.recv(), None
+                continue
+            if t is MathOp:      # fidelity pipeline: the operand shapes came with the command (no TCM read)
+                start = clock.now
+                await self.busy(math_ps(c.op, c.elements, self.prm), f"{c.op} {c.elements}")
+                await self.tcm.write(c.out, TensorDesc.of(tuple(c.shape), c.out_dtype))
+                await self.done[c.client].send(Done(c.id, "math", start, clock.now, {"elements": c.elements}))
+                c, xs = self.cmd.poll() or await self.cmd.recv(), None
+                continue
+            if xs is None:
+                self._check(c)
+                xs = await self.tcm.read_all(c.srcs)
             start = clock.now
             shapes = tuple([tuple(x.shape) for x in xs])
             elements = max(map(math.prod, shapes))
@@ -168,30 +179,16 @@ class MathEngine(Actor):
                 out = TensorDesc.of(_result_shape_of(c.op, shapes), c.out_dtype)
             done = Done(c.id, "math", start, clock.now, {"elements": elements})
             nxt = self.cmd.poll()
-            if type(nxt) is MathBatch:    # fidelity pipeline: the result alone, then the batch(es)
-                await self.tcm.write(c.out, out)
-                await self.done[c.client].send(done)
-                while nxt is None or type(nxt) is MathBatch:
-                    if nxt is None:
-                        nxt = await self.cmd.recv()
-                        continue
-                    await self._batch(nxt, data_mode)
-                    nxt = self.cmd.poll()
-                self._check(nxt)
-                xs = await self.tcm.read_all(nxt.srcs)
-            elif nxt is not None:     # streaming: result write + next operands in one TCM access
+            if type(nxt) is MathCmd:     # streaming: result write + next operands in one TCM access
                 self._check(nxt)
                 xs = await self.tcm.access(writes=((c.out, out),), reads=nxt.srcs)
                 await self.done[c.client].send(done)
             else:
                 await self.tcm.write(c.out, out)
                 await self.done[c.client].send(done)
-                nxt = await self.cmd.recv()
-                while type(nxt) is MathBatch:
-                    await self._batch(nxt, data_mode)
+                xs = None
+                if nxt is None:
                     nxt = await self.cmd.recv()
-                self._check(nxt)
-                xs = await self.tcm.read_all(nxt.srcs)
             c = nxt
 
     def describe(self) -> dict:

@@ -139,6 +139,7 @@ class Tl:
         self.outstanding: list[int] = []
         self.counts: dict[str, int] = {}
         self._forget_at = FORGET_MIN      # completions kept before the next _forget
+        self._math_op = bool(getattr(backend, "math_op", False))
 
     # -- helpers ------------------------------------------------------------------
     def site(self) -> str:
@@ -519,7 +520,11 @@ class Tl:
             self._dispatch(kind)
             self._new_buf(shape, out_dtype)     # raises the overflow error
         out = self._new_buf(shape, out_dtype)
-        cid = self._dispatch_then(kind, self.be.math(op, bufs, out.buf, float(scalar), dtype_info(out_dtype)[0]))
+        if self._math_op:   # fidelity pipeline, timing mode: the shapes go with the command (PeCpu.math)
+            cid = self._dispatch_then(kind, self.be.math(op, bufs, out.buf, float(scalar), dtype_info(out_dtype)[0],
+                                                         ([x.shape for x in srcs], shape)))
+        else:
+            cid = self._dispatch_then(kind, self.be.math(op, bufs, out.buf, float(scalar), dtype_info(out_dtype)[0]))
         self._read_by(cid, "math", *srcs)
         out.pending, out.engine = cid, "math"
         self.outstanding.append(cid)
