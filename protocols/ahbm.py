@@ -165,7 +165,8 @@ class MathBatch:
 class MathOp:
     """``fidelity: pipeline``, timing mode: a :class:`MathCmd` that carries what the MATH engine would read
     from the TCM's descriptors, ``elements`` (the largest operand) and the result ``shape``, so the engine
-    reads nothing (the TCM takes no time; in timing mode it holds descriptors only)."""
+    makes no TCM access (the TCM takes no time; in timing mode it holds descriptors only): the tl runtime
+    writes the result's descriptor when another engine is to read it (runtime.Tl._tcm)."""
 
     id: int
     op: str

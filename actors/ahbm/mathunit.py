@@ -159,10 +159,10 @@ class MathEngine(Actor):
                 await self._batch(c, data_mode)
                 c, xs = self.cmd.poll() or await self.cmd.recv(), None
                 continue
-            if t is MathOp:      # fidelity pipeline: the operand shapes came with the command (no TCM read)
+            if t is MathOp:      # fidelity pipeline: shapes came with the command; no TCM access (tl writes the
+                                 # result's descriptor if another engine reads it, runtime.Tl._tcm)
                 start = clock.now
                 await self.busy(math_ps(c.op, c.elements, self.prm), f"{c.op} {c.elements}")
-                await self.tcm.write(c.out, TensorDesc.of(tuple(c.shape), c.out_dtype))
                 await self.done[c.client].send(Done(c.id, "math", start, clock.now, {"elements": c.elements}))
                 c, xs = self.cmd.poll() or await self.cmd.recv(), None
                 continue

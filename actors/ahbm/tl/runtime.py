@@ -236,6 +236,11 @@ class Tl:
             self.outstanding.append(cid)
         if h.pending is not None and h.engine != engine:
             self._settle(h)
+        if h.desc and engine != "math":
+            # fidelity pipeline: the MATH engine wrote no descriptor (MathOp); an engine that reads the TCM
+            # finds it there, written once the op is done (as the MATH engine's write was)
+            h.desc = False
+            _await(self.be.tcm_write(h.buf, TensorDesc.of(h.shape, h.dtype)))
         return h.buf
 
     @staticmethod
@@ -523,6 +528,7 @@ class Tl:
         if self._math_op:   # fidelity pipeline, timing mode: the shapes go with the command (PeCpu.math)
             cid = self._dispatch_then(kind, self.be.math(op, bufs, out.buf, float(scalar), dtype_info(out_dtype)[0],
                                                          ([x.shape for x in srcs], shape)))
+            out.desc = True
         else:
             cid = self._dispatch_then(kind, self.be.math(op, bufs, out.buf, float(scalar), dtype_info(out_dtype)[0]))
         self._read_by(cid, "math", *srcs)
