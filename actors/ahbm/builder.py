@@ -159,6 +159,7 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
                 )
                 pe.sched.fidelity = fidelity
                 pe.cpu.math_op = fidelity == "pipeline" and system.mode == "timing"
+                pe.sched.math_op = pe.cpu.math_op
                 m.pes[(sip, cube, p)] = pe
                 for eng in (pe.dma, pe.gemm, pe.math):
                     key = {pe.dma: "dma", pe.gemm: "gemm", pe.math: "math"}[eng]

@@ -182,6 +182,7 @@ class PeScheduler(Actor):
         self.seq = 0
         self.tiles = 0                         # output tiles so far (output-buffer alternation)
         self.fidelity = "block"                # or "pipeline" (builder.py; pipeline.py)
+        self.math_op = False                   # pipeline + timing: tl writes a batched result's descriptor
         self.finished: set[int] = set()
         self.serial = 0                        # composites taken so far (panel keys)
         self.next = None                       # the composite taken ahead (cross-composite prefetch)
@@ -396,7 +397,8 @@ class PeScheduler(Actor):
             steps = plan_cached(c.m, c.k, c.n, tuple(self.prm.tile))
             self._prepare_checks(c)
             self.serial += 1
-            await self._open_result(c, c.c_dtype or c.dtype, False)
+            if not self.math_op:   # else the tl runtime writes the result's descriptor if an engine reads it
+                await self._open_result(c, c.c_dtype or c.dtype, False)
             epi_ps = []
             if c.epilogue:
                 for st in steps:
