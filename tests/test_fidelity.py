@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 SC = "scenarios/ahbm/gqa/prefill_ring.yaml"
 
 
@@ -19,9 +21,11 @@ def _run(*sets):
     return json.loads(p.stdout)
 
 
-def test_pipeline_end_time_within_one_percent_and_fewer_messages():
-    block = _run("mode=timing")
-    pipe = _run("mode=timing", "workload.params.fidelity=pipeline")
+@pytest.mark.parametrize("variant", [[], ["workload.params.ring_order=zigzag"], ["workload.params.ring_state=hbm"]],
+                         ids=["contiguous", "zigzag", "hbm-state"])
+def test_pipeline_end_time_within_one_percent_and_fewer_messages(variant):
+    block = _run("mode=timing", *variant)
+    pipe = _run("mode=timing", "workload.params.fidelity=pipeline", *variant)
     assert pipe["status"] == "finished"
     assert abs(pipe["end_time_ps"] - block["end_time_ps"]) <= 0.01 * block["end_time_ps"]
     assert pipe["messages"] < 0.6 * block["messages"]
