@@ -233,6 +233,8 @@ async def _quiet_subtask(group: Subtasks, fn, *args) -> None:
         await fn(*args)
     except _clock.RunOver:
         group.over = True
+    finally:
+        _clock.forget_task()
 
 
 #: the coroutine code of a guarded sub-task (one :meth:`VirtualClock.end_parked` may end)

@@ -23,7 +23,7 @@ import numpy as np
 from protocols.codec import TensorDesc, array_ext_len, desc_ext_len, ext_header_len, message
 
 __all__ = [
-    "DmaCmd", "GemmCmd", "MathCmd", "CompositeCmd", "Done",
+    "DmaCmd", "GemmCmd", "MathCmd", "CompositeCmd", "Done", "GemmBatch", "MathBatch", "MathOp",
     "TcmReq", "TcmResp", "PcReq", "PcResp",
     "IpcqCmd", "IpcqResp", "IpcqData", "IpcqCredit", "NocPacket", "MemReq", "MemResp",
     "Launch", "PeDone", "Payload", "payload", "desc_of",
@@ -123,6 +123,60 @@ class Done:
     start: int
     end: int
     info: dict
+
+
+@message(tag=205)
+class GemmBatch:
+    """``fidelity: pipeline`` (docs/gqa.md "Fidelity"): all K steps of one TCM-resident composite in one command.
+
+    The PE scheduler hands the GEMM engine the whole tile plan of ``C[m, n] = A[m, k] @ B[k, n]``
+    (``tile`` = (TILE_M, TILE_K, TILE_N), tiles.plan) with ``a``/``b`` the TCM buffers of A and B;
+    the engine runs the plan's steps back to back with its own cost formulas and the scheduler's
+    issue recurrence (actors/ahbm/pipeline.py).  ``epi_ps`` is the epilogue's MATH time per output
+    tile (empty: no epilogue), ``sent`` the time the scheduler sent it (its arrival at the engine).
+    """
+
+    id: int
+    a: str
+    b: str
+    m: int
+    k: int
+    n: int
+    tile: list
+    epi_ps: list
+    sent: int
+    client: str
+
+
+@message(tag=206)
+class MathBatch:
+    """``fidelity: pipeline``: the epilogue ops of one composite's output tiles, each tile's ops not before its time.
+
+    ``tiles`` = ``[[not_before_ps, elements], ...]`` in tile order; ``ops`` = ``[[op, scalar], ...]`` run
+    on each tile back to back (mathunit.py serves them FIFO with the other commands)."""
+
+    id: int
+    ops: list
+    tiles: list
+    client: str
+
+
+@message(tag=207)
+class MathOp:
+    """``fidelity: pipeline``, timing mode: a :class:`MathCmd` that carries what the MATH engine would read
+    from the TCM's descriptors, ``elements`` (the largest operand) and the result ``shape``, so the engine
+    makes no TCM access (the TCM takes no time; in timing mode it holds descriptors only): the tl runtime
+    writes the result's descriptor when another engine is to read it (runtime.Tl._tcm)."""
+
+    id: int
+    op: str
+    srcs: list
+    out: str
+    scalar: float
+    out_dtype: str
+    client: str
+    elements: int
+    shape: list
 
 
 # --------------------------------------------------------------------------- memories

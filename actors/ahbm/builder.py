@@ -123,7 +123,7 @@ def programs_of(scripts: dict | None, kernels: dict | None) -> dict:
 
 
 def build_machine(system, profile: dict, scripts: dict | None = None, kernels: dict | None = None,
-                  requests: list | None = None, batches=None, batch_pes=()) -> Machine:
+                  requests: list | None = None, batches=None, batch_pes=(), fidelity: str = "block") -> Machine:
     """Add every actor and link of the machine to ``system``.
 
     What the host launches, per PE ``(sip, cube, pe)``: ``scripts`` = {coord: [commands]} (cpu.py) and
@@ -133,6 +133,7 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
     launch link then holds every launch the plan sends it (its CPU's launch queue: assumption, the
     launches wait in the PE's command memory, so the host never waits to hand one over).  Or ``batches``:
     a :class:`~actors.ahbm.host.BatchPlan` whose launches go to the PEs ``batch_pes`` (one at a time).
+    ``fidelity``: ``block`` (the default model) or ``pipeline`` (actors/ahbm/pipeline.py, timing mode).
     """
     prm = Params.of(profile)
     m = Machine(prm)
@@ -161,6 +162,9 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
                     pcs=[add(HbmChannel(f"{base}/hbm/pc{i}", index=i, prm=v(HbmChannel))) for i in range(prm.pcs)],
                     port=add(HbmPort(f"{base}/hbm/port", prm=v(HbmPort), coord=(sip, cube, p))),
                 )
+                pe.sched.fidelity = fidelity
+                pe.cpu.math_op = fidelity == "pipeline" and system.mode == "timing"
+                pe.sched.math_op = pe.cpu.math_op
                 m.pes[(sip, cube, p)] = pe
                 for eng in (pe.dma, pe.gemm, pe.math):
                     key = {pe.dma: "dma", pe.gemm: "gemm", pe.math: "math"}[eng]

@@ -58,11 +58,13 @@ from __future__ import annotations
 
 from collections import deque
 
+import math
+
 import numpy as np
 
 from emulator.actor import Actor
 from emulator.declare import In, Out
-from protocols.ahbm import (CompositeCmd, DmaCmd, Done, GemmCmd, IpcqCmd, IpcqResp, Launch, MathCmd, NocPacket,
+from protocols.ahbm import (CompositeCmd, DmaCmd, Done, GemmCmd, IpcqCmd, IpcqResp, Launch, MathCmd, MathOp, NocPacket,
                             PeDone, payload)
 from protocols.ahbm_tl import KernelDone, KernelLaunch
 
@@ -80,6 +82,10 @@ _KIND = {"dma": "dma", "gemm": "gemm", "math": "math", "composite": "composite",
 _PORT = {"dma": "dma", "gemm": "gemm", "math": "math", "sched": "sched", "ipcq": "ipcq"}
 
 
+#: what :meth:`PeCpu.wait` returns for a completed command whose info :meth:`PeCpu.forget` dropped
+FORGOTTEN = {"engine": "", "end": 0, "forgotten": True}
+
+
 class PeCpu(Actor):
     """A PE CPU (see the module docstring); it offers the ``tl`` runtime's backend interface
     (actors/ahbm/tl/backend.py, a structural protocol) without importing the runtime."""
@@ -88,7 +94,7 @@ class PeCpu(Actor):
     PORTS = (In("launch", Launch, KernelLaunch, doc="a script or a registered launch type, from the host", idle=True),
              Out("pe_done", PeDone, KernelDone, doc="the launch's completion, to the host"),
              Out("dma", DmaCmd, doc="DMA commands"), Out("gemm", GemmCmd, doc="GEMM commands"),
-             Out("math", MathCmd, doc="MATH commands"), Out("sched", CompositeCmd, doc="composites, to the scheduler"),
+             Out("math", MathCmd, MathOp, doc="MATH commands (MathOp: fidelity pipeline)"), Out("sched", CompositeCmd, doc="composites, to the scheduler"),
              Out("ipcq", IpcqCmd, doc="IPCQ send / recv"), Out("noc_out", NocPacket, doc="NOC packets to other PEs"),
              In("done", Done, doc="completions of the DMA, GEMM, MATH engines and the scheduler"),
              In("ipcq_resp", IpcqResp, doc="IPCQ completions"), In("noc_in", NocPacket, doc="NOC packets from other PEs"),
@@ -127,6 +133,8 @@ class PeCpu(Actor):
         self.outstanding: list[int] = []          # async script commands
         self.mailbox: deque = deque()             # NOC packets arrived before their receive was posted
         self.noc_waiting: deque = deque()         # posted NOC receives (src or None, cid, buf)
+        self.math_op = False                      # send MathOps (fidelity pipeline, timing mode; builder.py)
+        self.forgotten_below = 0                  # every command id below it not in `completed` completed (forget)
         self.pkt_seq = 0
         self._pump_ports = None                   # the ports completions arrive on (_pump)
 
@@ -191,8 +199,14 @@ class PeCpu(Actor):
                                                  out=out, out_dtype=out_dtype, m=int(m), k=int(k), n=int(n),
                                                  client="cpu"))
 
-    async def math(self, op, srcs, out, scalar, out_dtype) -> int:
+    async def math(self, op, srcs, out, scalar, out_dtype, shapes=None) -> int:
+        """A MATH command; with ``shapes`` (the operands' and the result's, from the tl runtime) under
+        ``fidelity: pipeline`` in timing mode, a :class:`MathOp` the engine runs without reading the TCM."""
         self.seq += 1     # self._id(), inlined (every MATH op)
+        if shapes is not None and self.math_op:
+            ins, res = shapes
+            return await self._issue("math", MathOp(self.seq, op, list(srcs), out, float(scalar), out_dtype, "cpu",
+                                                    max(map(math.prod, ins)), list(res)))
         return await self._issue("math", MathCmd(self.seq, op, list(srcs), out, float(scalar), out_dtype, "cpu"))
 
     async def composite(self, a_addr, b_addr, c_addr, m, k, n, dtype, epilogue, *, a_buf="", b_buf="", c_buf="",
@@ -262,16 +276,34 @@ class PeCpu(Actor):
         self.inflight[engine] -= 1
 
     async def wait(self, cid: int) -> dict:
-        """Wait until command ``cid`` completed (idempotent within a launch); its completion info."""
+        """Wait until command ``cid`` completed (idempotent within a launch); its completion info
+        (:data:`FORGOTTEN` for a completion :meth:`forget` dropped: it completed, so no wait)."""
         while cid not in self.completed:
+            if cid < self.forgotten_below:
+                return FORGOTTEN
             await self._pump()
         return self.completed[cid]
+
+    def forget(self, keep) -> None:
+        """Drop the completion info of every completed command except ``keep`` (ids someone may still ask
+        the info of: the tl runtime's live handles).  Waiting for a dropped one still returns at once,
+        without consuming a completion, as before (every id below ``forgotten_below``, the smallest still
+        in flight, has completed), so timing is unchanged; only its info is gone.  Why: the info of every
+        command of a launch was kept until its end, 1.2 GB at a 16K Ring prefill (issue 22)."""
+        w = self.seq + 1
+        if self.engine_of:
+            w = min(w, min(self.engine_of))
+        for _src, cid, _buf in self.noc_waiting:
+            w = min(w, cid)
+        self.completed = {k: v for k, v in self.completed.items() if k >= w or k in keep}
+        self.forgotten_below = max(self.forgotten_below, w)
 
     async def wait_any(self, cids: list) -> int:
         """Index in ``cids`` of the command that completed first (earliest ``end``, then list order);
         consumes completions until one of them is done."""
         while True:
-            done = [(self.completed[c].get("end", 0), i) for i, c in enumerate(cids) if c in self.completed]
+            done = [(self.completed[c].get("end", 0) if c in self.completed else 0, i) for i, c in enumerate(cids)
+                    if c in self.completed or c < self.forgotten_below]
             if done:
                 return min(done)[1]
             await self._pump()

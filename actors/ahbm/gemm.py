@@ -35,13 +35,15 @@ import numpy as np
 from emulator import numerics
 from emulator.actor import Actor
 from emulator.declare import In, Out
+from emulator.trace import BUSY
 from emulator.waitqueue import WaitQueue
-from protocols.ahbm import Done, GemmCmd
+from protocols.ahbm import Done, GemmBatch, GemmCmd
 from protocols.codec import TensorDesc
 
 from actors.ahbm.costs import gemm_occupancy_ps, gemm_ps
 from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
 from actors.ahbm.params import declare
+from actors.ahbm.pipeline import plan_cached, schedule
 
 __all__ = ["GemmEngine"]
 
@@ -51,7 +53,8 @@ class GemmEngine(Actor):
 
     daemon = True
     starts_on = "cmd"    # started by its first command (Actor.starts_on)
-    PORTS = (In("cmd", GemmCmd, doc="GEMM commands from the CPU and the scheduler, FIFO", idle=True),
+    PORTS = (In("cmd", GemmCmd, GemmBatch, idle=True,
+                doc="GEMM commands from the CPU and the scheduler, FIFO (GemmBatch: fidelity pipeline)"),
              Out("done_{client}", Done, doc="completion to each client (cpu, sched)"),
              *TCM_CLIENT_PORTS)
     PARAMS = declare("array_rows", "array_cols", "fill_drain", "charge_padded", "pe_clk")
@@ -66,6 +69,7 @@ class GemmEngine(Actor):
         self.array_ps = 0                # time the array was occupied by operands (core cycles)
         self._done: deque = deque()      # (completion time, client, Done), in command order
         self._drained = WaitQueue()
+        self._pl = None                  # fidelity pipeline: (T_A, E_last) of the last scheduler batch (pipeline.py)
 
     async def run(self) -> None:
         # idle until the first command: the nursery is opened then (opening it emits nothing, and its
@@ -81,6 +85,11 @@ class GemmEngine(Actor):
         while True:
             if c is None:
                 c = await self.cmd.recv()
+            if type(c) is GemmBatch:
+                await self._batch(c, data_mode)
+                c = None
+                continue
+            self._pl = None
             start = self.now
             # all operands in one TCM access (as a MATH op reads its operands; issue #13)
             if c.accumulate:
@@ -112,6 +121,45 @@ class GemmEngine(Actor):
             self._done.append((end, c.client, Done(c.id, "gemm", start, end, {})))
             self._drained.unpark()
             c = None
+
+    async def _batch(self, c: GemmBatch, data_mode: bool) -> None:
+        """``fidelity: pipeline``: a whole TCM-resident composite (pipeline.py).  No TCM access: in timing mode
+        the TCM holds descriptors only and takes no time, the operand shapes were checked by the tl runtime
+        and come with the batch.  Its steps' core cycles are busy spans merged where back to back, the epilogue's
+        per-tile start times go to the scheduler at once (a ``Done`` with id ``-c.id``, the scheduler hands
+        them to the MATH engine), and the batch completes when the block scheduler's loop would have closed
+        its last step."""
+        if data_mode:
+            raise RuntimeError(f"GEMM batch {c.id}: fidelity pipeline runs in timing mode only")
+        now = self.now
+        steps = plan_cached(c.m, c.k, c.n, tuple(c.tile))
+        pl = self._pl
+        if pl is not None and c.sent <= pl[0]:    # taken ahead: the same loop goes on
+            send0, e_prev = pl[0], pl[1]
+        else:
+            send0, e_prev = (c.sent if pl is None else max(c.sent, pl[1])), None
+        sch = schedule(steps, self.prm, list(c.epi_ps), max(send0, 0), e_prev, now, 0)
+        self._pl = (sch.t_a, sch.e_last)
+        if sch.epi_at:
+            await self.done[c.client].send(Done(-c.id, "gemm", sch.first_start, sch.first_start,
+                                                {"epi_at": sch.epi_at}))
+        label = f"gemm batch {c.m}x{c.k}x{c.n}"
+        if self.faults:     # a fault hook may lengthen a span (Actor.busy): span by span
+            for t0, t1 in sch.spans:
+                await self.busy(t1 - t0, label, start=t0)
+        else:               # the same spans as busy() would record (recorded when scheduled), one wake-up
+            emit, aid = self._emit, self.id
+            for t0, t1 in sch.spans:
+                self.busy_ps += t1 - t0
+                self.busy_spans += 1
+                emit((BUSY, t0, aid, t1, label))
+            await self.sleep_until(sch.spans[-1][1])
+        self.array_ps += sch.core_ps
+        self.macs += sch.macs
+        self.report("macs", self.macs)
+        end = max(sch.t_a, sch.done_last)
+        self._done.append((end, c.client, Done(c.id, "gemm", sch.first_start, end, {"steps": len(steps)})))
+        self._drained.unpark()
 
     async def _complete(self) -> None:
         """The drain: each completion leaves ``fill_drain`` after its command's core cycles, in order."""

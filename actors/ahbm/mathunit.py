@@ -31,7 +31,7 @@ import numpy as np
 from emulator import numerics
 from emulator.actor import Actor
 from emulator.declare import In, Out
-from protocols.ahbm import Done, MathCmd
+from protocols.ahbm import Done, MathBatch, MathCmd, MathOp
 from protocols.codec import TensorDesc
 
 from actors.ahbm.costs import MATH_OPS, math_ps
@@ -89,7 +89,8 @@ class MathEngine(Actor):
 
     daemon = True
     starts_on = "cmd"    # started by its first command (Actor.starts_on)
-    PORTS = (In("cmd", MathCmd, doc="MATH commands from the CPU and the scheduler, FIFO", idle=True),
+    PORTS = (In("cmd", MathCmd, MathBatch, MathOp, idle=True,
+                doc="MATH commands from the CPU and the scheduler, FIFO (MathBatch: fidelity pipeline)"),
              Out("done_{client}", Done, doc="completion to each client (cpu, sched)"),
              *TCM_CLIENT_PORTS)
     PARAMS = declare("lanes", "math_fixed", "pe_clk")
@@ -108,13 +109,72 @@ class MathEngine(Actor):
         if len(c.srcs) != _ARITY.get(c.op, 1):
             raise RuntimeError(f"MATH {c.id}: {c.op} takes {_ARITY.get(c.op, 1)} operand(s), got {len(c.srcs)}")
 
+    async def _one(self, c: MathCmd, data_mode: bool) -> None:
+        """One command on its own (read, compute, write, Done): a command served between the tiles of a batch."""
+        if type(c) is MathOp:    # shapes in the command, no TCM access (run)
+            start = self.now
+            await self.busy(math_ps(c.op, c.elements, self.prm), f"{c.op} {c.elements}")
+            await self.done[c.client].send(Done(c.id, "math", start, self.now, {"elements": c.elements}))
+            return
+        self._check(c)
+        xs = await self.tcm.read_all(c.srcs)
+        start = self.now
+        shapes = tuple([tuple(x.shape) for x in xs])
+        elements = max(map(math.prod, shapes))
+        await self.busy(math_ps(c.op, elements, self.prm), f"{c.op} {elements}")
+        out = (compute(c.op, xs, c.scalar).astype(np.dtype(c.out_dtype)) if data_mode
+               else TensorDesc.of(_result_shape_of(c.op, shapes), c.out_dtype))
+        await self.tcm.write(c.out, out)
+        await self.done[c.client].send(Done(c.id, "math", start, self.now, {"elements": elements}))
+
+    async def _batch(self, b: MathBatch, data_mode: bool) -> None:
+        """``fidelity: pipeline`` (actors/ahbm/pipeline.py): the epilogue ops of a composite's tiles, each tile's
+        not before its time.  Commands queued by then came first in the block model (the scheduler would have
+        sent the tile's op at that time), so they are served first; then the tile's ops back to back.  The
+        operands are the scheduler's output block (timing mode: no TCM access, the block's descriptor is
+        the result); one ``Done`` when the last tile is done."""
+        if data_mode:
+            raise RuntimeError(f"MATH batch {b.id}: fidelity pipeline runs in timing mode only")
+        start = self.now
+        pending = []        # later batches that arrived meanwhile (served after this one)
+        for at, elements in b.tiles:
+            while True:
+                if self.now < at:
+                    await self.sleep_until(at)
+                nxt = self.cmd.poll()
+                if nxt is None:
+                    break
+                if type(nxt) is MathBatch:
+                    pending.append(nxt)
+                else:
+                    await self._one(nxt, data_mode)
+            for op, _scalar in b.ops:
+                await self.busy(math_ps(op, elements, self.prm), f"{op} {elements}")
+        await self.done[b.client].send(Done(b.id, "math", start, self.now, {"tiles": len(b.tiles)}))
+        for p in pending:
+            await self._batch(p, data_mode)
+
     async def run(self) -> None:
         data_mode = self.system.mode == "data"
         clock = self.system.clock
-        c: MathCmd = await self.cmd.recv()
-        self._check(c)
-        xs = await self.tcm.read_all(c.srcs)
+        c = await self.cmd.recv()
+        xs = None            # the operands of ``c`` once read (a MathCmd)
         while True:
+            t = type(c)
+            if t is MathBatch:
+                await self._batch(c, data_mode)
+                c, xs = self.cmd.poll() or await self.cmd.recv(), None
+                continue
+            if t is MathOp:      # fidelity pipeline: shapes came with the command; no TCM access (tl writes the
+                                 # result's descriptor if another engine reads it, runtime.Tl._tcm)
+                start = clock.now
+                await self.busy(math_ps(c.op, c.elements, self.prm), f"{c.op} {c.elements}")
+                await self.done[c.client].send(Done(c.id, "math", start, clock.now, {"elements": c.elements}))
+                c, xs = self.cmd.poll() or await self.cmd.recv(), None
+                continue
+            if xs is None:
+                self._check(c)
+                xs = await self.tcm.read_all(c.srcs)
             start = clock.now
             shapes = tuple([tuple(x.shape) for x in xs])
             elements = max(map(math.prod, shapes))
@@ -126,16 +186,16 @@ class MathEngine(Actor):
                 out = TensorDesc.of(_result_shape_of(c.op, shapes), c.out_dtype)
             done = Done(c.id, "math", start, clock.now, {"elements": elements})
             nxt = self.cmd.poll()
-            if nxt is not None:     # streaming: result write + next operands in one TCM access
+            if type(nxt) is MathCmd:     # streaming: result write + next operands in one TCM access
                 self._check(nxt)
                 xs = await self.tcm.access(writes=((c.out, out),), reads=nxt.srcs)
                 await self.done[c.client].send(done)
             else:
                 await self.tcm.write(c.out, out)
                 await self.done[c.client].send(done)
-                nxt = await self.cmd.recv()
-                self._check(nxt)
-                xs = await self.tcm.read_all(nxt.srcs)
+                xs = None
+                if nxt is None:
+                    nxt = await self.cmd.recv()
             c = nxt
 
     def describe(self) -> dict:

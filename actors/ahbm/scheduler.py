@@ -84,11 +84,13 @@ import numpy as np
 from emulator.actor import Actor
 from emulator.declare import In, Out
 from emulator.link import select
-from protocols.ahbm import CompositeCmd, DmaCmd, Done, GemmCmd, MathCmd
+from protocols.ahbm import CompositeCmd, DmaCmd, Done, GemmBatch, GemmCmd, MathBatch, MathCmd
 from protocols.codec import TensorDesc
 
+from actors.ahbm.costs import math_ps
 from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
 from actors.ahbm.params import declare
+from actors.ahbm.pipeline import plan_cached
 from actors.ahbm.tcm_block import copy_block, place_block
 from actors.ahbm.tiles import Panel, panels, plan
 from actors.ahbm.tl.scratch import scheduler_reserve
@@ -161,11 +163,11 @@ class PeScheduler(Actor):
     PORTS = (In("cmd", CompositeCmd, doc="composite commands from the CPU", idle=True),
              Out("done_cpu", Done, doc="completion of a composite to the CPU"),
              Out("dma", DmaCmd, doc="tile loads and stores"),
-             Out("gemm", GemmCmd, doc="tile GEMMs"),
-             Out("math", MathCmd, doc="epilogue steps"),
+             Out("gemm", GemmCmd, GemmBatch, doc="tile GEMMs (GemmBatch: a whole composite, fidelity pipeline)"),
+             Out("math", MathCmd, MathBatch, doc="epilogue steps (MathBatch: a composite's, fidelity pipeline)"),
              In("done", Done, doc="completions of its DMA / GEMM / MATH commands"),
              *TCM_CLIENT_PORTS)
-    PARAMS = declare("tile")
+    PARAMS = declare("tile", "lanes", "math_fixed", "pe_clk")
 
     def __init__(self, name: str, *, prm):
         super().__init__(name)
@@ -178,6 +180,9 @@ class PeScheduler(Actor):
         self.done = self.in_port("done")
         self.tcm = TcmClient(self, "sched")
         self.seq = 0
+        self.tiles = 0                         # output tiles so far (output-buffer alternation)
+        self.fidelity = "block"                # or "pipeline" (builder.py; pipeline.py)
+        self.math_op = False                   # pipeline + timing: tl writes a batched result's descriptor
         self.finished: set[int] = set()
         self.serial = 0                        # composites taken so far (panel keys)
         self.next = None                       # the composite taken ahead (cross-composite prefetch)
@@ -213,11 +218,14 @@ class PeScheduler(Actor):
                 self.finished.add(d.id)
             self.finished.discard(i)
 
-    def _prepare(self, c: CompositeCmd) -> list:
+    def _prepare_checks(self, c: CompositeCmd) -> None:
         for op, _ in c.epilogue:
             if op not in EPILOGUE_OPS:
                 raise RuntimeError(f"composite {c.id}: unsupported epilogue step {op!r};"
                                    f" supported: {', '.join(EPILOGUE_OPS)}")
+
+    def _prepare(self, c: CompositeCmd) -> list:
+        self._prepare_checks(c)
         self.serial += 1
         return plan(c.m, c.k, c.n, self.prm.tile)
 
@@ -356,16 +364,85 @@ class PeScheduler(Actor):
         await self.done_cpu.send(Done(job.c.id, "sched", job.start, self.now, {"steps": len(job.steps)}))
 
     async def run(self) -> None:
-        data_mode = self.system.mode == "data"
-        tiles = 0            # output tiles so far (output-buffer alternation across composites)
-        prev = None          # (job, step, GEMM id) whose completion is still to be handled
+        if self.fidelity == "pipeline":
+            await self._run_pipeline()
         while True:
-            cold = self.next is None
+            await self._block(await self.cmd.recv())
+
+    async def _run_pipeline(self) -> None:
+        """``fidelity: pipeline`` (actors/ahbm/pipeline.py): a composite with A, B and C in the TCM goes to the
+        GEMM engine as one GemmBatch as soon as it arrives (the engine runs the block loop's recurrence), its
+        epilogue to the MATH engine as one MathBatch once the GEMM engine has said when each tile's may start;
+        it completes when both are done.  Any other composite (an HBM operand, or data mode) runs the block
+        stream once the batches in flight are done."""
+        data_mode = self.system.mode == "data"
+        parts: dict[int, list] = {}     # GEMM / MATH batch id -> [composite, start, steps, parts left, epilogue]
+        c = None
+        while True:
+            if c is None:
+                if not parts:
+                    c = await self.cmd.recv()
+                else:
+                    port, msg = await select(self.done, self.cmd)
+                    if port is self.done:
+                        await self._pipeline_done(msg, parts)
+                        continue
+                    c = msg
+            if data_mode or not (c.a_buf and c.b_buf and c.c_buf):
+                while parts:
+                    await self._pipeline_done(await self.done.recv(), parts)
+                await self._block(c)
+                c = None
+                continue
+            steps = plan_cached(c.m, c.k, c.n, tuple(self.prm.tile))
+            self._prepare_checks(c)
+            self.serial += 1
+            if not self.math_op:   # else the tl runtime writes the result's descriptor if an engine reads it
+                await self._open_result(c, c.c_dtype or c.dtype, False)
+            epi_ps = []
+            if c.epilogue:
+                for st in steps:
+                    if st.last:
+                        epi_ps.append(sum(math_ps(op, st.tm * st.tn, self.prm) for op, _ in c.epilogue))
+            g = self._id()
+            entry = [c, self.now, len(steps), 1, epi_ps and [st.tm * st.tn for st in steps if st.last]]
+            parts[g] = entry
+            self.tiles += steps[-1].tile + 1
+            await self.gemm.send(GemmBatch(g, c.a_buf, c.b_buf, c.m, c.k, c.n, list(self.prm.tile), epi_ps,
+                                           self.now, "sched"))
+            c = None
+
+    async def _pipeline_done(self, d: Done, parts: dict) -> None:
+        if d.id < 0:    # the GEMM engine's epilogue start times: the MATH batch goes out now
+            entry = parts[-d.id]
+            mid = self._id()
+            parts[mid] = entry
+            entry[3] += 1
+            c = entry[0]
+            await self.math.send(MathBatch(mid, [list(e) for e in c.epilogue],
+                                           [[t, n] for t, n in zip(d.info["epi_at"], entry[4])], "sched"))
+            return
+        entry = parts.pop(d.id)
+        entry[3] -= 1
+        if entry[3] == 0:
+            c = entry[0]
+            await self.done_cpu.send(Done(c.id, "sched", entry[1], self.now, {"steps": entry[2]}))
+
+    async def _block(self, first: CompositeCmd) -> None:
+        """The block-by-block stream (module docstring) of ``first`` and of every composite taken ahead
+        behind it, until one completes with nothing taken ahead."""
+        data_mode = self.system.mode == "data"
+        tiles = self.tiles   # output tiles so far (output-buffer alternation across composites)
+        prev = None          # (job, step, GEMM id) whose completion is still to be handled
+        c = first
+        while True:
+            cold = c is not None
             if not cold:
+                if self.next is None:
+                    break
                 c, steps, start, serial = self.next
                 self.next = None
             else:
-                c = await self.cmd.recv()
                 start = self.now
                 steps = self._prepare(c)
                 serial = self.serial
@@ -376,6 +453,7 @@ class PeScheduler(Actor):
                 bx = int(steps[0].b_buf == ps.b_buf ^ pj.bx)
             job = _Job(c, steps, start, serial, tiles, ax, bx)
             tiles += steps[-1].tile + 1
+            self.tiles = tiles
             self.look_open = False
             esize = np.dtype(c.dtype).itemsize
             if c.c_buf:
@@ -404,5 +482,6 @@ class PeScheduler(Actor):
                 await self._wait([prev[2]])
                 await self._close(prev[0], prev[1])
                 prev = None
+            c = None
             # else: the next composite's first GEMM goes into the engine behind this one's last, whose
             # completion (epilogue, result, Done) is handled in the next composite's first step

@@ -155,6 +155,9 @@ MACHINE_SCENARIOS = [
 ]
 IDLE_SCENARIO = ("ahbm-idle-4sip", "scenarios/ahbm/idle-4sip.yaml")
 FULL_SCENARIO = ("ahbm-decode-128", "scenarios/ahbm/attention_decode_4sip.yaml")
+#: with ``--full`` also (once each): issue 22's long-context runs, Llama3-70B on 1 SIP
+LONG_SCENARIOS = [("ahbm-ring-8k", "scenarios/ahbm/gqa/llama70b_prefill_ring_8k_1sip.yaml"),
+                  ("ahbm-decode-128k", "scenarios/ahbm/gqa/llama70b_decode_128k_1sip.yaml")]
 
 
 def _kind(actor_name: str) -> str:
@@ -216,7 +219,8 @@ def run_machine_bench(repeats: int = 3, full: bool = False) -> dict:
       events per CPU second of the run (build excluded);
     * the 4-SIP AHBM machine with an idle workload: the fixed cost of building,
       starting and cancelling its tasks (build + run CPU);
-    * with ``full``: the 128-rank decode on the 4-SIP machine (CPU seconds, once).
+    * with ``full``: the 128-rank decode on the 4-SIP machine, the Llama3-70B 8K Ring prefill
+      (fidelity pipeline) and 128K decode on 1 SIP (:data:`LONG_SCENARIOS`, issue 22): CPU seconds, once.
 
     Each row also has the run's end time and digest, its messages per pair of
     component kinds (:func:`message_pairs`) and, for ``tl`` kernels, the number
@@ -251,8 +255,7 @@ def run_machine_bench(repeats: int = 3, full: bool = False) -> dict:
                      "wall_s": round(med(r["wall_s"] for r in rs), 3),
                      "end_time_ps": rs[0]["end_time_ps"], "digest": rs[0]["digest"], "pairs": rs[0]["pairs"],
                      "ops": rs[0]["ops"]})
-    if full:
-        name, path = FULL_SCENARIO
+    for name, path in ([FULL_SCENARIO] + LONG_SCENARIOS if full else []):
         loops.append(loop_ns())
         r = _machine_run(path)
         rows.append({"name": name, "scenario": path, "messages": r["messages"], "events": r["events"],

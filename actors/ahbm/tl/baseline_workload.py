@@ -42,6 +42,7 @@ import numpy as np
 from actors.ahbm.kernels.attention_decode import attention_decode
 from actors.ahbm.kernels.attention_prefill import attention_prefill
 from actors.ahbm.params import Params
+from actors.ahbm.pipeline import FIDELITY
 from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.tl.kernel_workload import KernelContext, KernelHooks, KernelLayout, Output, kernel_workload
 from actors.registry import HOST_DATA_BYTES, format_bytes
@@ -64,6 +65,7 @@ COMMON = {
     "d": Int(min=1, default=64, doc="head dimension (kernbench2 ADR-0060 validation scale: 64)"),
     "s_per_rank": Int(min=1, default=16, doc="keys per rank (kernbench2 ADR-0060 validation scale: 16)"),
     "tile": Int(min=0, default=0, doc="keys per tile, 0 = the whole slice in one shot; must divide s_per_rank"),
+    "fidelity": FIDELITY,
 }
 DECODE_PARAMS = Map({
     **COMMON,

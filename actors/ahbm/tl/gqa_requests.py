@@ -337,14 +337,15 @@ def build(system, profile: dict, p: dict) -> Context:
             raise BuildError(f"workload.params.requests: data-mode inputs of at most {format_bytes(HOST_DATA_BYTES)} "
                              f"in host memory, found {format_bytes(host)} needed")
     if p["batching"] == "kernel":
-        ctx.machine = build_machine(system, profile, batches=_batch_plan(ctx), batch_pes=launches[0].layout.coords)
+        ctx.machine = build_machine(system, profile, batches=_batch_plan(ctx), batch_pes=launches[0].layout.coords,
+                                    fidelity=p["fidelity"])
     else:
         plans = []
         for r, req in enumerate(requests):
             steps = [kernel_launches(KERNEL, ln.layout.coords, lambda c, ln=ln: _args(ln, ctx.offsets(ln), c),
                                      ln.layout.grid_of, ln.layout.num_programs) for ln in launches if ln.req == r]
             plans.append(RequestPlan(req.name, req.arrival_ps, steps))
-        ctx.machine = build_machine(system, profile, requests=plans)
+        ctx.machine = build_machine(system, profile, requests=plans, fidelity=p["fidelity"])
     ctx.placement = Placement(ctx.machine, system.mode == "data")
     if system.mode == "data":
         rng = system.rng("attention/inputs")

@@ -46,6 +46,7 @@ from actors.ahbm.kernels.gqa_bound import attention_bound, critical_path_bound
 from actors.ahbm.kernels.gqa_index import (GroupLayout, coords_of_rank, reduce_tree, ring_rounds, root_of, snake,
                                            tree_depth, valid_len)
 from actors.ahbm.dma import REGION_BITS
+from actors.ahbm.pipeline import FIDELITY
 from actors.ahbm.params import pe_name
 from actors.ahbm.tl.gqa_phases import decode_phases
 from actors.ahbm.tl.kernel_registry import register_kernel
@@ -95,6 +96,7 @@ PARAMS = Map({
                doc="Level-1 (CUBE roots, CUBE NOC) reduction topology: mesh = centre root; chain; ring ="
                    " chunked-O ring"),
     "request_id": Int(min=0, default=0, doc="rotation: start_cube = id mod C, start_pe = (id div C) mod P"),
+    "fidelity": FIDELITY,
 })
 
 

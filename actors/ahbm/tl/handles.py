@@ -42,7 +42,7 @@ def nbytes(shape, dtype) -> int:
 
 class TensorHandle:
     __slots__ = ("rt", "shape", "dtype", "buf", "addr", "pending", "engine", "arena", "dead", "readers",
-                 "check", "__weakref__")
+                 "check", "desc", "__weakref__")
 
     def __init__(self, rt, shape, dtype, *, buf=None, addr=None, pending=None, engine=None, arena=None):
         self.rt = rt
@@ -56,6 +56,7 @@ class TensorHandle:
         self.dead = None            # why it may no longer be used
         self.readers = None         # {engine: last command reading it}, waited before its buffer is freed
         self.check = None           # (shape, dtype) to verify when a pending recv completes
+        self.desc = False           # a MathOp result not in the TCM yet (fidelity pipeline: Tl._tcm writes it)
 
     @property
     def nbytes(self) -> int:

@@ -111,7 +111,7 @@ def kernel_workload(h: KernelHooks) -> Workload:
                                                lay.args_of, lay.grid_of, lay.num_programs))
         else:
             kernels = kernel_launches(h.kernel, lay.coords, lay.args_of, lay.grid_of, lay.num_programs)
-        machine = build_machine(system, profile, kernels=kernels)
+        machine = build_machine(system, profile, kernels=kernels, fidelity=p.get("fidelity", "block"))
         place = Placement(machine, system.mode == "data")
         data = None
         if system.mode == "data":

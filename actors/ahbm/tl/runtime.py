@@ -113,6 +113,10 @@ async def _in_turn(first, then):
     return await then
 
 
+#: completions a PE's CPU keeps before the tl runtime first lets it drop the ones no handle needs (_forget)
+FORGET_MIN = 1024
+
+
 class Tl:
     """The kernel-side API of one launch on one PE (see the module docstring)."""
 
@@ -135,6 +139,8 @@ class Tl:
         self._burst = burst
         self.outstanding: list[int] = []
         self.counts: dict[str, int] = {}
+        self._forget_at = FORGET_MIN      # completions kept before the next _forget
+        self._math_op = bool(getattr(backend, "math_op", False))
 
     # -- helpers ------------------------------------------------------------------
     def site(self) -> str:
@@ -231,6 +237,11 @@ class Tl:
             self.outstanding.append(cid)
         if h.pending is not None and h.engine != engine:
             self._settle(h)
+        if h.desc and engine != "math":
+            # fidelity pipeline: the MATH engine wrote no descriptor (MathOp); an engine that reads the TCM
+            # finds it there, written once the op is done (as the MATH engine's write was)
+            h.desc = False
+            _await(self.be.tcm_write(h.buf, TensorDesc.of(h.shape, h.dtype)))
         return h.buf
 
     @staticmethod
@@ -270,6 +281,29 @@ class Tl:
             h.dead = why
         if bufs:
             _await(self.be.tcm_free_all(bufs))
+        completed = getattr(self.be, "completed", None)
+        if completed is not None and len(completed) > self._forget_at:
+            self._forget()
+
+    def _forget(self) -> None:
+        """Let the backend drop the completion info no live handle can ask for (PeCpu.forget): the pending
+        and reader commands of every handle of the open scopes are kept, the outstanding list loses the
+        completed ones (the kernel's end waits for the rest).  Exact: waiting for a completed command
+        returns at once either way.  Run at a scope's end once the kept completions doubled."""
+        done = self.be.completed
+        below = self.be.forgotten_below
+        self.outstanding = [c for c in self.outstanding if c not in done and c >= below]
+        keep = set(self.outstanding)
+        arena = self.arena
+        while arena is not None:
+            for h in arena.handles:
+                if h.pending is not None:
+                    keep.add(h.pending)
+                if h.readers:
+                    keep.update(h.readers.values())
+            arena = arena.parent
+        self.be.forget(keep)
+        self._forget_at = max(FORGET_MIN, 2 * len(self.be.completed))
 
     def _push_arena(self, site: str) -> Arena:
         self.arena = Arena(self.arena, site)
@@ -474,6 +508,9 @@ class Tl:
         self._read_by(cid, "sched", *[x for x in (a_read, b_read) if x is not None])
         if out == "tcm":
             res.pending, res.engine = cid, "sched"
+            # fidelity pipeline: a composite with A, B and C in the TCM is one GemmBatch and its scheduler
+            # writes no result descriptor (scheduler._run_pipeline); _tcm writes it for another engine
+            res.desc = self._math_op and bool(a_buf) and bool(b_buf)
             return res
         return TensorHandle(self, (m, n), dtype, addr=c_addr, pending=cid, engine="sched")
 
@@ -495,7 +532,12 @@ class Tl:
             self._dispatch(kind)
             self._new_buf(shape, out_dtype)     # raises the overflow error
         out = self._new_buf(shape, out_dtype)
-        cid = self._dispatch_then(kind, self.be.math(op, bufs, out.buf, float(scalar), dtype_info(out_dtype)[0]))
+        if self._math_op:   # fidelity pipeline, timing mode: the shapes go with the command (PeCpu.math)
+            cid = self._dispatch_then(kind, self.be.math(op, bufs, out.buf, float(scalar), dtype_info(out_dtype)[0],
+                                                         ([x.shape for x in srcs], shape)))
+            out.desc = True
+        else:
+            cid = self._dispatch_then(kind, self.be.math(op, bufs, out.buf, float(scalar), dtype_info(out_dtype)[0]))
         self._read_by(cid, "math", *srcs)
         out.pending, out.engine = cid, "math"
         self.outstanding.append(cid)

@@ -1,0 +1,114 @@
+"""``fidelity: pipeline``: a TCM-resident composite's block timings in closed form (docs/gqa.md "Fidelity").
+
+At the default fidelity (``block``) the PE scheduler streams a composite block by
+block (scheduler.py): per K step it copies the step's A and B blocks into its
+operand buffers (posted TCM accesses, no time), sends one GemmCmd, waits for the
+previous step's Done, and finishes a finished output tile (epilogue MATH ops,
+then the block placed into the TCM result).  When A, B and C are all in the TCM
+(the seed's ``S = q·Kᵀ`` and ``O = P·V`` of a Ring prefill), none of those
+hand-offs crosses a modelled resource but the GEMM array and the MATH engine:
+the TCM takes no time and the copies none.  The timings they produce follow from
+the engines' cost formulas and the scheduler's loop alone:
+
+* ``send_0`` = when the composite reaches the engine (see the continuation below);
+  ``send_{s+1} = max(send_s, E_{s-1})`` (iteration s+1 of the scheduler's loop
+  starts once it has closed step s-1), ``E_{-1}`` none for a composite that
+  reaches an idle scheduler;
+* GEMM s starts at ``max(send_s, start_{s-1} + core_{s-1})`` (the engine is a FIFO
+  pipeline, gemm.py) and is done at ``start_s + core_s`` (a K step that names no
+  output) or ``start_s + fill_drain + core_s`` (the last K step of its tile);
+* ``E_s`` = ``max(send_{s+1}, done_s)`` (the scheduler waits for GEMM s in iteration
+  s+1), plus, after the last K step of a tile with an epilogue, the epilogue ops
+  (costs.math_ps each, back to back, not before the MATH engine finished the
+  previous tile's: ``epi_at`` is when the first starts).
+
+A composite taken ahead by the block scheduler (it reached the scheduler before
+the previous composite's last loop iteration ended, ``T_A = send_{last+1}``)
+continues the same recurrence (``send_0' = T_A``, ``E_{-1}' = E_last``); one
+arriving later starts cold at ``max(arrival, E_last)``.  The GEMM engine runs
+this (gemm.py ``GemmBatch``), the MATH engine runs the epilogue ops at their
+``epi_at`` times FIFO with its other commands (mathunit.py ``MathBatch``).
+
+What it does not model (the coarser part, measured in docs/gqa.md): the
+epilogue is assumed to start on an idle MATH engine when the GEMM engine
+computes the next steps' issue times (the MATH engine itself still serves it
+after commands queued before it, and the composite completes when both are
+done), and a command reaching the MATH engine while it waits for the next
+epilogue tile waits for that tile.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from actors.ahbm.costs import gemm_occupancy_ps, gemm_ps
+from actors.ahbm.tiles import plan
+from emulator.schema import Enum
+
+__all__ = ["Schedule", "schedule", "plan_cached", "FIDELITY", "FIDELITIES"]
+
+FIDELITIES = ("block", "pipeline")
+
+#: the workload key (tl kernel workloads: gqa_attention, the baseline attention kernels)
+FIDELITY = Enum(list(FIDELITIES), default="block",
+                doc="block: the PE scheduler streams composites block by block (every shipped digest); pipeline:"
+                    " a TCM-resident composite is one GEMM batch + one epilogue batch timed by the engines'"
+                    " formulas (actors/ahbm/pipeline.py; end-time error in docs/gqa.md \"Fidelity\")")
+
+
+@lru_cache(maxsize=256)
+def plan_cached(m: int, k: int, n: int, tile: tuple) -> tuple:
+    """tiles.plan, remembered (a kernel repeats a few composite shapes); a tuple of frozen Steps."""
+    return tuple(plan(m, k, n, tile))
+
+
+class Schedule:
+    """The outcome of one composite: merged array spans, epilogue start per tile, the loop's state."""
+    __slots__ = ("spans", "epi_at", "t_a", "e_last", "free", "mfree", "core_ps", "macs", "done_last", "first_start")
+
+    def __init__(self):
+        self.spans: list[list[int]] = []   # [start, end] of back-to-back core cycles
+        self.epi_at: list[int] = []        # per output tile with an epilogue: when its first op may start
+        self.t_a = self.e_last = self.free = self.mfree = self.core_ps = self.macs = 0
+        self.done_last = self.first_start = 0
+
+
+def _cost(tm: int, tk: int, tn: int, last: bool, prm) -> tuple[int, int]:
+    return gemm_occupancy_ps(tm, tk, tn, prm), (gemm_ps(tm, tk, tn, prm) if last else 0)
+
+
+def schedule(steps, prm, epi_ps: list, send0: int, e_prev: int | None, free0: int, mfree0: int) -> Schedule:
+    """The recurrence of the module docstring over ``steps`` (tiles.Step), the engine free at ``free0``."""
+    out = Schedule()
+    spans = out.spans
+    send, e_m1, free, mfree = send0, e_prev, free0, mfree0
+    cache: dict = {}
+    done = 0
+    first = True
+    for s in steps:
+        key = (s.tm, s.tk, s.tn, s.last)
+        c = cache.get(key)
+        if c is None:
+            c = cache[key] = _cost(s.tm, s.tk, s.tn, s.last, prm)
+        core, full = c
+        start = send if send > free else free
+        if first:
+            out.first_start, first = start, False
+        end = start + core
+        if spans and spans[-1][1] == start:
+            spans[-1][1] = end
+        else:
+            spans.append([start, end])
+        free = end
+        out.core_ps += core
+        out.macs += s.tm * s.tk * s.tn
+        done = start + full if s.last else end
+        nxt = send if e_m1 is None or e_m1 <= send else e_m1          # send_{s+1}
+        e = nxt if nxt > done else done                                 # iteration s+1 has waited for GEMM s
+        if s.last and epi_ps:
+            out.epi_at.append(e)
+            e = (e if e > mfree else mfree) + epi_ps[s.tile]
+            mfree = e
+        send, e_m1 = nxt, e
+    out.t_a, out.e_last, out.free, out.mfree = send, e_m1, free, mfree
+    out.done_last = done
+    return out
