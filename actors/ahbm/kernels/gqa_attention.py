@@ -65,7 +65,8 @@ from actors.ahbm.kernels.gqa_index import (GroupLayout, children_of, local_coord
                                            snake, valid_len)
 from actors.ahbm.kernels.merge import fold_tile, init_running, lse_merge, lse_scales
 
-__all__ = ["gqa_attention", "decode_tiles", "prefill_tiles", "ring_query_tiling", "ring_chunks", "ring_folds"]
+__all__ = ["gqa_attention", "decode_tiles", "prefill_tiles", "ring_query_tiling", "ring_chunks", "ring_folds",
+           "level1_links", "level2_links"]
 
 F2 = 2   # bytes per bf16 element (float16 numpy proxy, ref §3.3)
 _STEP = {(1, 0): "E", (-1, 0): "W", (0, 1): "S", (0, -1): "N"}
@@ -248,17 +249,13 @@ def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, c
                     tl.report("root_done_ps", tl.now())
                 return None
         else:
-            for c in children_of(par2, pe_id):
-                kids.append((f"pe{c}", _STEP[(c % prm.gx - me[0], c // prm.gx - me[1])]))
-            if par2[pe_id] is not None:
-                p = par2[pe_id]
-                parent = _STEP[(p % prm.gx - me[0], p // prm.gx - me[1])]
+            kids, parent = level2_links(prm, pe_id, par2)
     else:
         root_pe = pe_id
     if parent is None and C > 1:   # this PE is its CUBE's root: Level-1 over the Group's CUBE roots
         par1 = reduce_tree(l1, w, h)
-        _, cubes = lay.cubes_of_head(lay.head_of_cube(sip, cube_id))
         if l1 == "ring":   # Level-2 first (its tree, if any), then the chunked ring over the CUBE roots
+            _, cubes = lay.cubes_of_head(lay.head_of_cube(sip, cube_id))
             state, order = _reduce(tl, state, kids, None, M, d)
             tl.report("merge_order", order)
             ring = snake(w, h)
@@ -270,9 +267,8 @@ def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, c
                 tl.report("group_root", True)
                 tl.report("root_done_ps", tl.now())
             return None
-        kids += [(f"cube{cubes[c]}", [sip, cubes[c], root_pe]) for c in children_of(par1, gcube)]
-        if par1[gcube] is not None:
-            parent = [sip, cubes[par1[gcube]], root_pe]
+        cube_kids, parent = level1_links(lay, par1, sip=sip, cube_id=cube_id, root_pe=root_pe)
+        kids += cube_kids
     (m, l, O), order = _reduce(tl, state, kids, parent, M, d)
     tl.report("merge_order", order)
     if parent is None:
@@ -280,6 +276,24 @@ def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, c
         tl.report("group_root", True)
         tl.report("root_done_ps", tl.now())
     return None
+
+
+def level2_links(prm, pe_id: int, par2: list) -> tuple[list, object]:
+    """``(kids, parent)`` of PE ``pe_id`` in its CUBE's Level-2 tree ``par2`` (seed §4): children as
+    ``(name, IPCQ direction)``, the parent's direction, ``None`` at the CUBE root."""
+    me = (pe_id % prm.gx, pe_id // prm.gx)
+    kids = [(f"pe{c}", _STEP[(c % prm.gx - me[0], c // prm.gx - me[1])]) for c in children_of(par2, pe_id)]
+    p = par2[pe_id]
+    return kids, None if p is None else _STEP[(p % prm.gx - me[0], p // prm.gx - me[1])]
+
+
+def level1_links(lay: GroupLayout, par1: list, *, sip: int, cube_id: int, root_pe: int) -> tuple[list, object]:
+    """``(kids, parent)`` of a CUBE root in the Group's Level-1 tree ``par1`` over the CUBE NOC (seed §4):
+    children as ``(name, [sip, cube, pe])``, the parent as ``[sip, cube, pe]``, ``None`` at the Group root."""
+    _, cubes = lay.cubes_of_head(lay.head_of_cube(sip, cube_id))
+    g = lay.index_in_group(cube_id)
+    kids = [(f"cube{cubes[c]}", [sip, cubes[c], root_pe]) for c in children_of(par1, g)]
+    return kids, None if par1[g] is None else [sip, cubes[par1[g]], root_pe]
 
 
 def chunk_rows(M: int, n: int) -> list[tuple[int, int]]:

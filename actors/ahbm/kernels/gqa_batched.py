@@ -27,35 +27,25 @@ request of the batch, ``None`` where this PE is not the root), ``batch_my_len``.
 """
 from __future__ import annotations
 
-from actors.ahbm.kernels.gqa_attention import _STEP, _reduce, _sweep, decode_tiles
-from actors.ahbm.kernels.gqa_index import (GroupLayout, children_of, local_coords, rank_of, reduce_tree, root_of,
-                                           valid_len)
+from actors.ahbm.kernels.gqa_attention import _reduce, _sweep, decode_tiles, level1_links, level2_links
+from actors.ahbm.kernels.gqa_index import GroupLayout, local_coords, rank_of, reduce_tree, root_of, valid_len
 
 __all__ = ["gqa_batched_decode", "tree_links"]
 
 
 def tree_links(tl, lay: GroupLayout, *, pe_id: int, cube_id: int, sip: int, C: int, P: int, l2: str, l1: str):
-    """``(kids, parent)`` of this PE in the 2-level reduce-to-root trees (seed §4; the same trees as
-    ``gqa_attention`` builds for ``l2`` tree / chain and ``l1`` mesh / chain): IPCQ children as
-    ``(name, direction)``, CUBE-NOC children and parents as ``[sip, cube, pe]``; ``parent`` None at the root."""
+    """``(kids, parent)`` of this PE in the 2-level reduce-to-root trees (seed §4; ``gqa_attention``'s
+    Level-2 / Level-1 links for ``l2`` tree / chain and ``l1`` mesh / chain); ``parent`` None at the root."""
     prm = tl.prm
     kids, parent, root_pe = [], None, pe_id
     if P > 1:
         par2 = reduce_tree(l2, prm.gx, prm.gy)
-        me = (pe_id % prm.gx, pe_id // prm.gx)
         root_pe = root_of(par2)
-        kids += [(f"pe{c}", _STEP[(c % prm.gx - me[0], c // prm.gx - me[1])]) for c in children_of(par2, pe_id)]
-        if par2[pe_id] is not None:
-            p = par2[pe_id]
-            parent = _STEP[(p % prm.gx - me[0], p // prm.gx - me[1])]
+        kids, parent = level2_links(prm, pe_id, par2)
     if parent is None and C > 1:   # a CUBE root: Level-1 over the Group's CUBE roots
         w, h = lay.shape
-        par1 = reduce_tree(l1, w, h)
-        gcube = lay.index_in_group(cube_id)
-        _, cubes = lay.cubes_of_head(lay.head_of_cube(sip, cube_id))
-        kids += [(f"cube{cubes[c]}", [sip, cubes[c], root_pe]) for c in children_of(par1, gcube)]
-        if par1[gcube] is not None:
-            parent = [sip, cubes[par1[gcube]], root_pe]
+        cube_kids, parent = level1_links(lay, reduce_tree(l1, w, h), sip=sip, cube_id=cube_id, root_pe=root_pe)
+        kids += cube_kids
     return kids, parent
 
 
