@@ -59,7 +59,7 @@ def test_knobs_scale_in_the_right_direction():
 def test_list_names_the_keys_and_a_bad_only_is_an_error(emu):
     p = emu("whatif", SCENARIO, "--list", check=0)
     assert "HBM channels: hbm.access_latency [ps], hbm.pc_bandwidth [B/s]" in p.stdout
-    assert "clock.pe (drives CPU dispatch, DMA, GEMM array, MATH)" in p.stdout
+    assert "clock.pe (drives CPU dispatch, DMA, GEMM array, MATH, scheduler)" in p.stdout
     assert "GEMM array *: gemm.fill_drain_cycles [cycles]" in p.stdout       # no exclusive knob for its MACs
     p = emu("whatif", SCENARIO, "--only", "warp drive", check=2)
     assert "unknown resource warp drive" in p.stderr
@@ -73,13 +73,13 @@ def test_the_gemm_array_is_marked_as_having_no_exclusive_knob(whatif):
     assert rows["HBM channels"]["own_knob"] == rows["CPU dispatch"]["own_knob"] == "all"
     g = whatif["coverage"]["partial"]["GEMM array"]
     assert g["own_keys"] == ["gemm.fill_drain_cycles"] and g["widths"] == ["gemm.array_rows", "gemm.array_cols"]
-    assert g["clock"] == "clock.pe" and set(g["shared_with"]) == {"CPU dispatch", "DMA", "MATH"}
+    assert g["clock"] == "clock.pe" and set(g["shared_with"]) == {"CPU dispatch", "DMA", "MATH", "scheduler"}
     # the measured change of its own row is well short of its estimate: what the mark warns of
     f = rows["GEMM array"]["variants"]["faster"]
     assert abs(f["measured"]) < 0.75 * abs(f["estimate"])
     text = format_whatif(whatif)
     assert "  GEMM array *" in text and "GEMM array: core MAC cycles ceil(m/R) ceil(n/C) k" in text
-    assert "the clock.pe row speeds it (with CPU dispatch, DMA, MATH)" in text
+    assert "the clock.pe row speeds it (with CPU dispatch, DMA, MATH, scheduler)" in text
 
 
 def test_a_class_on_the_path_without_a_row_of_its_own_is_listed():
