@@ -319,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true")
     b.add_argument("--repeats", type=int, default=5)
     b.add_argument("--scale", type=float, default=1.0, help="multiply workload sizes")
-    b.add_argument("--full", action="store_true", help="machine: also the 128-rank decode on 4 SIPs")
+    b.add_argument("--full", action="store_true", help="machine: also the 128-rank decode on 4 SIPs, the Llama3-70B 8K Ring prefill and 128K decode (once each)")
     b.set_defaults(func=cmd_bench)
 
     from tools.trace import compare
