@@ -139,6 +139,7 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
     m = Machine(prm)
     add, connect = system.add, system.connect
     v = cache(lambda cls: params_for(cls, prm))   # each class reads only the parameters it declares
+    math_op = fidelity == "pipeline" and system.mode == "timing"   # MATH ops as MathOp (actors/ahbm/pipeline.py)
 
 
     for sip in range(prm.sips):
@@ -152,8 +153,8 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
                 nb = pe_neighbours(prm, p)
                 pe = Pe(
                     (sip, cube, p),
-                    cpu=add(PeCpu(f"{base}/cpu", prm=v(PeCpu), coord=(sip, cube, p), dirs=list(nb))),
-                    sched=add(PeScheduler(f"{base}/sched", prm=v(PeScheduler))),
+                    cpu=add(PeCpu(f"{base}/cpu", prm=v(PeCpu), coord=(sip, cube, p), dirs=list(nb), math_op=math_op)),
+                    sched=add(PeScheduler(f"{base}/sched", prm=v(PeScheduler), fidelity=fidelity, math_op=math_op)),
                     dma=add(DmaEngine(f"{base}/dma", prm=v(DmaEngine), clients=["cpu", "sched"], coord=(sip, cube, p))),
                     gemm=add(GemmEngine(f"{base}/gemm", prm=v(GemmEngine), clients=["cpu", "sched"])),
                     math=add(MathEngine(f"{base}/math", prm=v(MathEngine), clients=["cpu", "sched"])),
@@ -162,9 +163,6 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
                     pcs=[add(HbmChannel(f"{base}/hbm/pc{i}", index=i, prm=v(HbmChannel))) for i in range(prm.pcs)],
                     port=add(HbmPort(f"{base}/hbm/port", prm=v(HbmPort), coord=(sip, cube, p))),
                 )
-                pe.sched.fidelity = fidelity
-                pe.cpu.math_op = fidelity == "pipeline" and system.mode == "timing"
-                pe.sched.math_op = pe.cpu.math_op
                 m.pes[(sip, cube, p)] = pe
                 for eng in (pe.dma, pe.gemm, pe.math):
                     key = {pe.dma: "dma", pe.gemm: "gemm", pe.math: "math"}[eng]

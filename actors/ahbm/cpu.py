@@ -112,7 +112,8 @@ class PeCpu(Actor):
         """Let this CPU run launches of ``msg_type`` with ``handler`` (e.g. the ``tl`` runtime's kernels)."""
         cls.launch_handlers[msg_type] = handler
 
-    def __init__(self, name: str, *, prm, coord: tuple[int, int, int], dirs=()):
+    def __init__(self, name: str, *, prm, coord: tuple[int, int, int], dirs=(), math_op: bool = False):
+        """``math_op``: send the MATH engine MathOps (fidelity pipeline in timing mode, actors/ahbm/pipeline.py)."""
         super().__init__(name)
         self.prm = prm
         self.coord = [int(c) for c in coord]
@@ -133,7 +134,7 @@ class PeCpu(Actor):
         self.outstanding: list[int] = []          # async script commands
         self.mailbox: deque = deque()             # NOC packets arrived before their receive was posted
         self.noc_waiting: deque = deque()         # posted NOC receives (src or None, cid, buf)
-        self.math_op = False                      # send MathOps (fidelity pipeline, timing mode; builder.py)
+        self.math_op = math_op
         self.forgotten_below = 0                  # every command id below it not in `completed` completed (forget)
         self.pkt_seq = 0
         self._pump_ports = None                   # the ports completions arrive on (_pump)

@@ -169,7 +169,9 @@ class PeScheduler(Actor):
              *TCM_CLIENT_PORTS)
     PARAMS = declare("tile", "lanes", "math_fixed", "pe_clk")
 
-    def __init__(self, name: str, *, prm):
+    def __init__(self, name: str, *, prm, fidelity: str = "block", math_op: bool = False):
+        """``fidelity``: ``block`` or ``pipeline`` (the workload's choice, actors/ahbm/pipeline.py); ``math_op``:
+        pipeline in timing mode, where the tl runtime writes a batched result's descriptor."""
         super().__init__(name)
         self.prm = prm
         self.cmd = self.in_port("cmd", idle=True)
@@ -181,8 +183,8 @@ class PeScheduler(Actor):
         self.tcm = TcmClient(self, "sched")
         self.seq = 0
         self.tiles = 0                         # output tiles so far (output-buffer alternation)
-        self.fidelity = "block"                # or "pipeline" (builder.py; pipeline.py)
-        self.math_op = False                   # pipeline + timing: tl writes a batched result's descriptor
+        self.fidelity = fidelity
+        self.math_op = math_op
         self.finished: set[int] = set()
         self.serial = 0                        # composites taken so far (panel keys)
         self.next = None                       # the composite taken ahead (cross-composite prefetch)
