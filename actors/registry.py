@@ -13,6 +13,9 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from pathlib import Path
+
+from emulator.errors import BuildError
 from emulator.schema import Map
 
 #: ASSUMPTION: the arrays a data-mode run generates and holds at once must fit
@@ -27,6 +30,24 @@ def format_bytes(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.3g} {unit} ({n} B)"
     return f"{n} B"
+
+def workload_file(value: str, system, key: str, what: str) -> Path:
+    """The file a workload parameter names: absolute, or relative to the scenario file, the working directory
+    or the repository (in that order); else a BuildError at ``key`` saying where it looked (the bundle copies
+    such files, tools/run/bundle.py)."""
+    p = Path(value)
+    cands = [p] if p.is_absolute() else []
+    scen = (system.scenario or {}).get("file")
+    if scen and not p.is_absolute():
+        cands.append(Path(scen).resolve().parent / p)
+    if not p.is_absolute():
+        cands += [Path.cwd() / p, Path(__file__).resolve().parents[1] / p]
+    for c in cands:
+        if c.is_file():
+            return c
+    raise BuildError(f"{key}: {what} {value!r} not found (looked in "
+                     + ", ".join(dict.fromkeys(str(c.parent) for c in cands)) + ")")
+
 
 FAMILIES = {
     "demo": "actors.demo.machine",

@@ -1,7 +1,6 @@
 """The pccx energy model (actors/pccx/energy.py, docs/energy.md): every coefficient moves the total by exactly
 its count, the counters match what the program moved, the Gemma 3N run reports energy per token through the
 real CLI with its digest unchanged, and the sweep's energy metrics."""
-import copy
 import json
 import subprocess
 import sys
@@ -10,7 +9,8 @@ import pytest
 
 from actors import registry
 from actors.pccx.energy import energy_inventory
-from emulator.energy import AJ_PER_FJ, account
+from energy_check import assert_every_coefficient_counts
+from emulator.energy import account
 from emulator.scenario import load_scenario
 from tools.run.runner import run_scenario
 from tools.sweep.results import metric_value
@@ -24,12 +24,6 @@ def program_run():
     return sc.profile, system, result.end_time_ps, res
 
 
-def _leaves(d, path=()):
-    for k, v in d.items():
-        if isinstance(v, dict):
-            yield from _leaves(v, path + (k,))
-        else:
-            yield path + (k,)
 
 
 #: the program runs no host step (the Gemma 3N driver does: test_gemma3n_cli_energy)
@@ -38,20 +32,7 @@ NOT_HERE = {("host", "active")}
 
 def test_every_pccx_coefficient_counts(program_run):
     prof, system, T, _ = program_run
-    base = account(*energy_inventory(system, prof, T), T)
-    for path in _leaves(prof["energy"]):
-        if path in NOT_HERE:
-            continue
-        p2 = copy.deepcopy(prof)
-        node = p2["energy"]
-        for k in path[:-1]:
-            node = node[k]
-        node[path[-1]] += 1
-        moved = account(*energy_inventory(system, p2, T), T).total_aj - base.total_aj
-        key = "energy." + ".".join(path)
-        assert moved > 0, f"{key}: the coefficient changes nothing (ignored, or its counter reads 0)"
-        unit = T if path[0] == "static" else AJ_PER_FJ
-        assert moved == base.coefs[key]["count"] * unit, key
+    assert assert_every_coefficient_counts(prof, energy_inventory, system, T, NOT_HERE) > 0
 
 
 def test_pccx_counts_are_the_bytes_moved(program_run):

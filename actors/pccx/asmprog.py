@@ -23,7 +23,6 @@ values) and the per-opcode latency table.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 
@@ -31,6 +30,7 @@ from actors.pccx.builder import build_machine
 from actors.pccx.numerics import from_bf16, to_bf16
 from actors.pccx.program import ProgramBuilder, weight_blob
 from actors.pccx.report import latency_table
+from actors.registry import workload_file
 from emulator.errors import BuildError
 from emulator.rng import stream as rng_stream
 from emulator.schema import Int, Map, Str, read_text
@@ -45,7 +45,6 @@ PARAMS = Map({
     "kv_max_tokens": Int(min=1, default=8192),
 })
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _kv(tokens: list[str], where: str) -> dict:
@@ -134,23 +133,9 @@ def parse_program(text: str, profile: dict, *, seed: int, name: str = "<program>
     return b, outs
 
 
-def _resolve(source: str, system) -> Path:
-    p = Path(source)
-    cands = [p] if p.is_absolute() else []
-    scen = (system.scenario or {}).get("file")
-    if scen and not p.is_absolute():
-        cands.append(Path(scen).resolve().parent / p)
-    cands += [Path.cwd() / p, ROOT / p]
-    for c in cands:
-        if c.is_file():
-            return c
-    raise BuildError(f"workload.params.source: program file {source!r} not found (looked in "
-                     + ", ".join(str(c.parent) for c in cands) + ")")
-
-
 def build(system, profile: dict, p: dict) -> dict:
     """Build the machine; returns the context ``check`` receives: ``{output name: (DDR address, bytes)}``."""
-    path = _resolve(p["source"], system)
+    path = workload_file(p["source"], system, "workload.params.source", "program file")
     text = read_text(str(path), what="a UTF-8 .pasm program")   # the input limits of every file (size, NUL)
     b, outs = parse_program(text, profile, seed=system.seed, name=str(path),
                             kv_max_tokens=p["kv_max_tokens"])

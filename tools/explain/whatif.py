@@ -44,6 +44,7 @@ from pathlib import Path
 
 from emulator.units import format_time
 from tools.explain.limits import FAMILY_CLASSES
+from tools.run.components import value_at
 
 __all__ = ["knob_groups", "scaled_profile", "run_whatif", "format_whatif", "add_parser", "main", "SECTION_CLASS"]
 
@@ -105,15 +106,6 @@ def _section_class(key: str, family: str):
     return "?" + sec
 
 
-def _get(d: dict, path: str):
-    node = d
-    for k in path.split("."):
-        if not isinstance(node, dict) or k not in node:
-            return None
-        node = node[k]
-    return node
-
-
 def knob_groups(system, scenario) -> dict:
     """``{group: {"classes": [...], "keys": {key: unit}}}`` (module docstring); a clock is the group of its key."""
     from emulator.declare import params_of
@@ -130,7 +122,8 @@ def knob_groups(system, scenario) -> dict:
         if unit not in RATE_UNITS + TIME_UNITS or "timeout" in p.name:
             continue
         key = p.keys[0]
-        value = _get(scenario.params, key[len(_WORKLOAD):]) if key.startswith(_WORKLOAD) else _get(scenario.profile, key)
+        value = (value_at(scenario.params, key[len(_WORKLOAD):]) if key.startswith(_WORKLOAD)
+                 else value_at(scenario.profile, key))
         if value is None or isinstance(value, bool) or not (isinstance(value, (int, float)) or (
                 isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values()))):
             continue

@@ -58,7 +58,8 @@ def schema_notes(classes, schema: Map) -> dict[str, str]:
     return notes
 
 
-def _value_at(resolved: dict, key: str):
+def value_at(resolved: dict, key: str):
+    """The value at dotted ``key`` of a nested dict, ``None`` where a part is missing."""
     node = resolved
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -82,7 +83,7 @@ def _values(cls, instance, profile: dict, params: dict | None) -> dict:
         if len(p.keys) == 1 and p.value is None:
             key = p.keys[0]
             src = params if key.startswith(WORKLOAD_PREFIX) else profile
-            v = _value_at(src or {}, key.removeprefix(WORKLOAD_PREFIX))
+            v = value_at(src or {}, key.removeprefix(WORKLOAD_PREFIX))
             if v is not None:
                 values[p.name] = v
     return values

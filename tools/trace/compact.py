@@ -71,6 +71,16 @@ class CompactTrace(TraceHeader):
         return np.flatnonzero(np.isin(self.k, codes))
 
 
+def _label_index(label_id: dict, labels: list, lab) -> int:
+    """The index of busy label ``lab`` in ``labels``, appended on first sight (equal values of one type share it)."""
+    key = (type(lab), lab) if isinstance(lab, (str, int, float, bool, type(None))) else repr(lab)
+    i = label_id.get(key)
+    if i is None:
+        i = label_id[key] = len(labels)
+        labels.append(lab)
+    return i
+
+
 def compact(source) -> CompactTrace:
     """A :class:`CompactTrace` of ``source``: a path (streamed), a :class:`TraceStream`, a :class:`TraceFile`,
     or a CompactTrace (returned as is)."""
@@ -95,13 +105,7 @@ def compact(source) -> CompactTrace:
         elif kind == DELIVER or kind == TAKE:
             a.append(ev[2]); b.append(ev[3]); c.append(ev[4])           # noqa: E702
         elif kind == BUSY:
-            lab = ev[4]
-            key = (type(lab), lab) if isinstance(lab, (str, int, float, bool, type(None))) else repr(lab)
-            i = label_id.get(key)
-            if i is None:
-                i = label_id[key] = len(labels)
-                labels.append(lab)
-            a.append(ev[2]); b.append(ev[3]); c.append(i)               # noqa: E702
+            a.append(ev[2]); b.append(ev[3]); c.append(_label_index(label_id, labels, ev[4]))   # noqa: E702
         elif kind == BLOCK:
             a.append(ev[2]); b.append(ev[3]); c.append(0)               # noqa: E702
         elif kind == DONE:
@@ -154,13 +158,7 @@ def _compact_file(path: str) -> CompactTrace | None:
             if kind <= TAKE:                              # SEND, DELIVER, TAKE: link, seq, nbytes / depth
                 aa(ev[2]); ba(ev[3]); ca(ev[4])           # noqa: E702
             elif kind == BUSY:
-                lab = ev[4]
-                key = (type(lab), lab) if isinstance(lab, (str, int, float, bool, type(None))) else repr(lab)
-                i = label_id.get(key)
-                if i is None:
-                    i = label_id[key] = len(labels)
-                    labels.append(lab)
-                aa(ev[2]); ba(ev[3]); ca(i)               # noqa: E702
+                aa(ev[2]); ba(ev[3]); ca(_label_index(label_id, labels, ev[4]))   # noqa: E702
             elif kind == BLOCK:
                 aa(ev[2]); ba(ev[3]); ca(0)               # noqa: E702
             elif kind == DONE:

@@ -61,7 +61,7 @@ def gqa_batched_decode(reqs, *, G, d, tile, scale, C, P, gemm, l2, l1, tl):
     kids, parent = tree_links(tl, lay, pe_id=pe_id, cube_id=cube_id, sip=sip, C=C, P=P, l2=l2, l1=l1) \
         if R > 1 else ([], None)
     tl.report("kv_head", lay.head_of_cube(sip, cube_id))
-    kept, waiting, partial_done, lens = [], [], [], []
+    kept, waiting, partial_done, lens, swept = [], [], [], [], 0
     root_done = [None] * len(reqs)
 
     def reduce(k: int) -> None:
@@ -84,6 +84,7 @@ def gqa_batched_decode(reqs, *, G, d, tile, scale, C, P, gemm, l2, l1, tl):
                            k_ptr=r["k_ptr"], v_ptr=r["v_ptr"])
             partial_done.append(tl.now())
             lens.append(my_len)
+            swept += len(tiles)
             if R == 1:
                 m, l, O = state
                 tl.store(r["o_ptr"], O / l)
@@ -101,5 +102,5 @@ def gqa_batched_decode(reqs, *, G, d, tile, scale, C, P, gemm, l2, l1, tl):
     tl.report("batch_partial_done_ps", partial_done)
     tl.report("batch_root_done_ps", root_done)
     tl.report("batch_my_len", lens)
-    tl.report("tiles_computed", sum(len(decode_tiles(n, tile)) for n in lens))
+    tl.report("tiles_computed", swept)
     return None

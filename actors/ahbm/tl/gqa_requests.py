@@ -1,22 +1,25 @@
-"""Workload ``gqa_requests``: several decode requests of the GQA kernel at once on the AHBM machine.
+"""Workload ``gqa_requests``: several GQA attention requests at once on the AHBM machine (docs/requests.md).
 
 Issue 23 / the seed's concurrency claims (ADR-0060 §4.3, §5.3: "reduction latency is hidden when
 batched by other concurrent decode tokens").  ``requests`` = B requests, each with its own context
-length, its own KV cache per rank, its own query and its own output at its Group root, run the
-unchanged ``gqa_attention`` kernel (kernels/gqa_attention.py), one launch per request and decode
-step on every PE of the request's Groups.
+length, its own KV cache per rank, its own query and its own output at its Group root; a request
+prefills its prompt first (``prefill`` tokens: one ``gqa_attention`` prefill launch) and then runs
+its decode steps.
 
-How a PE runs several requests (the decision the issue asks for): **launches queued on the PE's
-CPU**.  The host (host.py, ``RequestPlan``) sends a request's launches when it arrives and each of
-its next decode steps when the step before has completed (closed loop per request: a token needs
-the previous one's output); a PE's CPU runs the launches it has in the order they reached it, one
-at a time (cpu.py).  So a leaf PE that has sent its partial starts the next request's sweep while
-that partial is still being merged up the tree: the overlap of one request's reduction with other
-requests' sweeps emerges from the messages (every engine, TCM, HBM channel, IPCQ and NOC link is
-shared), nothing is scheduled by formula.  Every PE sees the launches in one global order (the
-host sends all launches of a step without yielding), so two requests on overlapping PEs never wait
-on each other in a cycle.  Not modelled: a kernel that interleaves requests *inside* one launch
-(the seed's batched-decode kernel would sweep request after request itself).
+How a PE runs several requests (``batching``):
+
+* ``queued`` (default): one launch of the unchanged ``gqa_attention`` kernel per request and step on
+  every PE of the request's Groups.  The host (host.py, ``RequestPlan``) sends a request's first
+  launch when it arrives and each next step when the step before has completed (closed loop per
+  request: a token needs the previous one's output); a PE's CPU runs its launches in the order they
+  reached it, one at a time (cpu.py).  A leaf PE that has sent its partial starts the next
+  request's sweep while that partial is still merged up the tree: the overlap emerges from the
+  messages (every engine, TCM, HBM channel, IPCQ and NOC link is shared), nothing is scheduled by
+  formula.  Every PE sees the launches in one global order (the host sends all launches of a step
+  without yielding), so two requests on overlapping PEs never wait on each other in a cycle.
+* ``kernel``: continuous batching (host.py ``BatchPlan``): each batch step launches the requests
+  active at its start, one launch per PE sweeping all of them (kernels/gqa_batched.py); decode
+  requests on shared Groups over the tree topologies only.
 
 Placement (seed §2.2): request ``r``'s ``request_id`` (``first_request_id + r``) rotates its ranks,
 ``start_cube = id mod C``, ``start_pe = (id div C) mod P``, exactly as in ``gqa_attention``.
@@ -33,7 +36,7 @@ copy costs no emulated time; the bytes each step reads are those of its context)
 Arrivals (``arrival``): ``batch`` -- all at time 0; ``poisson`` -- exponential inter-arrival times of
 mean ``mean_interval`` from the scenario seed (inverse transform with emulator.numerics.log, so no
 CPU's libm enters); ``trace`` -- ``arrivals_file``, a CSV (docs/requests.md) with a header and one row
-per request: ``arrival`` (a time with its unit, e.g. ``2us``), ``context``, ``steps``.
+per request: ``arrival`` (a time with its unit, e.g. ``2us``), ``context``, ``prefill``, ``steps``.
 Times are relative to the launch time (after any timed loads).
 
 Results: per request its arrival, first-token time (arrival to the end of its first step) and per
@@ -50,7 +53,6 @@ from __future__ import annotations
 import csv
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -67,7 +69,7 @@ from actors.ahbm.tl.gqa_workload import _bound as launch_bound   # one launch's 
 from actors.ahbm.tl.kernel_workload import KernelLayout
 from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.tl.launcher import kernel_launches
-from actors.registry import HOST_DATA_BYTES, Workload, format_bytes
+from actors.registry import HOST_DATA_BYTES, Workload, format_bytes, workload_file
 from emulator import numerics
 from emulator.errors import BuildError
 from emulator.schema import Enum, Int, List, Map, Quantity, Str, read_text
@@ -123,7 +125,7 @@ def percentile(values: list, q: float) -> int | None:
     return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
 
 
-def _trace_rows(path, p) -> list[Request]:
+def _trace_rows(path) -> list[Request]:
     """Rows of an arrival trace, every problem named by file, line and column."""
     text = read_text(str(path), what="a CSV arrival trace")
     rows = list(csv.reader(text.splitlines()))
@@ -156,24 +158,12 @@ def _trace_rows(path, p) -> list[Request]:
     return out
 
 
-def _resolve(path: str, system) -> Path:
-    """The trace file: absolute, or relative to the scenario file or the working directory."""
-    q = Path(path)
-    scen = (system.scenario or {}).get("file")
-    cands = ([q] if q.is_absolute() else []) + ([Path(scen).resolve().parent / q] if scen else []) + [Path.cwd() / q]
-    for c in cands:
-        if c.is_file():
-            return c
-    raise BuildError(f"{K}: {path!r} not found (looked in "
-                     + ", ".join(dict.fromkeys(str(c.parent) for c in cands)) + ")")
-
-
 def arrivals(p: dict, rng, system=None) -> list[Request]:
     """The requests of ``p`` in request order: arrival times by the ``arrival`` process (module docstring)."""
     if p["arrival"] == "trace":
         if not p["arrivals_file"]:
             raise BuildError(f"{K}: arrival: trace needs a CSV file, found none")
-        return _trace_rows(_resolve(p["arrivals_file"], system), p)
+        return _trace_rows(workload_file(p["arrivals_file"], system, K, "arrival trace"))
     ctxs = p["contexts"] or [p["context"]]
     n = p["requests"]
     if p["arrival"] == "batch":

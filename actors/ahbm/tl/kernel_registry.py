@@ -75,8 +75,10 @@ async def run_kernel(cpu, launch: KernelLaunch) -> KernelDone:
         raise
     except Exception as e:  # a bug in the kernel itself: name the PE and the kernel line
         raise KernelError(cpu.pe, f"the kernel raised {type(e).__name__}: {e}", site_of(e.__traceback__)) from None
-    launches = cpu.system.reports.get(cpu.name, {}).get("launches", [])
-    cpu.report("launches", launches + [tl.reported])   # per launch: its own reports (several requests per PE)
+    launches = cpu.system.reports.get(cpu.name, {}).get("launches")
+    if launches is None:   # per launch: its own reports (a PE that runs several requests, tl/gqa_requests.py)
+        cpu.report("launches", launches := [])
+    launches.append(tl.reported)
     return KernelDone(cpu.pe, launch.kernel, start, cpu.now, stats)
 
 
