@@ -23,7 +23,7 @@ import numpy as np
 from protocols.codec import TensorDesc, array_ext_len, desc_ext_len, ext_header_len, message
 
 __all__ = [
-    "DmaCmd", "GemmCmd", "MathCmd", "CompositeCmd", "Done", "GemmBatch", "MathBatch", "MathOp",
+    "DmaCmd", "DmaGather", "GemmCmd", "MathCmd", "CompositeCmd", "Done", "GemmBatch", "MathBatch", "MathOp",
     "TcmReq", "TcmResp", "PcReq", "PcResp",
     "IpcqCmd", "IpcqResp", "IpcqData", "IpcqCredit", "NocPacket", "MemReq", "MemResp",
     "Launch", "PeDone", "Payload", "payload", "desc_of",
@@ -50,6 +50,26 @@ class DmaCmd:
     buf: str
     shape: list
     dtype: str
+    client: str
+    target: list
+
+
+@message(tag=215)
+class DmaGather:
+    """One DMA between a contiguous HBM range and several TCM buffers (a scatter-gather descriptor).
+
+    ``parts`` = ``[[buf, shape, dtype], ...]``: the HBM bytes ``[addr, addr + total)`` are the parts'
+    bytes back to back in that order (``total`` = the sum of their sizes).  ``"load"`` fills every
+    part's buffer from its slice, ``"store"`` writes the buffers' bytes there.  Timed as one
+    :class:`DmaCmd` of one ``total``-byte row (one setup, one access per pseudo-channel, dma.py): the
+    kernel's spilled Ring state ``[O | m | l]`` is contiguous in HBM, so it moves in one command
+    each way instead of three (issue 22).
+    """
+
+    id: int
+    op: str
+    addr: int
+    parts: list
     client: str
     target: list
 
