@@ -3,7 +3,8 @@
 Families (tags):
 
 * 200-219  engine commands and completions inside a PE (CPU, scheduler, DMA, GEMM, MATH);
-* 220-239  memory: TCM (scratch) and HBM pseudo-channel requests;
+* 220-239  memory: TCM (scratch) and HBM pseudo-channel requests (and 216-217: one PE's HBM stack,
+  ``fidelity: pipeline``);
 * 240-259  IPCQ (PE<->PE queues with credits) and CUBE NOC packets;
 * 260-279  host / IO die: launches and completions.
 
@@ -24,7 +25,7 @@ from protocols.codec import TensorDesc, array_ext_len, desc_ext_len, ext_header_
 
 __all__ = [
     "DmaCmd", "DmaGather", "GemmCmd", "MathCmd", "CompositeCmd", "Done", "GemmBatch", "MathBatch", "MathOp",
-    "TcmReq", "TcmResp", "PcReq", "PcResp",
+    "TcmReq", "TcmResp", "PcReq", "PcResp", "HbmReq", "HbmResp",
     "IpcqCmd", "IpcqResp", "IpcqData", "IpcqCredit", "NocPacket", "MemReq", "MemResp",
     "Launch", "PeDone", "Payload", "payload", "desc_of",
 ]
@@ -250,6 +251,28 @@ class PcResp:
     id: int
     pc: int
     items: list
+
+
+@message(tag=216)
+class HbmReq:
+    """One block access on a PE's HBM stack (memory.HbmStack, ``fidelity: pipeline``, timing mode).
+
+    ``nbytes[pc]`` = the bytes of the block on pseudo-channel ``pc`` (costs.stripe; 0 = not used), the
+    same figures the per-channel :class:`PcReq` s of the access would charge.  ``client``: ``dma`` or
+    ``port``, who gets the one :class:`HbmResp`.
+    """
+
+    id: int
+    op: str
+    nbytes: list
+    client: str
+
+
+@message(tag=217)
+class HbmResp:
+    """The answer to :class:`HbmReq` ``id``, sent when the last of its channel bursts ends."""
+
+    id: int
 
 
 # --------------------------------------------------------------------------- IPCQ and NOC

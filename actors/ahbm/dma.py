@@ -46,6 +46,11 @@ Data mode: a load gathers the bytes and writes the TCM buffer as an array of
 the command's shape/dtype; a store reads the TCM buffer and scatters its bytes.
 Timing mode moves TensorDescs only.
 
+HBM stack (``hbm_stack``, built at ``fidelity: pipeline`` in timing mode, builder.py): the PE's channels
+are one actor (memory.HbmStack) with the same per-channel FIFO timing; a block access is one
+:class:`~protocols.ahbm.HbmReq` (its bytes per channel) and one answer when its last burst ends, so the
+formulas above hold unchanged (hbm_access.stack_access).
+
 Scatter-gather (:class:`~protocols.ahbm.DmaGather`): one command between a
 contiguous HBM range and several TCM buffers, its parts back to back.  It is
 timed as a one-row block of the parts' total size (the formulas above: one
@@ -61,11 +66,11 @@ import numpy as np
 from emulator.actor import Actor
 from emulator.declare import In, Out
 from emulator.waitqueue import WaitQueue
-from protocols.ahbm import DmaCmd, DmaGather, Done, MemReq, MemResp, PcReq, PcResp, payload
+from protocols.ahbm import DmaCmd, DmaGather, Done, HbmReq, HbmResp, MemReq, MemResp, PcReq, PcResp, payload
 from protocols.codec import TensorDesc
 
 from actors.ahbm.answers import Answers, Mailbox
-from actors.ahbm.hbm_access import channel_access, check_block
+from actors.ahbm.hbm_access import channel_access, check_block, stack_access
 from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
 from actors.ahbm.params import declare
 
@@ -103,14 +108,18 @@ class DmaEngine(Actor):
                 " TCM buffers, one contiguous HBM range)", idle=True),
              Out("done_{client}", Done, doc="completion to each client (cpu, sched)"),
              Out("pc{i}", PcReq, doc="requests to pseudo-channel i of its PE"),
-             In("pc_resp", PcResp, doc="the channels' answers"),
+             Out("hbm", HbmReq, doc="block accesses to its PE's HBM stack (fidelity pipeline, timing mode)"),
+             In("pc_resp", PcResp, HbmResp, doc="the channels' (or the HBM stack's) answers"),
              Out("noc_out", MemReq, doc="remote HBM requests, into the router attach link"),
              In("noc_in", MemResp, doc="remote HBM answers"),
              *TCM_CLIENT_PORTS)
     PARAMS = declare("pcs", "burst", "hbm_capacity", "dma_setup", "dma_outstanding")
 
-    def __init__(self, name: str, *, prm, clients: list[str], coord: tuple = (0, 0, 0)):
+    def __init__(self, name: str, *, prm, clients: list[str], coord: tuple = (0, 0, 0), hbm_stack: bool = False):
+        """``hbm_stack``: the PE's channels are one :class:`~actors.ahbm.memory.HbmStack` (port ``hbm``)."""
         super().__init__(name)
+        self.hbm_stack = hbm_stack
+        self.hbm = self.out_port("hbm")
         self.prm = prm
         self.coord = list(coord)
         self.cmd = self.in_port("cmd", idle=True)
@@ -198,6 +207,9 @@ class DmaEngine(Actor):
         rows, row_bytes, pitch = (1, total, total) if gather else (c.rows, c.row_bytes, c.pitch)
         if remote:
             image = await self._remote(c, op, blob, total, data_mode, rows, row_bytes, pitch)
+        elif self.hbm_stack:
+            image = await stack_access(self, self.hbm, Mailbox(self._pc_answers), "dma", op, c.addr, rows, row_bytes,
+                                       pitch, self.seq)
         else:
             image = await channel_access(self, self.pc_req, Mailbox(self._pc_answers), "dma", op, c.addr, rows,
                                          row_bytes, pitch, blob, data_mode, self.seq)
