@@ -159,7 +159,7 @@ class HbmStack(Actor):
     starts_on = "req"    # started by its first request (Actor.starts_on)
     PORTS = (In("req", HbmReq, doc="block accesses, FIFO (the PE's DMA and HBM port), one per access", idle=True),
              Out("resp_{client}", HbmResp, doc="one answer per access to each requester (dma, port)"))
-    PARAMS = declare("pcs", "burst", "pc_bw_eff", "hbm_latency")
+    PARAMS = declare("pcs", "pc_bw_eff", "hbm_latency")
 
     CLIENTS = ("dma", "port")
 
