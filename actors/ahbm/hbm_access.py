@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from protocols.ahbm import HbmReq, PcReq
 
+from functools import lru_cache
+
 from emulator.actor import Actor
 
 from actors.ahbm.costs import stripe
@@ -60,11 +62,20 @@ async def stack_access(actor: Actor, hbm_req, hbm_resp, client: str, op: str, ad
     figures :func:`channel_access` charges per channel), then its one answer.  ``hbm_resp`` as in
     :func:`channel_access`."""
     prm = actor.prm
-    nbytes = [sum(length for _, length in plist) for plist in stripe(addr, rows, row_bytes, pitch, prm.burst, prm.pcs)]
+    span = prm.burst * prm.pcs
+    nbytes = _channel_bytes(addr % span, rows, row_bytes, pitch % span, prm.burst, prm.pcs)
     seq[0] += 1
     hbm_resp.expect(seq[0])
     await hbm_req.send(HbmReq(seq[0], op, nbytes, client))
     await hbm_resp.recv()
+
+
+@lru_cache(maxsize=4096)
+def _channel_bytes(addr: int, rows: int, row_bytes: int, pitch: int, burst: int, pcs: int) -> list:
+    """Bytes of a block on each channel (costs.stripe), remembered.  A row's pieces depend on its start only
+    modulo ``burst x pcs`` (the channel of byte ``a`` is ``(a // burst) % pcs``), and row ``r`` starts at
+    ``addr + r x pitch``, so the caller passes both modulo that span; the list is shared, not to be changed."""
+    return [sum(length for _, length in plist) for plist in stripe(addr, rows, row_bytes, pitch, burst, pcs)]
 
 
 def check_block(prm, who: str, addr: int, rows: int, row_bytes: int, pitch: int) -> None:
