@@ -46,6 +46,7 @@ import numpy as np
 
 from emulator.actor import Actor
 from emulator.declare import In, Out, Param
+from emulator.trace import BUSY
 from emulator.waitqueue import WaitQueue
 from protocols.ahbm import HbmReq, HbmResp, PcReq, PcResp, TcmReq, TcmResp
 from protocols.codec import TensorDesc
@@ -151,8 +152,9 @@ class HbmStack(Actor):
     Kept per channel (``report``): ``pc_busy_ps`` (burst time), ``pc_bursts`` and ``pc_bytes``
     (read / write, the energy model's per-channel count, energy.py).  The actor's own ``busy_ps`` is
     the channels' mean burst time (``sum // pcs``, so actors.csv's utilisation is the mean channel
-    utilisation) and its ``busy_spans`` the bursts; there are no per-burst trace spans and no fault
-    hooks on the bursts.  Data mode is not modelled here (the builder keeps the channels).
+    utilisation) and its ``busy_spans`` the bursts.  The trace shows one span per access, its last
+    burst (so a critical path through the HBM stays the HBM's), not every channel's bursts; there
+    are no fault hooks on the bursts.  Data mode is not modelled here (the builder keeps the channels).
     """
 
     daemon = True
@@ -177,12 +179,13 @@ class HbmStack(Actor):
         self._pending = {c: deque() for c in self.CLIENTS}   # (answer time, HbmResp), times non-decreasing
         self._lots = {c: WaitQueue() for c in self.CLIENTS}
 
-    def serve(self, req: HbmReq, t: int) -> int:
-        """Take ``req`` arriving at ``t`` onto its channels (class docstring); return its answer time."""
+    def serve(self, req: HbmReq, t: int) -> tuple[int, int]:
+        """Take ``req`` arriving at ``t`` onto its channels (class docstring); return its answer time and the
+        start of the burst that ends last (the access's trace span)."""
         ready = t + self.prm.hbm_latency
         prm, free_at, busy, bursts = self.prm, self.free_at, self.pc_busy_ps, self.pc_bursts
         by_pc = self.pc_bytes[req.op]
-        done = ready
+        done = last = ready
         total = 0
         for pc, nb in enumerate(req.nbytes):
             if not nb:
@@ -196,10 +199,10 @@ class HbmStack(Actor):
             total += nb
             self.busy_spans += 1
             if end > done:
-                done = end
+                done, last = end, end - occ
         self.bytes_by_op[req.op] += total
         self.busy_ps = sum(busy) // prm.pcs
-        return done
+        return done, last
 
     async def run(self) -> None:
         """Take requests as they arrive; each client's answers leave at their times (:meth:`_answers`).
@@ -214,28 +217,36 @@ class HbmStack(Actor):
             for c in self.CLIENTS:
                 self._lots[c].start_at_first_unpark(n, self._answers, c)
             while True:
-                at = self.serve(req, self.now)
+                at, start = self.serve(req, self.now)
                 q = self._pending[req.client]
-                msg = HbmResp(req.id)
+                entry = (at, start, f"{req.op} {sum(req.nbytes)}B", HbmResp(req.id))
                 if q and q[-1][0] > at:
-                    n.start_soon(self._answer_at, at, req.client, msg)
+                    n.start_soon(self._answer_at, *entry, req.client)
                 else:
-                    q.append((at, msg))
+                    q.append(entry)
                     self._lots[req.client].unpark()
                 req = await self.req.recv()
+
+    def _span(self, start: int, end: int, label: str) -> None:
+        """The access's trace span: the burst that ends it, ``[start, end)`` (as the channel that served it
+        would have shown it; the critical path then runs through the HBM, not through a wait).  It adds
+        nothing to ``busy_ps`` / ``busy_spans`` (the channels' figures, :meth:`serve`)."""
+        self._emit((BUSY, start, self.id, end, label))
 
     async def _answers(self, client: str) -> None:
         q, lot, out = self._pending[client], self._lots[client], self.resp[client]
         while True:
             while not q:
                 await lot.park()
-            at, msg = q[0]
+            at, start, label, msg = q[0]
+            self._span(start, at, label)
             if at > self.now:
                 await self.sleep_until(at)
             q.popleft()
             await out.send(msg)
 
-    async def _answer_at(self, at: int, client: str, msg: HbmResp) -> None:
+    async def _answer_at(self, at: int, start: int, label: str, msg: HbmResp, client: str) -> None:
+        self._span(start, at, label)
         await self.sleep_until(at)
         await self.resp[client].send(msg)
 
