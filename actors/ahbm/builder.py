@@ -3,8 +3,9 @@
 Per PE (``sipS/cubeCC/peP``): ``cpu``, ``sched``, ``dma``, ``gemm``, ``math``,
 ``tcm``, ``ipcq``, ``hbm/pc0..pc{n-1}`` and ``hbm/port``.  Per CUBE a ``router``.  One
 ``io/host``.  At ``fidelity: pipeline`` in timing mode a PE's channels are one ``hbm/stack``
-(memory.HbmStack: the same per-channel timing, one request and one answer per block access).  Link parameters (everything else is a zero-time, unbounded-rate
-on-PE wire; assumption: intra-PE control paths are not modelled as a cost):
+(memory.HbmStack: the same per-channel timing, one request and one answer per block access).
+Link parameters (everything else is a zero-time, unbounded-rate on-PE wire; assumption:
+intra-PE control paths are not modelled as a cost):
 
 * engine command queues: capacity ``cpu.command_queue_depth`` of the profile (16 commands, assumption);
 * completion queues into the CPU (engines, scheduler, IPCQ -> CPU): :func:`completion_depth` entries, one

@@ -176,7 +176,7 @@ class HbmStack(Actor):
         self.pc_bursts = [0] * n
         self.pc_bytes = {"read": [0] * n, "write": [0] * n}
         self.bytes_by_op = {"read": 0, "write": 0}   # the stack's total (the channels' sum)
-        self._pending = {c: deque() for c in self.CLIENTS}   # (answer time, HbmResp), times non-decreasing
+        self._pending = {c: deque() for c in self.CLIENTS}   # (answer time, span start, label, HbmResp)
         self._lots = {c: WaitQueue() for c in self.CLIENTS}
 
     def serve(self, req: HbmReq, t: int) -> tuple[int, int]:
