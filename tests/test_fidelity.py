@@ -53,6 +53,13 @@ def _hbm_energy(r):
     return e["by_class_j"]["hbm"], {k: v for k, v in e["actions"].items() if k.startswith("energy.hbm")}
 
 
+def _compute_energy(r):
+    """The MATH and GEMM energy: element ops and MACs, counted by the engines whatever the command form."""
+    e = r["energy"]
+    return ({k: e["by_class_j"][k] for k in ("math", "gemm")},
+            {k: v for k, v in e["actions"].items() if k.startswith(("energy.math", "energy.gemm"))})
+
+
 @pytest.mark.parametrize("sc,sets", [(SC, ["workload.params.ring_state=hbm"]), ("scenarios/ahbm/gqa/decode.yaml", []),
                                      ("scenarios/ahbm/attention_decode.yaml", [])],
                          ids=["ring-hbm-state", "gqa-decode", "attention-decode"])
@@ -65,6 +72,7 @@ def test_pipeline_hbm_stack_same_end_time_and_hbm_energy(sc, sets):
     assert pipe["status"] == "finished"
     assert pipe["end_time_ps"] == block["end_time_ps"]
     assert _hbm_energy(pipe) == _hbm_energy(block)
+    assert _compute_energy(pipe) == _compute_energy(block)   # MathOps and MathBatches count their elements
     assert pipe["messages"] < block["messages"]
 
 

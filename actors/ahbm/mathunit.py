@@ -113,6 +113,7 @@ class MathEngine(Actor):
         """One command on its own (read, compute, write, Done): a command served between the tiles of a batch."""
         if type(c) is MathOp:    # shapes in the command, no TCM access (run)
             start = self.now
+            self.elements += c.elements
             await self.busy(math_ps(c.op, c.elements, self.prm), f"{c.op} {c.elements}")
             await self.done[c.client].send(Done(c.id, "math", start, self.now, {"elements": c.elements}))
             return
@@ -121,6 +122,7 @@ class MathEngine(Actor):
         start = self.now
         shapes = tuple([tuple(x.shape) for x in xs])
         elements = max(map(math.prod, shapes))
+        self.elements += elements
         await self.busy(math_ps(c.op, elements, self.prm), f"{c.op} {elements}")
         out = (compute(c.op, xs, c.scalar).astype(np.dtype(c.out_dtype)) if data_mode
                else TensorDesc.of(_result_shape_of(c.op, shapes), c.out_dtype))
@@ -149,6 +151,7 @@ class MathEngine(Actor):
                 else:
                     await self._one(nxt, data_mode)
             for op, _scalar in b.ops:
+                self.elements += elements
                 await self.busy(math_ps(op, elements, self.prm), f"{op} {elements}")
         await self.done[b.client].send(Done(b.id, "math", start, self.now, {"tiles": len(b.tiles)}))
         for p in pending:
@@ -168,6 +171,7 @@ class MathEngine(Actor):
             if t is MathOp:      # fidelity pipeline: shapes came with the command; no TCM access (tl writes the
                                  # result's descriptor if another engine reads it, runtime.Tl._tcm)
                 start = clock.now
+                self.elements += c.elements
                 await self.busy(math_ps(c.op, c.elements, self.prm), f"{c.op} {c.elements}")
                 await self.done[c.client].send(Done(c.id, "math", start, clock.now, {"elements": c.elements}))
                 c, xs = self.cmd.poll() or await self.cmd.recv(), None
