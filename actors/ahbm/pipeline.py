@@ -1,4 +1,4 @@
-"""``fidelity: pipeline``: a TCM-resident composite's block timings in closed form (docs/gqa.md "Fidelity").
+"""``fidelity: pipeline``: a composite's GEMM timings from the engines' formulas (docs/gqa.md "Fidelity").
 
 At the default fidelity (``block``) the PE scheduler streams a composite block by
 block (scheduler.py): per K step it copies the step's A and B blocks into its
@@ -62,7 +62,8 @@ FIDELITIES = ("block", "pipeline")
 FIDELITY = Enum(list(FIDELITIES), default="block",
                 doc="block: the PE scheduler streams composites block by block (every shipped digest); pipeline:"
                     " a TCM-resident composite is one GEMM batch + one epilogue batch timed by the engines'"
-                    " formulas (actors/ahbm/pipeline.py; end-time error in docs/gqa.md \"Fidelity\")")
+                    " formulas, one with an HBM operand keeps its DMAs but times its GEMM steps itself on the"
+                    " held array (actors/ahbm/pipeline.py; end-time error in docs/gqa.md \"Fidelity\")")
 
 
 @lru_cache(maxsize=256)

@@ -76,6 +76,23 @@ GEMM s-1 anyway.  Buffer safety (_Job): the new composite's A/B buffer parity is
 flipped if its first step would use the buffers of that still-running GEMM, and
 the output buffers alternate over all tiles of all composites, so no write lands
 in a buffer still read.
+
+``fidelity: pipeline`` (timing mode, pipeline.py).  A composite with A, B and C in
+the TCM is one GemmBatch (:meth:`PeScheduler._run_pipeline`).  Any other (an
+operand in HBM: the decode's and the no-SP prefill's K/V tiles) runs the block
+stream above, its DMAs, panels, epilogue commands and their issue times
+unchanged, so the DMA engine and the HBM channels (shared with the CPU and the
+HBM port) model their contention as at ``block``; but the scheduler holds the
+GEMM array for the run (protocols.ahbm.GemmHold, one hold and one release) and
+computes each step's start, completion and ``Done`` time with the engine's own
+formulas (pipeline.HeldArray), waiting for that time as it waited for the
+``Done`` (emulator.link.select_until: a composite arriving meanwhile is still
+taken ahead at its arrival).  The epilogue ops go as ``MathOp`` (the block's
+shape in the command: no TCM access), and the TCM block copies (no time, and
+no engine reads the copied blocks) are left out.  So the end times are the
+block model's; what differs is a CPU GEMM reaching the array during a hold,
+served after the release instead of between the steps (not in the kernels'
+composite mode, where every GEMM goes through the scheduler).
 """
 from __future__ import annotations
 
@@ -421,7 +438,7 @@ class PeScheduler(Actor):
         GEMM engine as one GemmBatch as soon as it arrives (the engine runs the block loop's recurrence), its
         epilogue to the MATH engine as one MathBatch once the GEMM engine has said when each tile's may start;
         it completes when both are done.  Any other composite (an HBM operand, or data mode) runs the block
-        stream once the batches in flight are done."""
+        stream once the batches in flight are done, in timing mode with the GEMM array held (module docstring)."""
         data_mode = self.system.mode == "data"
         parts: dict[int, list] = {}     # GEMM / MATH batch id -> [composite, start, steps, parts left, epilogue]
         c = None
