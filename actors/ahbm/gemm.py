@@ -172,6 +172,9 @@ class GemmEngine(Actor):
         The answer says when the array is free (now: the commands before the hold have had their core
         cycles) and when its last queued completion leaves; commands that arrive until the release wait
         in ``_later``; the release brings the run's busy spans, recorded as :meth:`busy` would have."""
+        if self.faults:     # the scheduler times the held steps from the formulas: a fault could not lengthen them
+            raise RuntimeError(f"{self.name}: a fault plan targets this GEMM engine; fidelity pipeline holds the"
+                               " array for HBM-operand composites (pipeline.HeldArray): run it at fidelity block")
         self._pl = None
         deliv = max([e for e, _, _ in self._done], default=self.now)
         await self.done[h.client].send(Done(h.id, "gemm", self.now, max(deliv, self.now), {}))
