@@ -133,3 +133,35 @@ async def test_cpu_gemm_waits_for_the_held_array(vclock):
     assert pe.gemm.held_back == 1
     from actors.ahbm.testkit import log
     assert log(m, (0, 0, 0), "g")[3] >= log(m, (0, 0, 0), "c0")[3] - 200_000   # served after the composite's steps
+
+
+async def test_select_until_returns_a_message_before_the_deadline_or_none_at_it(vclock):
+    """emulator.link.select_until (the scheduler's wait for a held GEMM step): a message that arrives
+    before the deadline, or at it, is returned at its arrival; otherwise ``None`` at the deadline."""
+    from emulator.actor import Actor
+    from emulator.link import select_until
+    from emulator.system import System
+    from emulator.testing import Source, run
+    from emulator.units import ns
+    from protocols.demo import Token
+
+    class Until(Actor):
+        def __init__(self, name, deadlines):
+            super().__init__(name)
+            self.a, self.b = self.in_port("a"), self.in_port("b")
+            self.deadlines, self.got = deadlines, []
+
+        async def run(self):
+            for t in self.deadlines:
+                got = await select_until((self.a, self.b), t)
+                self.got.append((self.now, None if got is None else (got[0].name, got[1].token)))
+
+    system = System("until")
+    u = system.add(Until("u", [ns(5), ns(20), ns(25), ns(35), ns(41), ns(200), ns(300)]))
+    s1 = system.add(Source("s1", [(ns(30), Token(1, 0))]))
+    s2 = system.add(Source("s2", [(ns(10), Token(2, 0)), (ns(40), Token(3, 0)), (ns(100), Token(4, 0))]))
+    system.connect(s1.out, u.a, latency=ns(1))
+    system.connect(s2.out, u.b, latency=ns(1))
+    await run(system)
+    assert u.got == [(ns(5), None), (ns(11), ("b", 2)), (ns(25), None), (ns(31), ("a", 1)), (ns(41), ("b", 3)),
+                     (ns(101), ("b", 4)), (ns(300), None)]
