@@ -148,7 +148,7 @@ class GemmBatch:
     client: str
 
 
-@message(tag=208)
+@message(tag=209)
 class GemmHold:
     """``fidelity: pipeline``, timing mode: the PE scheduler holds the GEMM array for a run of composites that
     read an operand from HBM (scheduler.py ``_block``, pipeline.HeldArray), timing their steps itself.
