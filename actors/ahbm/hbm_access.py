@@ -3,6 +3,8 @@
 in parallel, and the block image gathered from the answers (data mode)."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 from protocols.ahbm import PcReq
 
 from emulator.actor import Actor
@@ -25,22 +27,27 @@ async def channel_access(actor: Actor, pc_req, pc_resp, client: str, op: str, ad
     ``pc_resp`` is where this access's answers come from (:class:`Mailbox` or :class:`Direct`).
     """
     prm = actor.prm
-    pieces = stripe(addr, rows, row_bytes, pitch, prm.burst, prm.pcs)
     sent = 0
-    for pc, plist in enumerate(pieces):
-        if not plist:
-            continue
-        nbytes = sum(length for _, length in plist)
-        items = []
-        if data_mode:
+    if not data_mode:    # bytes per channel only (the pieces' addresses are data-mode items)
+        for pc, nbytes in enumerate(_pc_bytes(addr, rows, row_bytes, pitch, prm.burst, prm.pcs)):
+            if nbytes:
+                seq[0] += 1
+                pc_resp.expect(seq[0])
+                await pc_req[pc].send(PcReq(seq[0], op, nbytes, [], client))
+                sent += 1
+    else:
+        for pc, plist in enumerate(stripe(addr, rows, row_bytes, pitch, prm.burst, prm.pcs)):
+            if not plist:
+                continue
+            nbytes = sum(length for _, length in plist)
             if op == "write":
                 items = [[a, ln, blob[(o := block_offset(a, addr, rows, row_bytes, pitch)):o + ln]] for a, ln in plist]
             else:
                 items = [[a, ln] for a, ln in plist]
-        seq[0] += 1
-        pc_resp.expect(seq[0])
-        await pc_req[pc].send(PcReq(seq[0], op, nbytes, items, client))
-        sent += 1
+            seq[0] += 1
+            pc_resp.expect(seq[0])
+            await pc_req[pc].send(PcReq(seq[0], op, nbytes, items, client))
+            sent += 1
     image = bytearray(rows * row_bytes) if (data_mode and op == "read") else None
     for _ in range(sent):
         r = await pc_resp.recv()
@@ -49,6 +56,18 @@ async def channel_access(actor: Actor, pc_req, pc_resp, client: str, op: str, ad
                 o = block_offset(a, addr, rows, row_bytes, pitch)
                 image[o:o + len(data)] = data
     return None if image is None else bytes(image)
+
+
+def _pc_bytes(addr: int, rows: int, row_bytes: int, pitch: int, burst: int, pcs: int) -> tuple:
+    """Bytes of the block on each pseudo-channel (costs.stripe): they depend on the addresses modulo
+    ``burst * pcs`` only (a piece's channel and its burst boundaries do), so they are remembered per phase."""
+    span = burst * pcs
+    return _pc_bytes_at(addr % span, rows, row_bytes, pitch % span, burst, pcs)
+
+
+@lru_cache(maxsize=4096)
+def _pc_bytes_at(phase: int, rows: int, row_bytes: int, pitch_phase: int, burst: int, pcs: int) -> tuple:
+    return tuple(sum(length for _, length in plist) for plist in stripe(phase, rows, row_bytes, pitch_phase, burst, pcs))
 
 
 def check_block(prm, who: str, addr: int, rows: int, row_bytes: int, pitch: int) -> None:
