@@ -67,7 +67,8 @@ def _pc_bytes(addr: int, rows: int, row_bytes: int, pitch: int, burst: int, pcs:
 
 @lru_cache(maxsize=4096)
 def _pc_bytes_at(phase: int, rows: int, row_bytes: int, pitch_phase: int, burst: int, pcs: int) -> tuple:
-    return tuple(sum(length for _, length in plist) for plist in stripe(phase, rows, row_bytes, pitch_phase, burst, pcs))
+    pieces = stripe(phase, rows, row_bytes, pitch_phase, burst, pcs)
+    return tuple(sum(length for _, length in plist) for plist in pieces)
 
 
 def check_block(prm, who: str, addr: int, rows: int, row_bytes: int, pitch: int) -> None:

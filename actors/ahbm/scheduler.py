@@ -109,7 +109,7 @@ from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
 from actors.ahbm.params import declare
 from actors.ahbm.pipeline import HeldArray, plan_cached
 from actors.ahbm.tcm_block import copy_block, place_block
-from actors.ahbm.tiles import Panel, panels, plan
+from actors.ahbm.tiles import Panel, panels
 from actors.ahbm.tl.scratch import scheduler_reserve
 
 __all__ = ["PeScheduler", "EPILOGUE_OPS", "PANEL_RING", "panel_budget", "panel_plan"]
@@ -281,7 +281,7 @@ class PeScheduler(Actor):
     def _prepare(self, c: CompositeCmd) -> list:
         self._prepare_checks(c)
         self.serial += 1
-        return plan(c.m, c.k, c.n, self.prm.tile)
+        return plan_cached(c.m, c.k, c.n, tuple(self.prm.tile))
 
     async def _take_ahead(self, c: CompositeCmd) -> None:
         """The next composite, taken while the current one computes: plan it and queue its B panels
