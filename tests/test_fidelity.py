@@ -166,20 +166,3 @@ async def test_select_until_returns_a_message_before_the_deadline_or_none_at_it(
     assert u.got == [(ns(5), None), (ns(11), ("b", 2)), (ns(25), None), (ns(31), ("a", 1)), (ns(41), ("b", 3)),
                      (ns(101), ("b", 4)), (ns(300), None)]
 
-
-def test_bytes_per_channel_remembered_by_address_phase_equal_the_striping():
-    """hbm_access._pc_bytes (timing mode: the channel requests of a block, remembered per address phase) gives
-    what costs.stripe gives piece by piece, for blocks at any address, pitch and width."""
-    import random
-
-    from actors.ahbm.costs import stripe
-    from actors.ahbm.hbm_access import _pc_bytes
-
-    rng = random.Random(7)
-    for _ in range(300):
-        burst, pcs = rng.choice([(256, 8), (64, 4), (128, 16)])
-        rows, row_bytes = rng.randint(1, 40), rng.randint(1, 3000)
-        pitch = row_bytes + rng.choice([0, rng.randint(1, 5000)])
-        addr = rng.randint(0, 1 << 30)
-        want = tuple(sum(n for _, n in p) for p in stripe(addr, rows, row_bytes, pitch, burst, pcs))
-        assert _pc_bytes(addr, rows, row_bytes, pitch, burst, pcs) == want
