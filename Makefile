@@ -64,14 +64,15 @@ llama70b-1sip: $(STAMP)
 	for p in $(LLAMA70B); do $(BIN)/emu sweep scenarios/ahbm/llama70b/$$p.yaml --out runs/sweeps/llama70b-$$p \
 	  --only machine.profile=ahbm-1sip || exit $$?; done
 
-# Llama3-70B-shape GQA attention runs (timing mode, minutes each): not part of the tests.  The 32K Ring
-# prefill (tens of minutes, docs/gqa.md "Fidelity") is gqa-llama-long.
+# Llama3-70B-shape GQA attention runs (timing mode, minutes each): not part of the tests.  The 32K
+# prefills, Ring and no SP (ten minutes or more each, docs/gqa.md "Fidelity"), are gqa-llama-long.
 gqa-llama: $(STAMP)
-	for f in scenarios/ahbm/gqa/llama70b_*.yaml; do case $$f in *prefill_ring_32k*) continue;; esac; \
+	for f in scenarios/ahbm/gqa/llama70b_*.yaml; do case $$f in *prefill_*32k*) continue;; esac; \
 	  $(BIN)/emu run $$f --no-bundle || exit 1; done
 
 gqa-llama-long: $(STAMP)
-	$(BIN)/emu run scenarios/ahbm/gqa/llama70b_prefill_ring_32k_1sip.yaml --no-bundle
+	for f in scenarios/ahbm/gqa/llama70b_prefill_ring_32k_1sip.yaml scenarios/ahbm/gqa/llama70b_prefill_nosp_32k_1sip.yaml; do \
+	  $(BIN)/emu run $$f --no-bundle || exit 1; done
 
 # Ring prefill at Llama3-70B shapes, 512 tokens, one head: C = 1/2/4/8 x contiguous/zigzag (docs/gqa.md); minutes each
 gqa-ring-sweep: $(STAMP)

@@ -3,7 +3,8 @@
 Families (tags):
 
 * 200-219  engine commands and completions inside a PE (CPU, scheduler, DMA, GEMM, MATH);
-* 220-239  memory: TCM (scratch) and HBM pseudo-channel requests;
+* 220-239  memory: TCM (scratch) and HBM pseudo-channel requests (and 216-217: one PE's HBM stack,
+  ``fidelity: pipeline``);
 * 240-259  IPCQ (PE<->PE queues with credits) and CUBE NOC packets;
 * 260-279  host / IO die: launches and completions.
 
@@ -23,8 +24,8 @@ import numpy as np
 from protocols.codec import TensorDesc, array_ext_len, desc_ext_len, ext_header_len, message
 
 __all__ = [
-    "DmaCmd", "GemmCmd", "MathCmd", "CompositeCmd", "Done", "GemmBatch", "GemmHold", "MathBatch", "MathOp",
-    "TcmReq", "TcmResp", "PcReq", "PcResp",
+    "DmaCmd", "DmaGather", "GemmCmd", "MathCmd", "CompositeCmd", "Done", "GemmBatch", "GemmHold", "MathBatch", "MathOp",
+    "TcmReq", "TcmResp", "PcReq", "PcResp", "HbmReq", "HbmResp",
     "IpcqCmd", "IpcqResp", "IpcqData", "IpcqCredit", "NocPacket", "MemReq", "MemResp",
     "Launch", "PeDone", "Payload", "payload", "desc_of",
 ]
@@ -50,6 +51,26 @@ class DmaCmd:
     buf: str
     shape: list
     dtype: str
+    client: str
+    target: list
+
+
+@message(tag=215)
+class DmaGather:
+    """One DMA between a contiguous HBM range and several TCM buffers (a scatter-gather descriptor).
+
+    ``parts`` = ``[[buf, shape, dtype], ...]``: the HBM bytes ``[addr, addr + total)`` are the parts'
+    bytes back to back in that order (``total`` = the sum of their sizes).  ``"load"`` fills every
+    part's buffer from its slice, ``"store"`` writes the buffers' bytes there.  Timed as one
+    :class:`DmaCmd` of one ``total``-byte row (one setup, one access per pseudo-channel, dma.py): the
+    kernel's spilled Ring state ``[O | m | l]`` is contiguous in HBM, so it moves in one command
+    each way instead of three (issue 22).
+    """
+
+    id: int
+    op: str
+    addr: int
+    parts: list
     client: str
     target: list
 
@@ -249,6 +270,28 @@ class PcResp:
     id: int
     pc: int
     items: list
+
+
+@message(tag=216)
+class HbmReq:
+    """One block access on a PE's HBM stack (memory.HbmStack, ``fidelity: pipeline``, timing mode).
+
+    ``nbytes[pc]`` = the bytes of the block on pseudo-channel ``pc`` (costs.stripe; 0 = not used), the
+    same figures the per-channel :class:`PcReq` s of the access would charge.  ``client``: ``dma`` or
+    ``port``, who gets the one :class:`HbmResp`.
+    """
+
+    id: int
+    op: str
+    nbytes: list
+    client: str
+
+
+@message(tag=217)
+class HbmResp:
+    """The answer to :class:`HbmReq` ``id``, sent when the last of its channel bursts ends."""
+
+    id: int
 
 
 # --------------------------------------------------------------------------- IPCQ and NOC

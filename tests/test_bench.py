@@ -30,7 +30,8 @@ def test_a_disagreeing_peer_is_an_error(monkeypatch):
 
 
 @pytest.mark.parametrize("name,kind", [("sip0/cube03/pe5/math", "math"), ("sip0/cube03/pe5/hbm/pc2", "hbm"),
-                                       ("sip0/cube03/pe5/hbm/port", "hbmport"), ("sip1/cube00/router", "router"),
+                                       ("sip0/cube03/pe5/hbm/stack", "hbm"), ("sip0/cube03/pe5/hbm/port", "hbmport"),
+                                       ("sip1/cube00/router", "router"),
                                        ("io/host", "host")])
 def test_component_kind_of_an_actor_name(name, kind):
     assert bench._kind(name) == kind

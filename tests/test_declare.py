@@ -25,7 +25,8 @@ from tools.run.runner import build_system, run_scenario
 #: optional ones: the pccx GEMV->SFU FIFO, the Gemma 3N driver's host DDR port, shared weight FIFOs)
 RUNS = {
     "demo": [("demo/reduce.yaml", ["workload.params.rounds=1"]), ("demo/ring.yaml", ["workload.params.hops=20"])],
-    "ahbm": [("ahbm/microbench.yaml", []), ("ahbm/attention_decode.yaml", [])],
+    "ahbm": [("ahbm/microbench.yaml", []), ("ahbm/attention_decode.yaml", []),
+             ("ahbm/microbench.yaml", ["workload.params.fidelity=pipeline"])],   # the HBM stack (memory.HbmStack)
     "pccx": [("pccx/program.yaml", ["machine.overrides.cvo.gemv_fifo_words=64"]),
              ("pccx/gemma3n/tiny-timing.yaml", ["workload.params.tokens=1",
                                                  "machine.overrides.gemv.lane_ports=[2, 2, 3, 3]"])],
@@ -255,7 +256,7 @@ def test_validate_schema_lists_components_and_who_reads_each_key(emu, scenario):
             assert _port_line(p) in out
     if scenario.startswith("ahbm"):
         assert "access_latency: a time like '30ns' [required] - closed-page access latency" in out
-        assert "(read by HbmChannel)" in out
+        assert "(read by HbmChannel, HbmStack)" in out   # the HBM stack (fidelity pipeline) reads it too
 
 
 def test_explain_json_carries_the_declarations(emu):

@@ -246,3 +246,55 @@ def test_the_table_and_plots_show_what_varies_with_units(tmp_path, capsys):
     assert "latency_ps_vs_C.png" in plots and not any("ring_steps" in p or "workload.params" in p for p in plots)
     rows = read_rows(out)                                  # the CSV keeps every column, raw
     assert rows[0]["ring_steps"] == "0" and rows[0]["latency_ps"].isdigit()
+
+
+# -- confirm: the winners run once more (issue 22: best C / TILE on 1 SIP, confirmed on 4) -----------------
+
+def test_confirm_reruns_each_winner_with_its_keys_set(tmp_path, capsys):
+    spec = write(tmp_path / "spec.yaml", "base: scenarios/demo/reduce.yaml\n"
+                                         "vary: {seed: [1, 2], workload.params.rounds: [1, 2]}\n"
+                                         "best: {minimize: end_time_ps, over: [workload.params.rounds]}\n"
+                                         "confirm: {set: {workload.params.rounds: 3}}\n")
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o")]) == 2     # may not override a choice
+    err = capsys.readouterr().err
+    assert f"{spec}:4: confirm.set.workload.params.rounds: expected a key best does not choose over" in err
+
+    spec.write_text(spec.read_text().replace("rounds: 3", "merge: 16ns"))
+    out = tmp_path / "DIR"
+    assert main(["sweep", str(spec), "--out", str(out), "--no-plots"]) == 0
+    table = capsys.readouterr().out
+    assert "best points confirmed with workload.params.merge=\"16ns\"" in table
+    with open(out / "best.csv", newline="") as f:
+        best = list(csv.DictReader(f))
+    with open(out / "confirm.csv", newline="") as f:
+        conf = list(csv.DictReader(f))
+    assert [b["seed"] for b in best] == [c["seed"] for c in conf] == ["1", "2"]
+    for b, c in zip(best, conf):
+        # the confirmation is `emu run` of the winner with the key set
+        assert main(["run", "scenarios/demo/reduce.yaml", "--set", f"seed={b['seed']}", "--set",
+                     f"workload.params.rounds={b['workload.params.rounds']}", "--set", "workload.params.merge=16ns",
+                     "--no-bundle", "--json", "--compact"]) == 0
+        want = json.loads(capsys.readouterr().out)["end_time_ps"]
+        assert c["confirm.status"] == "finished" and int(c["confirm.end_time_ps"]) == want
+        assert float(c["confirm.end_time_ps_ratio"]) == round(want / int(b["end_time_ps"]), 4)
+        assert want != int(b["end_time_ps"])     # the set key changed the run
+    # resumable like the grid: a second run runs nothing
+    marks = {p: p.stat().st_mtime_ns for p in out.glob("points/*/point.json")}
+    assert len(marks) == 4 + 2
+    assert main(["sweep", str(spec), "--out", str(out), "--no-plots", "-q"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in out.glob("points/*/point.json")} == marks
+
+
+def test_confirm_needs_best_and_known_keys(tmp_path, capsys):
+    spec = write(tmp_path / "spec.yaml", "base: scenarios/demo/reduce.yaml\n"
+                                         "vary: {seed: [1, 2]}\n"
+                                         "confirm: {set: {workload.params.merge: 16ns}}\n")
+    assert main(["validate", str(spec)]) == 2
+    assert f"{spec}:3: confirm: expected a best: section" in capsys.readouterr().err
+    spec.write_text("base: scenarios/demo/reduce.yaml\n"
+                    "vary: {seed: [1, 2]}\n"
+                    "best: {minimize: end_time_ps, over: [seed]}\n"
+                    "confirm: {set: {workload.params.merj: 16ns}}\n")
+    assert main(["validate", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert f"{spec}:4: confirm.set.workload.params.merj" in err and "did you mean 'merge'?" in err, err

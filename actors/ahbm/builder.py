@@ -2,8 +2,10 @@
 
 Per PE (``sipS/cubeCC/peP``): ``cpu``, ``sched``, ``dma``, ``gemm``, ``math``,
 ``tcm``, ``ipcq``, ``hbm/pc0..pc{n-1}`` and ``hbm/port``.  Per CUBE a ``router``.  One
-``io/host``.  Link parameters (everything else is a zero-time, unbounded-rate
-on-PE wire; assumption: intra-PE control paths are not modelled as a cost):
+``io/host``.  At ``fidelity: pipeline`` in timing mode a PE's channels are one ``hbm/stack``
+(memory.HbmStack: the same per-channel timing, one request and one answer per block access).
+Link parameters (everything else is a zero-time, unbounded-rate on-PE wire; assumption:
+intra-PE control paths are not modelled as a cost):
 
 * engine command queues: capacity ``cpu.command_queue_depth`` of the profile (16 commands, assumption);
 * completion queues into the CPU (engines, scheduler, IPCQ -> CPU): :func:`completion_depth` entries, one
@@ -31,7 +33,7 @@ from actors.ahbm.hbmport import HbmPort
 from actors.ahbm.host import Host, RequestPlan
 from actors.ahbm.ipcq import Ipcq
 from actors.ahbm.mathunit import MathEngine
-from actors.ahbm.memory import HbmChannel, Tcm
+from actors.ahbm.memory import HbmChannel, HbmStack, Tcm
 from actors.ahbm.noc import Router
 from actors.ahbm.params import OPPOSITE, Params, cube_name, pe_name
 from actors.ahbm.scheduler import PeScheduler
@@ -54,8 +56,9 @@ class Pe:
     math: MathEngine
     tcm: Tcm
     ipcq: Ipcq
-    pcs: list
+    pcs: list                         # the HbmChannels ([] when the PE has an HBM stack)
     port: HbmPort
+    stack: HbmStack | None = None     # fidelity pipeline, timing mode (memory.HbmStack)
 
 
 @dataclass
@@ -140,6 +143,7 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
     add, connect = system.add, system.connect
     v = cache(lambda cls: params_for(cls, prm))   # each class reads only the parameters it declares
     math_op = fidelity == "pipeline" and system.mode == "timing"   # MATH ops as MathOp (actors/ahbm/pipeline.py)
+    stacked = math_op        # the PE's HBM channels as one HbmStack (memory.py), same condition
 
 
     for sip in range(prm.sips):
@@ -155,13 +159,16 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
                     (sip, cube, p),
                     cpu=add(PeCpu(f"{base}/cpu", prm=v(PeCpu), coord=(sip, cube, p), dirs=list(nb), math_op=math_op)),
                     sched=add(PeScheduler(f"{base}/sched", prm=v(PeScheduler), fidelity=fidelity, math_op=math_op)),
-                    dma=add(DmaEngine(f"{base}/dma", prm=v(DmaEngine), clients=["cpu", "sched"], coord=(sip, cube, p))),
+                    dma=add(DmaEngine(f"{base}/dma", prm=v(DmaEngine), clients=["cpu", "sched"], coord=(sip, cube, p),
+                                      hbm_stack=stacked)),
                     gemm=add(GemmEngine(f"{base}/gemm", prm=v(GemmEngine), clients=["cpu", "sched"])),
                     math=add(MathEngine(f"{base}/math", prm=v(MathEngine), clients=["cpu", "sched"])),
                     tcm=add(Tcm(f"{base}/tcm", clients=TCM_CLIENTS, **v(Tcm).kwargs())),
                     ipcq=add(Ipcq(f"{base}/ipcq", dirs=list(nb), **v(Ipcq).kwargs())),
-                    pcs=[add(HbmChannel(f"{base}/hbm/pc{i}", index=i, prm=v(HbmChannel))) for i in range(prm.pcs)],
-                    port=add(HbmPort(f"{base}/hbm/port", prm=v(HbmPort), coord=(sip, cube, p))),
+                    pcs=[] if stacked else [add(HbmChannel(f"{base}/hbm/pc{i}", index=i, prm=v(HbmChannel)))
+                                            for i in range(prm.pcs)],
+                    port=add(HbmPort(f"{base}/hbm/port", prm=v(HbmPort), coord=(sip, cube, p), hbm_stack=stacked)),
+                    stack=add(HbmStack(f"{base}/hbm/stack", prm=v(HbmStack))) if stacked else None,
                 )
                 m.pes[(sip, cube, p)] = pe
                 for eng in (pe.dma, pe.gemm, pe.math):
@@ -177,6 +184,10 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
                 for client, actor in zip(TCM_CLIENTS, (pe.cpu, pe.dma, pe.gemm, pe.math, pe.ipcq, pe.sched)):
                     connect(actor.tcm.req, pe.tcm.req, capacity=1)
                     connect(pe.tcm.out[client], actor.tcm.resp, capacity=1)
+                if pe.stack is not None:
+                    for client, actor in (("dma", pe.dma), ("port", pe.port)):
+                        connect(actor.hbm, pe.stack.req, capacity=prm.cmd_depth)
+                        connect(pe.stack.resp[client], actor.pc_resp, capacity=prm.cmd_depth)
                 for i, pc in enumerate(pe.pcs):
                     connect(pe.dma.pc_req[i], pc.req, capacity=prm.cmd_depth)
                     connect(pc.resp["dma"], pe.dma.pc_resp, capacity=prm.cmd_depth)

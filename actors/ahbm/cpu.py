@@ -64,7 +64,7 @@ import numpy as np
 
 from emulator.actor import Actor
 from emulator.declare import In, Out
-from protocols.ahbm import (CompositeCmd, DmaCmd, Done, GemmCmd, IpcqCmd, IpcqResp, Launch, MathCmd, MathOp, NocPacket,
+from protocols.ahbm import (CompositeCmd, DmaCmd, DmaGather, Done, GemmCmd, IpcqCmd, IpcqResp, Launch, MathCmd, MathOp, NocPacket,
                             PeDone, payload)
 from protocols.ahbm_tl import KernelDone, KernelLaunch
 
@@ -93,7 +93,7 @@ class PeCpu(Actor):
     daemon = True
     PORTS = (In("launch", Launch, KernelLaunch, doc="a script or a registered launch type, from the host", idle=True),
              Out("pe_done", PeDone, KernelDone, doc="the launch's completion, to the host"),
-             Out("dma", DmaCmd, doc="DMA commands"), Out("gemm", GemmCmd, doc="GEMM commands"),
+             Out("dma", DmaCmd, DmaGather, doc="DMA commands"), Out("gemm", GemmCmd, doc="GEMM commands"),
              Out("math", MathCmd, MathOp, doc="MATH commands (MathOp: fidelity pipeline)"), Out("sched", CompositeCmd, doc="composites, to the scheduler"),
              Out("ipcq", IpcqCmd, doc="IPCQ send / recv"), Out("noc_out", NocPacket, doc="NOC packets to other PEs"),
              In("done", Done, doc="completions of the DMA, GEMM, MATH engines and the scheduler"),
@@ -194,6 +194,13 @@ class PeCpu(Actor):
                                                row_bytes=int(row_bytes), pitch=int(pitch), buf=buf,
                                                shape=list(shape), dtype=dtype, client="cpu",
                                                target=[int(x) for x in (target or [])]))
+
+    async def dma_gather(self, op, addr, parts, target=None) -> int:
+        """One DMA between the contiguous HBM range at ``addr`` and the TCM buffers ``parts``
+        (``[[buf, shape, dtype], ...]``, back to back in HBM): :class:`~protocols.ahbm.DmaGather`."""
+        return await self._issue("dma", DmaGather(self._id(), op, int(addr),
+                                                  [[b, [int(x) for x in sh], dt] for b, sh, dt in parts], "cpu",
+                                                  [int(x) for x in (target or [])]))
 
     async def gemm(self, a, b, acc, m, k, n, accumulate=False, out="", out_dtype="<f4") -> int:
         return await self._issue("gemm", GemmCmd(id=self._id(), a=a, b=b, acc=acc, accumulate=bool(accumulate),

@@ -45,19 +45,32 @@ command by request id (pseudo-channel ``PcResp.id``, remote ``MemResp.id``).
 Data mode: a load gathers the bytes and writes the TCM buffer as an array of
 the command's shape/dtype; a store reads the TCM buffer and scatters its bytes.
 Timing mode moves TensorDescs only.
+
+HBM stack (``hbm_stack``, built at ``fidelity: pipeline`` in timing mode, builder.py): the PE's channels
+are one actor (memory.HbmStack) with the same per-channel FIFO timing; a block access is one
+:class:`~protocols.ahbm.HbmReq` (its bytes per channel) and one answer when its last burst ends, so the
+formulas above hold unchanged (hbm_access.stack_access).
+
+Scatter-gather (:class:`~protocols.ahbm.DmaGather`): one command between a
+contiguous HBM range and several TCM buffers, its parts back to back.  It is
+timed as a one-row block of the parts' total size (the formulas above: one
+setup, one request per pseudo-channel holding part of the range); a load writes
+every part's buffer in one TCM access, a store reads them in one.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from emulator.actor import Actor
 from emulator.declare import In, Out
 from emulator.waitqueue import WaitQueue
-from protocols.ahbm import DmaCmd, Done, MemReq, MemResp, PcReq, PcResp, payload
+from protocols.ahbm import DmaCmd, DmaGather, Done, HbmReq, HbmResp, MemReq, MemResp, PcReq, PcResp, payload
 from protocols.codec import TensorDesc
 
 from actors.ahbm.answers import Answers, Mailbox
-from actors.ahbm.hbm_access import channel_access, check_block
+from actors.ahbm.hbm_access import channel_access, check_block, stack_access
 from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
 from actors.ahbm.params import declare
 
@@ -68,22 +81,45 @@ __all__ = ["DmaEngine", "REGION_BITS"]
 REGION_BITS = 28
 
 
+def _part_bytes(part) -> int:
+    """Bytes of one DmaGather part ``[buf, shape, dtype]``."""
+    return math.prod(int(n) for n in part[1]) * np.dtype(part[2]).itemsize
+
+
+def _scatter(parts, image) -> list:
+    """The TCM writes of a DmaGather load: each part's slice of ``image`` (data mode) or its descriptor."""
+    out, at = [], 0
+    for buf, shape, dtype in parts:
+        if image is None:
+            out.append((buf, TensorDesc.of(shape, dtype)))
+            continue
+        n = _part_bytes((buf, shape, dtype))
+        out.append((buf, np.frombuffer(image[at:at + n], dtype=np.dtype(dtype)).reshape(shape)))
+        at += n
+    return out
+
+
 class DmaEngine(Actor):
     """HBM <-> TCM block moves, local or remote (module docstring)."""
 
     daemon = True
     starts_on = "cmd"    # started by its first command (Actor.starts_on)
-    PORTS = (In("cmd", DmaCmd, doc="DMA commands from the CPU and the scheduler", idle=True),
+    PORTS = (In("cmd", DmaCmd, DmaGather, doc="DMA commands from the CPU and the scheduler (DmaGather: several"
+                " TCM buffers, one contiguous HBM range)", idle=True),
              Out("done_{client}", Done, doc="completion to each client (cpu, sched)"),
              Out("pc{i}", PcReq, doc="requests to pseudo-channel i of its PE"),
-             In("pc_resp", PcResp, doc="the channels' answers"),
+             Out("hbm", HbmReq, doc="block accesses to its PE's HBM stack (fidelity pipeline, timing mode)"),
+             In("pc_resp", PcResp, HbmResp, doc="the channels' (or the HBM stack's) answers"),
              Out("noc_out", MemReq, doc="remote HBM requests, into the router attach link"),
              In("noc_in", MemResp, doc="remote HBM answers"),
              *TCM_CLIENT_PORTS)
     PARAMS = declare("pcs", "burst", "hbm_capacity", "dma_setup", "dma_outstanding")
 
-    def __init__(self, name: str, *, prm, clients: list[str], coord: tuple = (0, 0, 0)):
+    def __init__(self, name: str, *, prm, clients: list[str], coord: tuple = (0, 0, 0), hbm_stack: bool = False):
+        """``hbm_stack``: the PE's channels are one :class:`~actors.ahbm.memory.HbmStack` (port ``hbm``)."""
         super().__init__(name)
+        self.hbm_stack = hbm_stack
+        self.hbm = self.out_port("hbm")
         self.prm = prm
         self.coord = list(coord)
         self.cmd = self.in_port("cmd", idle=True)
@@ -127,24 +163,31 @@ class DmaEngine(Actor):
                 c = await self.cmd.recv()
             if c.op not in ("load", "store"):
                 raise RuntimeError(f"DMA {c.id}: unknown op {c.op!r}")
-            check_block(prm, f"DMA {c.id}", c.addr, c.rows, c.row_bytes, c.pitch)
-            while self.in_flight >= self.outstanding or c.buf in self.loading:
+            bufs = [p[0] for p in c.parts] if type(c) is DmaGather else [c.buf]
+            if type(c) is DmaGather:
+                total = sum(_part_bytes(p) for p in c.parts)
+                check_block(prm, f"DMA {c.id}", c.addr, 1, total, total)
+            else:
+                total = c.rows * c.row_bytes
+                check_block(prm, f"DMA {c.id}", c.addr, c.rows, c.row_bytes, c.pitch)
+            while self.in_flight >= self.outstanding or any(b in self.loading for b in bufs):
                 await self._freed.park()
             start = self.now
-            total = c.rows * c.row_bytes
-            src = await self.tcm.read(c.buf) if c.op == "store" else None
+            src = await self.tcm.read_all(bufs) if c.op == "store" else None
             blob = None
             if data_mode and src is not None:
-                blob = np.ascontiguousarray(src).tobytes()
+                blob = b"".join(np.ascontiguousarray(x).tobytes() for x in src)
                 if len(blob) != total:
-                    raise RuntimeError(f"DMA store {c.id}: TCM buffer {c.buf!r} has {len(blob)} B, block is {total} B")
+                    raise RuntimeError(f"DMA store {c.id}: TCM buffer(s) {', '.join(map(repr, bufs))} hold"
+                                       f" {len(blob)} B, block is {total} B")
             await self.busy(prm.dma_setup, f"setup {c.op}")
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
             if c.op == "load":
-                self.loading[c.buf] = self.loading.get(c.buf, 0) + 1
+                for b in bufs:
+                    self.loading[b] = self.loading.get(b, 0) + 1
                 self._count_load(c, total)
-            nursery.start_soon(self._data, c, start, blob, total, data_mode)
+            nursery.start_soon(self._data, c, bufs, start, blob, total, data_mode)
             c = None
 
     def _count_load(self, c: DmaCmd, total: int) -> None:
@@ -156,17 +199,24 @@ class DmaEngine(Actor):
         n[0] += 1
         n[1] += total
 
-    async def _data(self, c: DmaCmd, start: int, blob, total: int, data_mode: bool) -> None:
+    async def _data(self, c, bufs: list, start: int, blob, total: int, data_mode: bool) -> None:
         """The data phase of one command: channel accesses or the remote round trip, TCM write, completion."""
         op = "write" if c.op == "store" else "read"
         remote = bool(c.target) and list(c.target) != self.coord
+        gather = type(c) is DmaGather
+        rows, row_bytes, pitch = (1, total, total) if gather else (c.rows, c.row_bytes, c.pitch)
         if remote:
-            image = await self._remote(c, op, blob, total, data_mode)
+            image = await self._remote(c, op, blob, total, data_mode, rows, row_bytes, pitch)
+        elif self.hbm_stack:
+            image = await stack_access(self, self.hbm, Mailbox(self._pc_answers), "dma", op, c.addr, rows, row_bytes,
+                                       pitch, self.seq)
         else:
-            image = await channel_access(self, self.pc_req, Mailbox(self._pc_answers), "dma", op, c.addr, c.rows,
-                                         c.row_bytes, c.pitch, blob, data_mode, self.seq)
+            image = await channel_access(self, self.pc_req, Mailbox(self._pc_answers), "dma", op, c.addr, rows,
+                                         row_bytes, pitch, blob, data_mode, self.seq)
         if c.op == "load":
-            if data_mode:
+            if gather:
+                await self.tcm.access(writes=_scatter(c.parts, image if data_mode else None))
+            elif data_mode:
                 arr = np.frombuffer(image, dtype=np.dtype(c.dtype)).reshape(c.shape)
                 await self.tcm.write(c.buf, arr)
             else:
@@ -175,12 +225,13 @@ class DmaEngine(Actor):
         await self.done[c.client].send(Done(c.id, "dma", start, self.now, {"bytes": total, "remote": remote}))
         self.in_flight -= 1
         if c.op == "load":
-            self.loading[c.buf] -= 1
-            if not self.loading[c.buf]:
-                del self.loading[c.buf]
+            for b in bufs:
+                self.loading[b] -= 1
+                if not self.loading[b]:
+                    del self.loading[b]
         self._freed.unpark_all()
 
-    async def _remote(self, c: DmaCmd, op: str, blob, total: int, data_mode: bool):
+    async def _remote(self, c, op: str, blob, total: int, data_mode: bool, rows: int, row_bytes: int, pitch: int):
         data = None
         if op == "write":
             data = payload(np.frombuffer(blob, np.uint8) if data_mode else TensorDesc.of((total,), "|u1"))
@@ -190,8 +241,7 @@ class DmaEngine(Actor):
         rid = self.req_seq
         box = Mailbox(self._noc_answers)
         box.expect(rid)
-        await self.noc_out.send(MemReq(rid, op, self.coord, list(c.target), 0, c.addr, c.rows, c.row_bytes,
-                                       c.pitch, data))
+        await self.noc_out.send(MemReq(rid, op, self.coord, list(c.target), 0, c.addr, rows, row_bytes, pitch, data))
         resp = await box.recv()
         if op == "read" and data_mode:
             return np.asarray(resp.data.t).tobytes()

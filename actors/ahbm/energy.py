@@ -6,6 +6,8 @@ Read after the run, from counters the components keep (no event is traced for it
 component                 count                                                  coefficient     category
 ========================  =====================================================  ==============  ============
 HbmChannel (per PC)       bytes read / written x 8 (``bytes_by_op``)              hbm.read/write  memory
+HbmStack (per PC)         the same per channel (``pc_bytes``), charged to             hbm.read/write  memory
+                          ``.../hbm/pc<i>`` as the channels would be
 Tcm                       accesses = messages into ``tcm.req``; bits = bytes of   tcm.access/bit  memory
                           those links and of the ``tcm.to_*`` answers x 8
 DmaEngine                 commands = its busy spans (one setup span each)         dma.command     memory
@@ -22,7 +24,9 @@ other on-die links        bits (commands, completions)                          
 ========================  =====================================================  ==============  ============
 
 HBM channel request/answer links (``pc``, ``resp_*``) are not charged as wires: the HBM
-per-bit figure is the whole access (array, TSV, logic-die I/O).  TCM links are charged
+per-bit figure is the whole access (array, TSV, logic-die I/O); nor are the HbmStack's.  An
+HbmStack (``fidelity: pipeline``, memory.py) draws the static power of its ``pcs`` channels, one
+``.../hbm/pc<i>`` row each, so its energy account is the channels' exactly.  TCM links are charged
 as TCM accesses, not as wires.  Static power: every actor of a class in
 ``energy.static`` draws it for the whole run (the IO die's host is not the accelerator
 and has none).  Link ``bytes`` are what the links charge (payload + message header,
@@ -62,6 +66,9 @@ ENERGY_SCHEMA = Map({
 }, doc="energy per action and static power (docs/energy.md)")
 
 
+_HBM = ("HbmChannel", "HbmStack")
+
+
 def _actor_type(a) -> str:
     return type(a).__name__
 
@@ -78,7 +85,7 @@ def _link_class(link) -> tuple[str, str] | None:
         return "noc_attach", "noc.attach"
     if ts == "Ipcq" and td == "Ipcq":
         return "ipcq", "ipcq.bit"
-    if ts == "Tcm" or td == "Tcm" or ts == "HbmChannel" or td == "HbmChannel":
+    if ts == "Tcm" or td == "Tcm" or ts in _HBM or td in _HBM:
         return None
     return "wire", "wire"
 
@@ -123,6 +130,15 @@ def energy_inventory(system, profile: dict, end_ps: int) -> tuple[list, list]:
                 if a.bytes_by_op[op]:
                     charges.append(Charge.of(a.name, "hbm", "memory", f"energy.hbm.{op}", 8 * a.bytes_by_op[op],
                                           e["hbm"][op]))
+        elif t == "HbmStack":
+            base = a.name.rsplit("/", 1)[0]
+            for i in range(a.prm.pcs):
+                for op in ("read", "write"):
+                    if a.pc_bytes[op][i]:
+                        charges.append(Charge.of(f"{base}/pc{i}", "hbm", "memory", f"energy.hbm.{op}",
+                                                 8 * a.pc_bytes[op][i], e["hbm"][op]))
+                if static["hbm_pc"]:
+                    leaks.append(Leak(f"{base}/pc{i}", "hbm", "energy.static.hbm_pc", static["hbm_pc"]))
         elif t == "DmaEngine" and a.busy_spans:
             charges.append(Charge.of(a.name, "dma", "memory", "energy.dma.command", a.busy_spans, e["dma"]["command"]))
         elif t == "GemmEngine" and a.macs:

@@ -1,15 +1,19 @@
 """A 2-D HBM block access on a PE's pseudo-channels, shared by the DMA engine (dma.py) and the HBM port
 (hbmport.py): address striping (costs.stripe), one request per channel that holds part of the block, all
-in parallel, and the block image gathered from the answers (data mode)."""
+in parallel, and the block image gathered from the answers (data mode).  At ``fidelity: pipeline`` in timing
+mode the PE's channels are one actor (memory.HbmStack): :func:`stack_access` sends it the block's bytes per
+channel in one request and waits for its one answer."""
 from __future__ import annotations
 
-from protocols.ahbm import PcReq
+from protocols.ahbm import HbmReq, PcReq
+
+from functools import lru_cache
 
 from emulator.actor import Actor
 
 from actors.ahbm.costs import stripe
 
-__all__ = ["block_offset", "channel_access", "check_block"]
+__all__ = ["block_offset", "channel_access", "stack_access", "check_block"]
 
 
 def block_offset(addr: int, base: int, rows: int, row_bytes: int, pitch: int) -> int:
@@ -49,6 +53,29 @@ async def channel_access(actor: Actor, pc_req, pc_resp, client: str, op: str, ad
                 o = block_offset(a, addr, rows, row_bytes, pitch)
                 image[o:o + len(data)] = data
     return None if image is None else bytes(image)
+
+
+async def stack_access(actor: Actor, hbm_req, hbm_resp, client: str, op: str, addr: int, rows: int,
+                       row_bytes: int, pitch: int, seq: list) -> None:
+    """One block access on the PE's HBM stack (memory.HbmStack, timing mode): one
+    :class:`~protocols.ahbm.HbmReq` with the bytes the block has on each channel (costs.stripe, the
+    figures :func:`channel_access` charges per channel), then its one answer.  ``hbm_resp`` as in
+    :func:`channel_access`."""
+    prm = actor.prm
+    span = prm.burst * prm.pcs
+    nbytes = _channel_bytes(addr % span, rows, row_bytes, pitch % span, prm.burst, prm.pcs)
+    seq[0] += 1
+    hbm_resp.expect(seq[0])
+    await hbm_req.send(HbmReq(seq[0], op, nbytes, client))
+    await hbm_resp.recv()
+
+
+@lru_cache(maxsize=4096)
+def _channel_bytes(addr: int, rows: int, row_bytes: int, pitch: int, burst: int, pcs: int) -> list:
+    """Bytes of a block on each channel (costs.stripe), remembered.  A row's pieces depend on its start only
+    modulo ``burst x pcs`` (the channel of byte ``a`` is ``(a // burst) % pcs``), and row ``r`` starts at
+    ``addr + r x pitch``, so the caller passes both modulo that span; the list is shared, not to be changed."""
+    return [sum(length for _, length in plist) for plist in stripe(addr, rows, row_bytes, pitch, burst, pcs)]
 
 
 def check_block(prm, who: str, addr: int, rows: int, row_bytes: int, pitch: int) -> None:

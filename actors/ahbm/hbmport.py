@@ -8,7 +8,9 @@ per pseudo-channel holding part of the block, all channels in parallel
 then one :class:`~protocols.ahbm.MemResp` back over the NOC (the data for a
 read, an acknowledgement for a write).  The port adds no time of its own
 (assumption) and serves requests one at a time in arrival order; the channels
-are shared FIFO with the owner PE's own DMA, so remote and local traffic contend.
+are shared FIFO with the owner PE's own DMA, so remote and local traffic contend.  With ``hbm_stack``
+(``fidelity: pipeline``, timing mode, builder.py) the access is one request to the PE's HBM stack
+(memory.HbmStack, the same per-channel timing) and one answer.
 """
 from __future__ import annotations
 
@@ -16,11 +18,11 @@ import numpy as np
 
 from emulator.actor import Actor
 from emulator.declare import In, Out
-from protocols.ahbm import MemReq, MemResp, PcReq, PcResp, payload
+from protocols.ahbm import HbmReq, HbmResp, MemReq, MemResp, PcReq, PcResp, payload
 from protocols.codec import TensorDesc
 
 from actors.ahbm.answers import Direct
-from actors.ahbm.hbm_access import channel_access, check_block
+from actors.ahbm.hbm_access import channel_access, check_block, stack_access
 from actors.ahbm.params import declare
 
 __all__ = ["HbmPort"]
@@ -34,11 +36,15 @@ class HbmPort(Actor):
     PORTS = (In("req", MemReq, doc="remote HBM requests from the router (other PEs' DMAs, host loads)", idle=True),
              Out("out", MemResp, doc="answers, back over the NOC"),
              Out("pc{i}", PcReq, doc="requests to pseudo-channel i"),
-             In("pc_resp", PcResp, doc="the channels' answers"))
+             Out("hbm", HbmReq, doc="block accesses to the PE's HBM stack (fidelity pipeline, timing mode)"),
+             In("pc_resp", PcResp, HbmResp, doc="the channels' (or the HBM stack's) answers"))
     PARAMS = declare("pcs", "burst", "hbm_capacity")
 
-    def __init__(self, name: str, *, prm, coord: tuple):
+    def __init__(self, name: str, *, prm, coord: tuple, hbm_stack: bool = False):
+        """``hbm_stack``: the PE's channels are one :class:`~actors.ahbm.memory.HbmStack` (port ``hbm``)."""
         super().__init__(name)
+        self.hbm_stack = hbm_stack
+        self.hbm = self.out_port("hbm")
         self.prm = prm
         self.coord = list(coord)
         self.req = self.in_port("req", idle=True)
@@ -55,8 +61,12 @@ class HbmPort(Actor):
             r: MemReq = await self.req.recv()
             check_block(self.prm, f"{self.name} request {r.id} from {r.src}", r.addr, r.rows, r.row_bytes, r.pitch)
             blob = np.asarray(r.data.t).tobytes() if (r.op == "write" and data_mode) else None
-            image = await channel_access(self, self.pc_req, self._answers, "port", r.op, r.addr, r.rows, r.row_bytes,
-                                         r.pitch, blob, data_mode, self.seq)
+            if self.hbm_stack:
+                image = await stack_access(self, self.hbm, self._answers, "port", r.op, r.addr, r.rows, r.row_bytes,
+                                           r.pitch, self.seq)
+            else:
+                image = await channel_access(self, self.pc_req, self._answers, "port", r.op, r.addr, r.rows,
+                                             r.row_bytes, r.pitch, blob, data_mode, self.seq)
             data = None
             if r.op == "read":
                 total = r.rows * r.row_bytes

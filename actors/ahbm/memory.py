@@ -12,6 +12,14 @@ channel's bandwidth.  The PE's address space is striped over its channels in
 ``burst``-byte units (costs.stripe).  In data mode it stores bytes per burst; in
 timing mode it stores nothing.
 
+:class:`HbmStack` (``.../pe3/hbm/stack``) is all pseudo-channels of one PE in one
+actor, built instead of the channels at ``fidelity: pipeline`` in timing mode
+(builder.py): the same per-channel FIFO pipeline, kept as each channel's end of
+its last burst, but one :class:`~protocols.ahbm.HbmReq` per block access (the
+bytes of every channel holding part of the block) and one
+:class:`~protocols.ahbm.HbmResp` when the last of its bursts ends, instead of
+one PcReq and one PcResp per channel (docs/gqa.md "Fidelity").
+
 :class:`Tcm` is the 1 MiB scratch (seed §A "1 MiB scratch", DESIGN.md §4): named
 buffers, numpy arrays in data mode and TensorDescs in timing mode.  It enforces
 its capacity (a write that does not fit is a clear error) and answers at once
@@ -38,14 +46,15 @@ import numpy as np
 
 from emulator.actor import Actor
 from emulator.declare import In, Out, Param
+from emulator.trace import BUSY
 from emulator.waitqueue import WaitQueue
-from protocols.ahbm import PcReq, PcResp, TcmReq, TcmResp
+from protocols.ahbm import HbmReq, HbmResp, PcReq, PcResp, TcmReq, TcmResp
 from protocols.codec import TensorDesc
 
 from actors.ahbm.costs import pc_occupancy_ps
 from actors.ahbm.params import declare
 
-__all__ = ["HbmChannel", "Tcm", "TcmClient", "TCM_CLIENT_PORTS", "nbytes_of"]
+__all__ = ["HbmChannel", "HbmStack", "Tcm", "TcmClient", "TCM_CLIENT_PORTS", "nbytes_of"]
 
 
 class HbmChannel(Actor):
@@ -122,6 +131,127 @@ class HbmChannel(Actor):
 
     def describe(self) -> dict:
         return {**super().describe(), "pc": self.index, "bandwidth_eff_Bps": self.prm.pc_bw_eff,
+                "latency_ps": self.prm.hbm_latency}
+
+
+class HbmStack(Actor):
+    """All pseudo-channels of one PE's HBM in one actor (``fidelity: pipeline``, timing mode only).
+
+    The per-channel model of :class:`HbmChannel`, exactly: channel ``pc`` serves its pieces FIFO in
+    arrival order, a piece of ``b`` bytes arriving at ``t`` has its burst at
+    ``start = max(t + access_latency, end_pc)`` for ``pc_occupancy_ps(b)`` (costs.py) and
+    ``end_pc = start + pc_occupancy_ps(b)`` afterwards.  One :class:`~protocols.ahbm.HbmReq` carries a
+    block access's bytes on every channel (``nbytes[pc]``, costs.stripe of the block, the same figures
+    as its PcReqs), all arriving at the same ``t`` (as the access's PcReqs did: they leave in one step
+    of the client); its one :class:`~protocols.ahbm.HbmResp` leaves at ``max over its channels of
+    end_pc``, when the access's last PcResp would have.  Requests are served in the order they reach
+    the stack; two clients' accesses at the same ps take every channel in that one order (with the
+    per-channel actors each channel took its PcReqs in delivery order, the same order, since a
+    client's PcReqs of one access leave in one step).
+
+    Kept per channel (``report``): ``pc_busy_ps`` (burst time), ``pc_bursts`` and ``pc_bytes``
+    (read / write, the energy model's per-channel count, energy.py).  The actor's own ``busy_ps`` is
+    the channels' mean burst time (``sum // pcs``, so actors.csv's utilisation is the mean channel
+    utilisation) and its ``busy_spans`` the bursts.  The trace shows one span per access, its last
+    burst (so a critical path through the HBM stays the HBM's), not every channel's bursts; there
+    are no fault hooks on the bursts.  Data mode is not modelled here (the builder keeps the channels).
+    """
+
+    daemon = True
+    starts_on = "req"    # started by its first request (Actor.starts_on)
+    PORTS = (In("req", HbmReq, doc="block accesses, FIFO (the PE's DMA and HBM port), one per access", idle=True),
+             Out("resp_{client}", HbmResp, doc="one answer per access to each requester (dma, port)"))
+    PARAMS = declare("pcs", "pc_bw_eff", "hbm_latency")
+
+    CLIENTS = ("dma", "port")
+
+    def __init__(self, name: str, *, prm):
+        super().__init__(name)
+        self.req = self.in_port("req", idle=True)
+        self.resp = {c: self.out_port(f"resp_{c}") for c in self.CLIENTS}
+        self.prm = prm
+        n = prm.pcs
+        self.free_at = [0] * n             # end of each channel's last burst (ps)
+        self.pc_busy_ps = [0] * n
+        self.pc_bursts = [0] * n
+        self.pc_bytes = {"read": [0] * n, "write": [0] * n}
+        self.bytes_by_op = {"read": 0, "write": 0}   # the stack's total (the channels' sum)
+        self._pending = {c: deque() for c in self.CLIENTS}   # (answer time, span start, label, HbmResp)
+        self._lots = {c: WaitQueue() for c in self.CLIENTS}
+
+    def serve(self, req: HbmReq, t: int) -> tuple[int, int]:
+        """Take ``req`` arriving at ``t`` onto its channels (class docstring); return its answer time and the
+        start of the burst that ends last (the access's trace span)."""
+        ready = t + self.prm.hbm_latency
+        prm, free_at, busy, bursts = self.prm, self.free_at, self.pc_busy_ps, self.pc_bursts
+        by_pc = self.pc_bytes[req.op]
+        done = last = ready
+        total = 0
+        for pc, nb in enumerate(req.nbytes):
+            if not nb:
+                continue
+            occ = pc_occupancy_ps(nb, prm)
+            end = (ready if ready > free_at[pc] else free_at[pc]) + occ
+            free_at[pc] = end
+            busy[pc] += occ
+            bursts[pc] += 1
+            by_pc[pc] += nb
+            total += nb
+            self.busy_spans += 1
+            if end > done:
+                done, last = end, end - occ
+        self.bytes_by_op[req.op] += total
+        self.busy_ps = sum(busy) // prm.pcs
+        return done, last
+
+    async def run(self) -> None:
+        """Take requests as they arrive; each client's answers leave at their times (:meth:`_answers`).
+
+        A client's answers are sent by one task in time order; an answer due before one already
+        pending for that client (possible only with ``dma.outstanding`` > 1) gets a task of its own."""
+        req: HbmReq = await self.req.recv()
+        self.report("pc_busy_ps", self.pc_busy_ps)
+        self.report("pc_bursts", self.pc_bursts)
+        self.report("pc_bytes", self.pc_bytes)
+        async with self.subtasks() as n:
+            for c in self.CLIENTS:
+                self._lots[c].start_at_first_unpark(n, self._answers, c)
+            while True:
+                at, start = self.serve(req, self.now)
+                q = self._pending[req.client]
+                entry = (at, start, f"{req.op} {sum(req.nbytes)}B", HbmResp(req.id))
+                if q and q[-1][0] > at:
+                    n.start_soon(self._answer_at, *entry, req.client)
+                else:
+                    q.append(entry)
+                    self._lots[req.client].unpark()
+                req = await self.req.recv()
+
+    def _span(self, start: int, end: int, label: str) -> None:
+        """The access's trace span: the burst that ends it, ``[start, end)`` (as the channel that served it
+        would have shown it; the critical path then runs through the HBM, not through a wait).  It adds
+        nothing to ``busy_ps`` / ``busy_spans`` (the channels' figures, :meth:`serve`)."""
+        self._emit((BUSY, start, self.id, end, label))
+
+    async def _answers(self, client: str) -> None:
+        q, lot, out = self._pending[client], self._lots[client], self.resp[client]
+        while True:
+            while not q:
+                await lot.park()
+            at, start, label, msg = q[0]
+            self._span(start, at, label)
+            if at > self.now:
+                await self.sleep_until(at)
+            q.popleft()
+            await out.send(msg)
+
+    async def _answer_at(self, at: int, start: int, label: str, msg: HbmResp, client: str) -> None:
+        self._span(start, at, label)
+        await self.sleep_until(at)
+        await self.resp[client].send(msg)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "pcs": self.prm.pcs, "bandwidth_eff_Bps": self.prm.pc_bw_eff,
                 "latency_ps": self.prm.hbm_latency}
 
 

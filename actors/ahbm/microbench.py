@@ -49,6 +49,7 @@ from actors.ahbm.closed_forms import (BF16, composite_model, dma_model, gemm_mod
                                       math_model, noc_model, remote_dma_model)
 from actors.ahbm.params import Params, pe_name
 from actors.ahbm.placement import Placement
+from actors.ahbm.pipeline import FIDELITY
 
 __all__ = ["MICRO_PARAMS", "build_microbench", "measure", "check_microbench"]
 
@@ -62,6 +63,7 @@ MICRO_PARAMS = Map({
     "noc_gap": Quantity("time", default="5us", doc="spacing of the NOC flows (zero load)"),
     "remote_bytes": Quantity("size", default="4KiB", doc="remote DMA load from the farthest CUBE of SIP 0"),
     "host_load_bytes": Quantity("size", default="64KiB", doc="timed host load into CUBE 10 (before the launches)"),
+    "fidelity": FIDELITY,
 })
 
 
@@ -257,7 +259,7 @@ def build_microbench(system, profile: dict, p: dict) -> dict:
     flows = b.noc()
     b.remote_dma(len(flows))
     b.host_load()
-    machine = build_machine(system, profile, scripts=b.scripts)
+    machine = build_machine(system, profile, scripts=b.scripts, fidelity=p["fidelity"])
     place = Placement(machine, system.mode == "data")
     addrs = b.place(place)
     return {"machine": machine, "expect": b.expect, "placement": place, "pre": b.pre, "addrs": addrs}

@@ -57,10 +57,11 @@ def load_profile(name: str = "ahbm-1sip", overrides: dict | None = None) -> dict
     return emulator_load_profile(name, PROFILE_SCHEMA, overrides)
 
 
-def build(scripts: dict, profile: dict | None = None, *, mode: str = "timing", seed: int = 0, trace=None):
-    """``(system, machine, placement)`` for ``scripts`` = {(sip, cube, pe): [commands]}."""
+def build(scripts: dict, profile: dict | None = None, *, mode: str = "timing", seed: int = 0, trace=None,
+          fidelity: str = "block"):
+    """``(system, machine, placement)`` for ``scripts`` = {(sip, cube, pe): [commands]} (``fidelity``: builder.py)."""
     system = System("ahbm-test", seed=seed, mode=mode, trace=trace)
-    machine = build_machine(system, profile or load_profile(), scripts=scripts)
+    machine = build_machine(system, profile or load_profile(), scripts=scripts, fidelity=fidelity)
     return system, machine, Placement(machine, mode == "data")
 
 
@@ -176,7 +177,7 @@ def back_to_back_scripts(a: tuple, b: tuple, a2: tuple, b2: tuple) -> dict:
 
 
 def remote_load_store(me: tuple, owner: tuple, data: np.ndarray, profile: dict | None = None, *,
-                      mode: str = "timing"):
+                      mode: str = "timing", fidelity: str = "block"):
     """PE ``me`` DMA-loads ``data`` (bytes, placed in PE ``owner``'s HBM) over the NOC into ``x`` (label
     ``rload``), then stores ``x`` back to a fresh ``owner`` buffer (``rstore``).
 
@@ -184,7 +185,7 @@ def remote_load_store(me: tuple, owner: tuple, data: np.ndarray, profile: dict |
     """
     n = data.nbytes
     script = []
-    system, m, place = build({me: script}, profile, mode=mode)
+    system, m, place = build({me: script}, profile, mode=mode, fidelity=fidelity)
     addr = place.put(owner, data)
     dst = place.alloc(owner, n)
     script += [{"op": "dma", "kind": "load", "target": list(owner), "addr": addr, "row_bytes": n, "buf": "x",

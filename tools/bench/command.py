@@ -165,7 +165,7 @@ def _kind(actor_name: str) -> str:
     parts = actor_name.split("/")
     last = parts[-1].rstrip("0123456789")
     if len(parts) > 1 and parts[-2] == "hbm":
-        return "hbm" if last == "pc" else "hbmport"
+        return "hbm" if last in ("pc", "stack") else "hbmport"   # stack: memory.HbmStack (fidelity pipeline)
     return last
 
 

@@ -81,8 +81,8 @@ CLASSES = {
     "DONE polls": "a poller waiting for its next poll to see the news (summary.py rule 2b)",
 }
 
-_AHBM = {"pc": "HBM channels", "port": "HBM channels", "dma": "DMA", "gemm": "GEMM array", "sched": "scheduler",
-         "math": "MATH", "tcm": "TCM", "cpu": "CPU dispatch", "ipcq": "IPCQ", "router": "NOC", "host": "host"}
+_AHBM = {"pc": "HBM channels", "stack": "HBM channels", "port": "HBM channels", "dma": "DMA", "gemm": "GEMM array",
+         "sched": "scheduler", "math": "MATH", "tcm": "TCM", "cpu": "CPU dispatch", "ipcq": "IPCQ", "router": "NOC", "host": "host"}
 _PCCX = {"hp": "HP ports", "wsw": "HP ports", "ddr": "DDR", "l2": "L2", "lane": "GEMV lanes", "gemv": "GEMV lanes",
          "cvo": "SFU", "gemm": "systolic array", "decoder": "control", "scheduler": "control",
          "dispatcher": "control", "driver": "host round trips", "axil_cmd": "host round trips",

@@ -36,7 +36,7 @@ from tools.sweep.backends import default_jobs, make_backend
 from tools.sweep.plots import plot_panel, plot_sweep
 from tools.sweep.progress import SweepProgress
 from tools.sweep.results import constant_summary, default_metrics, format_rows, make_row, write_results
-from tools.sweep.spec import Point, SweepSpec, load_sweep
+from tools.sweep.spec import Point, SweepSpec, confirm_points, load_sweep
 
 __all__ = ["run_sweep", "add_parser", "validate_sweep", "SweepRun"]
 
@@ -48,6 +48,7 @@ class SweepRun:
     rows: list[dict]
     metrics: list[str]
     best: list[dict]
+    confirmed: list[dict] = None
 
 
 def _write_json_atomic(path: Path, obj) -> None:
@@ -117,8 +118,62 @@ def run_sweep(spec_path: str, out: str | None = None, *, backend: str = "pool", 
                        f, sort_keys=False)
 
     results: dict[str, dict] = {}       # point key -> result
+    try:
+        _run_points(spec, spec.points, directory, be, retry_failed, quiet, results)
+    finally:    # also when interrupted: the finished points are tabulated
+        done_points = [p for p in spec.points if p.key in results]
+        metrics = spec.metrics or default_metrics([results[p.key] for p in done_points])
+        rows = [make_row(p, results[p.key], metrics, spec.keys) for p in done_points]
+        errors = {p.index: _why(results[p.key]) for p in done_points if _why(results[p.key])}
+        write_results(directory, rows, errors)
+    best, confirmed = [], []
+    if spec.best:
+        best = best_rows(rows, spec.best["minimize"], spec.best["over"], spec.best["per"], metrics)
+        write_best(directory / "best.csv", best)
+        if spec.confirm:
+            confirmed = _confirm(spec, best, metrics, directory, be, retry_failed, quiet)
+    if plots and rows:
+        plot_sweep(directory, rows, spec.keys, metrics, spec.name)
+        if spec.panel:
+            plot_panel(directory, rows, spec.panel, spec.name)
+    return SweepRun(spec, directory, rows, metrics, best, confirmed)
+
+
+def _confirm(spec: SweepSpec, best: list[dict], metrics: list[str], directory: Path, be, retry_failed: bool,
+             quiet: bool) -> list[dict]:
+    """Run each winner of ``best`` once more with ``confirm.set`` (spec.confirm_points); ``confirm.csv``: the
+    winner's row with the confirmation's metrics beside it (``confirm.<metric>``) and the ratio of the
+    minimised metric, confirmed / chosen."""
+    by_index = {p.index: p for p in spec.points}
+    winners = [by_index[b["point"]] for b in best if b.get("point") is not None]
+    points = confirm_points(spec, winners)
+    results: dict[str, dict] = {}
+    _run_points(spec, points, directory, be, retry_failed, quiet, results)
+    out = []
+    target = spec.best["minimize"]
+    for b in best:
+        row = dict(b)
+        p = next((q for q in points if q.index == b.get("point")), None)
+        r = results.get(p.key) if p is not None else None
+        c = make_row(p, r, metrics, spec.keys) if r is not None else {}
+        row["confirm.status"] = c.get("status")
+        for m in metrics:
+            row[f"confirm.{m}"] = c.get(m)
+        got, chosen = c.get(target), b.get(target)
+        row[f"confirm.{target}_ratio"] = (round(got / chosen, 4) if isinstance(got, (int, float)) and chosen
+                                          else None)
+        row["confirm.bundle"] = c.get("bundle")
+        out.append(row)
+    write_best(directory / "confirm.csv", out)
+    return out
+
+
+def _run_points(spec: SweepSpec, points: list[Point], directory: Path, be, retry_failed: bool, quiet: bool,
+                results: dict[str, dict]) -> None:
+    """Run the points without a record in ``directory/points`` (resume); ``results`` gets point key -> result
+    of every point with one (also of those done when an interrupt stops the run)."""
     by_key: dict[str, list[Point]] = {}
-    for p in spec.points:
+    for p in points:
         by_key.setdefault(p.key, []).append(p)
     todo = []
     for key, pts in by_key.items():
@@ -152,26 +207,11 @@ def run_sweep(spec_path: str, out: str | None = None, *, backend: str = "pool", 
             results[task["key"]] = result
             progress.finished(_label(first), result.get("status", "error"), result.get("wall_s"))
 
-    rows: list[dict] = []
     try:
         if todo:
             be.run(todo, Events)
     finally:
         progress.close()
-        done_points = [p for p in spec.points if p.key in results]
-        metrics = spec.metrics or default_metrics([results[p.key] for p in done_points])
-        rows = [make_row(p, results[p.key], metrics, spec.keys) for p in done_points]
-        errors = {p.index: _why(results[p.key]) for p in done_points if _why(results[p.key])}
-        write_results(directory, rows, errors)
-    best = []
-    if spec.best:
-        best = best_rows(rows, spec.best["minimize"], spec.best["over"], spec.best["per"], metrics)
-        write_best(directory / "best.csv", best)
-    if plots and rows:
-        plot_sweep(directory, rows, spec.keys, metrics, spec.name)
-        if spec.panel:
-            plot_panel(directory, rows, spec.panel, spec.name)
-    return SweepRun(spec, directory, rows, metrics, best)
 
 
 def validate_sweep(path: str) -> int:
@@ -218,6 +258,17 @@ def cmd_sweep(args) -> int:
         print(format_table(f"best {', '.join(b['over'])} by {b['minimize']} (smallest), per "
                            f"{', '.join(b['per']) or 'sweep'} ({directory / 'best.csv'})",
                            format_rows(run.best, spec.keys, run.metrics)))
+    if run.confirmed:
+        b = spec.best
+        keep = [*b["per"], *b["over"], b["minimize"]]
+        cols = [m for m in run.confirmed[0] if m.startswith("confirm.") and m != "confirm.bundle"]
+        view = [{c: r.get(c) for c in keep + cols} for r in run.confirmed]
+        print()
+        print(format_table(f"best points confirmed with {', '.join(spec.confirm)} ({directory / 'confirm.csv'})",
+                           format_rows(view, spec.keys, cols)))
+        same = constant_summary(view, cols)
+        if same:
+            print(same)
     return 0
 
 

@@ -16,6 +16,7 @@ A sweep file names a base scenario and the keys to vary::
     timeout: 600s                      # wall-clock limit of one point
     point_plots: false                 # per-point bundle plots (off: sweeps stay fast)
     best: {minimize: end_time_ps, over: [workload.params.G]}   # the winner per case (tools.sweep.best)
+    confirm: {set: {mode: data}}       # each winner run once more with these keys set (confirm.csv)
     panel: {x: workload.params.G, y: end_time_ps, lines: seed}  # plots/panel.png (tools.sweep.plots)
 
 A key of ``vary``, ``zip`` or ``set`` is any ``emu run --set`` path.  Every point is
@@ -42,7 +43,7 @@ from emulator.units import WALL_TIME_MAX
 from emulator.schema import (AnyValue, Bool, Doc, Int, List, Map, Problem, Quantity, SchemaError, Spec, Str,
                              load_yaml, read_text, validate)
 
-__all__ = ["SWEEP_SCHEMA", "SweepSpec", "Point", "load_sweep", "looks_like_sweep", "point_key"]
+__all__ = ["SWEEP_SCHEMA", "SweepSpec", "Point", "load_sweep", "looks_like_sweep", "point_key", "confirm_points"]
 
 
 class Axis(Spec):
@@ -122,6 +123,9 @@ SWEEP_SCHEMA = Map({
         "over": List(Str(), min_len=1, doc="the varied keys whose values are the choices compared"),
         "per": List(Str(), default=None, doc="one winner per combination of these varied keys (default: the others)"),
     }, default=None, doc="name the best choice per case (tools/sweep/best.py), written to best.csv"),
+    "confirm": Map({
+        "set": Map(open=True, doc="key.path: value applied to each winner (e.g. the larger machine)"),
+    }, default=None, doc="run each best point once more with these keys set, written to confirm.csv (needs best)"),
     "panel": Map({
         "x": Str(doc="the varied key on the x axis"),
         "y": Str(doc="the metric (log y axis); each line point is the best row over the other keys"),
@@ -159,6 +163,8 @@ class SweepSpec:
     best: dict | None = None     # {minimize, over, per} with per filled in
     panel: dict | None = None    # {x, y, lines, split, bound}
     source: dict = field(default_factory=dict)
+    confirm: list[str] | None = None   # --set items applied to each best point (confirm_points)
+    registry: object = None
 
 
 def point_key(resolved: dict) -> str:
@@ -221,14 +227,50 @@ def load_sweep(path: str, registry) -> SweepSpec:
     axes = _axes(spec, doc, problems)
     keys = [k for ks, _, _ in axes for k in ks]
     best, panel = _choices(spec, doc, keys, problems)
+    confirm = _confirm(spec, doc, best, problems)
     if problems:
         raise SchemaError(problems)
     from actors import registry as default_registry
-    points = _points(spec, doc, axes, base_path, registry or default_registry)
-    return SweepSpec(file=file, name=spec["name"] or Path(file).stem, description=spec["description"],
-                     base=str(base_path), keys=keys, points=points, metrics=spec["metrics"],
-                     timeout_ps=spec["timeout"], point_plots=spec["point_plots"], best=best, panel=panel,
-                     source=doc.value)
+    registry = registry or default_registry
+    points = _points(spec, doc, axes, base_path, registry)
+    out = SweepSpec(file=file, name=spec["name"] or Path(file).stem, description=spec["description"],
+                    base=str(base_path), keys=keys, points=points, metrics=spec["metrics"],
+                    timeout_ps=spec["timeout"], point_plots=spec["point_plots"], best=best, panel=panel,
+                    source=doc.value, confirm=confirm, registry=registry)
+    if confirm and points:   # a bad confirm key or value is this file's error now, not after the grid ran
+        try:
+            confirm_points(out, points[:1])
+        except SchemaError as e:
+            origin = {item: ("confirm", "set", k) for item, k in zip(confirm, _flatten(spec["confirm"]["set"]))}
+            raise SchemaError([_to_sweep_problem(p, origin, doc) for p in e.problems]) from None
+    return out
+
+
+def _confirm(spec: dict, doc, best: dict | None, problems: list) -> list[str] | None:
+    """``confirm.set`` as ``--set`` items; it needs ``best`` and may not set a key ``best`` chooses over."""
+    c = spec["confirm"]
+    if c is None:
+        return None
+    if best is None:
+        problems.append(Problem(*doc.where(("confirm",)), "confirm", "a best: section (confirm re-runs its winners)",
+                                "confirm without best"))
+        return None
+    flat = _flatten(c["set"])
+    for k in flat:
+        if k in best["over"]:
+            problems.append(Problem(*doc.where(("confirm", "set", k)), f"confirm.set.{k}",
+                                    "a key best does not choose over", f"{k!r}, one of best.over"))
+    return [_set_item(k, v) for k, v in flat.items()]
+
+
+def confirm_points(spec: SweepSpec, winners: list[Point]) -> list[Point]:
+    """Each winning point with ``confirm.set`` applied (the same varied values; its own key, so it resumes)."""
+    out = []
+    for p in winners:
+        sc = load_scenario(spec.base, spec.registry, p.sets + spec.confirm)
+        resolved = sc.resolved()
+        out.append(Point(p.index, p.values, p.sets + spec.confirm, resolved, point_key(resolved)))
+    return out
 
 
 def _axes(spec: dict, doc, problems: list) -> list[tuple[list[str], list[tuple], list[tuple]]]:

@@ -413,7 +413,8 @@ def ring_query_tiling(B: int, G: int, d: int, budget: int, min_rows: int = 32,
     Resident (no spill) with the largest divisor ``T_s`` of ``B`` that fits ``budget`` and keeps
     ``M_s >= min_rows`` (the MAC array's rows: fewer rows pad the GEMMs and multiply the ops); else
     spill: the state of each sub-block is loaded from and stored back to HBM around its fold
-    (3 + 3 DMAs per sub-block and step), with the largest ``T_s`` whose temporaries fit.
+    (2 + 2 DMAs per sub-block and step: ``m, l`` in one scatter-gather DMA, ``O`` in another), with the
+    largest ``T_s`` whose temporaries fit.
     ``T_s`` divides ``unit`` (default ``B``; the zigzag order's chunk ``B/2``).
     ``q_tile > 0`` forces ``T_s``; ``state`` = ``"tcm"`` / ``"hbm"`` forces
     resident / spilled state (``"auto"``: as above).
@@ -471,7 +472,8 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
     ``M_s = G*q_tile`` rows (Q and O are sub-block-major ``[B/q_tile, G*q_tile, d]`` in HBM, chunk after
     chunk); every sub-block carries its own running ``(m, l, O)`` across the ring steps, in the TCM
     (``spill = False``) or in HBM right after the final O (``spill = True``: ``[O | m | l]`` per
-    sub-block, loaded before and stored after its folds).  A step's K/V block (one tensor pair per
+    sub-block, loaded before and stored after its folds: ``m, l`` in one scatter-gather DMA, ``O`` in
+    another).  A step's K/V block (one tensor pair per
     chunk of the source rank, shared by all sub-blocks) is folded into every sub-block it is not
     entirely after (``tile_all_future`` skip per sub-block x chunk; a straddling pair gets the mask).
 
@@ -506,8 +508,7 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
         return o_ptr + i * Ms * d * 4
 
     def spill_at(i):   # [O (Ms*d) | m (Ms) | l (Ms)] fp32 per sub-block, after the final O
-        base = o_ptr + B * G * d * 4 + i * Ms * (d + 2) * 4
-        return base, base + Ms * d * 4, base + Ms * (d + 1) * 4
+        return o_ptr + B * G * d * 4 + i * Ms * (d + 2) * 4
 
     zig = order == "zigzag"
     n_steps = R if zig else r + 1
@@ -543,9 +544,10 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
                         m, l, O = state[3 * i:3 * i + 3]
                     elif s == 0:
                         m, l, O = init_running(tl, Ms, d)
-                    else:
-                        ao, am, al = spill_at(i)
-                        m, l, O = tl.load(am, (Ms, 1), "<f4"), tl.load(al, (Ms, 1), "<f4"), tl.load(ao, (Ms, d), "<f4")
+                    else:   # spilled: m and l (contiguous) in one scatter-gather DMA, needed first; O after
+                        base = spill_at(i)
+                        m, l = tl.load_parts(base + Ms * d * 4, [((Ms, 1), "<f4"), ((Ms, 1), "<f4")])
+                        O = tl.load(base, (Ms, d), "<f4")
                     for k0, n, kb, vb in todo:
                         if composite:
                             Sj = tl.composite("gemm", a=q, b=kb, epilogue=[("scale", scale)])
@@ -558,10 +560,9 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
                     if last:              # last step: this sub-block is final
                         tl.store(o_at(i), O / l)
                     elif spill:
-                        ao, am, al = spill_at(i)
-                        tl.store(am, m)
-                        tl.store(al, l)
-                        tl.store(ao, O)
+                        base = spill_at(i)
+                        tl.store_parts(base + Ms * d * 4, [m, l])
+                        tl.store(base, O)
                     else:
                         state[3 * i:3 * i + 3] = [m, l, O]
                     del m, l, O, q   # only `state` carries a sub-block's running state out of its scope

@@ -48,6 +48,10 @@ class PeBackend(Protocol):
     async def dma(self, op: str, addr: int, rows: int, row_bytes: int, pitch: int, buf: str, shape, dtype: str) -> int:
         raise NotImplementedError
 
+    async def dma_gather(self, op: str, addr: int, parts: list) -> int:
+        """One DMA between a contiguous HBM range and several TCM buffers ``[[buf, shape, dtype], ...]``."""
+        raise NotImplementedError
+
     async def gemm(self, a: str, b: str, acc: str, m: int, k: int, n: int) -> int:
         raise NotImplementedError
 

@@ -353,6 +353,40 @@ class Tl:
         self._tcm(h, "dma", "load")
         return h
 
+    def load_parts(self, ptr: int, parts) -> list[TensorHandle]:
+        """HBM -> TCM load of tensors stored back to back at ``ptr``, ``parts = [(shape, dtype), ...]``, in one
+        scatter-gather DMA (protocols.ahbm.DmaGather: one dispatch, one setup, one access per pseudo-channel,
+        dma.py) instead of one per tensor.  Asynchronous like :meth:`load`: one handle per part, in order,
+        each waiting at first use for the whole transfer."""
+        specs = [(tuple(int(n) for n in shape), dtype_info(dtype)[0]) for shape, dtype in parts]
+        if not specs:
+            raise self.error("load_parts needs at least one part")
+        total = sum(nbytes(shape, dtype) for shape, dtype in specs)
+        if int(ptr) < 0 or int(ptr) + total > self.prm.hbm_capacity:
+            raise self.error(f"load_parts of {total} B at {int(ptr):#x} lies outside this PE's HBM")
+        self._dispatch("dma")
+        hs = [self._new_buf(shape, dtype) for shape, dtype in specs]
+        cid = _await(self.be.dma_gather("load", int(ptr), [[h.buf, list(h.shape), h.dtype] for h in hs]))
+        for h in hs:
+            h.pending, h.engine = cid, "dma"
+        self.outstanding.append(cid)
+        return hs
+
+    def store_parts(self, ptr: int, xs) -> None:
+        """TCM -> HBM store of ``xs`` back to back at ``ptr`` in one scatter-gather DMA (:meth:`load_parts`'
+        counterpart; asynchronous, the kernel's end waits for it).  Waits for every part's producer first."""
+        xs = [self._live(x, "store_parts") for x in xs]
+        if not xs:
+            raise self.error("store_parts needs at least one tensor")
+        total = sum(x.nbytes for x in xs)
+        if int(ptr) < 0 or int(ptr) + total > self.prm.hbm_capacity:
+            raise self.error(f"store_parts of {total} B at {int(ptr):#x} lies outside this PE's HBM")
+        bufs = [self._tcm(x, "dma", "store_parts") for x in xs]
+        self._dispatch("dma")
+        cid = _await(self.be.dma_gather("store", int(ptr), [[b, list(x.shape), x.dtype] for b, x in zip(bufs, xs)]))
+        self._read_by(cid, "dma", *xs)
+        self.outstanding.append(cid)
+
     def store(self, ptr: int, x: TensorHandle, dtype: str | None = None) -> None:
         """TCM -> HBM store (asynchronous; the kernel's end waits for it)."""
         x = self._live(x, "store")
