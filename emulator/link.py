@@ -59,7 +59,7 @@ from protocols.codec import ProtocolError, decode, encode, peek_name, receiver_c
 if TYPE_CHECKING:
     from emulator.actor import Actor
 
-__all__ = ["InPort", "OutPort", "Link", "FaultEffect", "select", "STRICT_DECODE", "waits_of"]
+__all__ = ["InPort", "OutPort", "Link", "FaultEffect", "select", "select_until", "STRICT_DECODE", "waits_of"]
 
 #: decode every message at the receiving end instead of handing over the sender's record
 STRICT_DECODE = bool(os.environ.get("EMU_STRICT_DECODE"))
@@ -341,6 +341,37 @@ async def select(*ports: InPort):
         return best, best._take()
     waiter = _arm(ports, ports[0].owner)
     return await park(waiter) or waiter.got or await _rewait(waiter)
+
+
+@enable_ki_protection
+async def select_until(ports, t: int):
+    """:func:`select` with a deadline: ``(port, message)`` if one of ``ports`` delivers before virtual time
+    ``t`` (or at ``t``, before this task's turn at that instant), else ``None`` at ``t``.
+
+    For an actor that knows when its next own event is due and must still react to messages meanwhile
+    (the PE scheduler at ``fidelity: pipeline``, actors/ahbm/scheduler.py).  The deadline is one more
+    clock entry of the waiter, so it is ordered like :func:`sleep_until` (time, then scheduling order),
+    never by Trio's deadlines."""
+    best = _earliest(ports)
+    if best is not None:
+        return best, best._take()
+    owner = ports[0].owner
+    while True:
+        waiter = _arm(ports, owner)
+        entry = waiter.entry
+        if entry is None or entry[0] > t:     # no delivery due before t: wake at t at the latest
+            if entry is not None:
+                entry[1] = None
+            waiter.entry = owner.system.clock.schedule(t, waiter.task)
+        got = await park(waiter) or waiter.got
+        if got is not None:
+            return got
+        waiter.release()                      # woken by our own entry (the deadline, or a co-scheduled
+        best = _earliest(ports)               # delivery that found nothing: rare, wait again)
+        if best is not None:
+            return best, best._take()
+        if owner.system.clock.now >= t:
+            return None
 
 
 class OutPort:

@@ -24,7 +24,7 @@ import numpy as np
 from protocols.codec import TensorDesc, array_ext_len, desc_ext_len, ext_header_len, message
 
 __all__ = [
-    "DmaCmd", "DmaGather", "GemmCmd", "MathCmd", "CompositeCmd", "Done", "GemmBatch", "MathBatch", "MathOp",
+    "DmaCmd", "DmaGather", "GemmCmd", "MathCmd", "CompositeCmd", "Done", "GemmBatch", "GemmHold", "MathBatch", "MathOp",
     "TcmReq", "TcmResp", "PcReq", "PcResp", "HbmReq", "HbmResp",
     "IpcqCmd", "IpcqResp", "IpcqData", "IpcqCredit", "NocPacket", "MemReq", "MemResp",
     "Launch", "PeDone", "Payload", "payload", "desc_of",
@@ -167,6 +167,25 @@ class GemmBatch:
     epi_ps: list
     sent: int
     client: str
+
+
+@message(tag=209)
+class GemmHold:
+    """``fidelity: pipeline``, timing mode: the PE scheduler holds the GEMM array for a run of composites that
+    read an operand from HBM (scheduler.py ``_block``, pipeline.HeldArray), timing their steps itself.
+
+    Sent twice with the same ``id``: the hold (``release`` false, nothing else), answered by a ``Done`` whose
+    ``start`` is when the engine took it (its array free) and ``end`` when its last queued completion leaves;
+    then the release, with the run's busy spans ``[[start, end, label], ...]`` (each step's core cycles and
+    drain, as the engine would have recorded them), its MACs and core time.  Commands of other clients
+    that reach the engine in between are served after the release."""
+
+    id: int
+    client: str
+    release: bool
+    spans: list
+    macs: int
+    core_ps: int
 
 
 @message(tag=206)

@@ -103,3 +103,130 @@ def test_remote_hbm_through_the_port_same_times_and_energy():
     assert "sip0/cube05/pe1/hbm/pc0" not in p[4].actors
     pc_links = [ln for ln in p[4].links if ln.src.owner is stack or ln.dst.owner is stack]
     assert sum(ln.messages for ln in pc_links) == 4        # port -> stack, stack -> port: load and store
+
+
+# ---------------------------------------------------------------- composites with an HBM operand (issue 22)
+# At pipeline the PE scheduler keeps the block stream's DMAs, panels and epilogue commands for a composite
+# that reads B (or A) from HBM, holds the GEMM array for the run and times its steps with the engine's
+# formulas (pipeline.HeldArray): the end times are the block model's exactly.
+
+HBM_OPERAND = ["scenarios/ahbm/gqa/decode.yaml", "scenarios/ahbm/gqa/decode_sp.yaml", "scenarios/ahbm/gqa/prefill.yaml"]
+
+
+def _run_sc(sc, *sets):
+    cmd = [sys.executable, "-m", "tools.cli", "run", sc, "--json", "--compact", "--no-bundle", "--quiet"]
+    for s in sets:
+        cmd += ["--set", s]
+    return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+
+
+@pytest.mark.parametrize("sc", HBM_OPERAND, ids=["decode", "decode_sp", "prefill-no-sp"])
+def test_hbm_operand_composites_exact_with_fewer_messages(sc):
+    block = _run_sc(sc, "mode=timing")
+    pipe = _run_sc(sc, "mode=timing", "workload.params.fidelity=pipeline")
+    assert pipe["status"] == "finished"
+    assert pipe["end_time_ps"] == block["end_time_ps"]
+    assert pipe["latency_ps"] == block["latency_ps"]
+    assert pipe["messages"] < 0.75 * block["messages"]
+
+
+def _script_run(fidelity, script, tcm=()):
+    from actors.ahbm.builder import build_machine
+    from actors.ahbm.placement import Placement
+    from actors.ahbm.testkit import load_profile
+    from emulator.system import System
+
+    system = System("fidelity-test", seed=0, mode="timing")
+    m = build_machine(system, load_profile(), scripts={(0, 0, 0): script}, fidelity=fidelity)
+    place = Placement(m, False)
+    for name, arr in tcm:
+        place.tcm_put((0, 0, 0), name, arr)
+    return system, m, place
+
+
+def _composites(place, n, M=80, K=160, N=48):
+    import numpy as np
+    a = place.put((0, 0, 0), np.zeros((M, K), np.float16))
+    b = place.put((0, 0, 0), np.zeros((K, N), np.float16))
+    cmds = []
+    for i in range(n):
+        c = place.put((0, 0, 0), np.zeros((M, N), np.float16))
+        cmds.append({"op": "composite", "a_addr": a, "b_addr": b, "c_addr": c, "m": M, "k": K, "n": N,
+                     "dtype": "<f2", "epilogue": [["scale", 0.5], ["relu", 0]], "label": f"c{i}", "async": True})
+    return cmds + [{"op": "wait"}]
+
+
+async def test_held_array_times_the_steps_as_the_engine_does(vclock):
+    """Three HBM-operand composites back to back (the 2nd and 3rd taken ahead, panels, epilogues, HBM stores):
+    at pipeline the GEMM engine's busy spans, occupancy and every command's times equal the block model's,
+    though the scheduler sent it no GemmCmd."""
+    from actors.ahbm.testkit import log
+
+    out = {}
+    for fid in ("block", "pipeline"):
+        script = []
+        system, m, place = _script_run(fid, script)
+        script += _composites(place, 3)
+        res = await system.run_async()
+        assert res.status == "finished", res.error
+        pe = m.pe(0, 0, 0)
+        rows = [log(m, (0, 0, 0), f"c{i}") for i in range(3)]
+        t0 = rows[0][1]    # the two runs share the test's virtual clock: times relative to the first start
+        out[fid] = (res.end_time_ps - t0, [[r[0]] + [t - t0 for t in r[1:]] for r in rows], pe.gemm.busy_ps,
+                    pe.gemm.busy_spans, pe.gemm.array_ps, pe.gemm.macs, pe.dma.bytes_moved)
+        if fid == "pipeline":
+            assert pe.sched.held_runs >= 1 and pe.sched.taken_ahead >= 1 and pe.gemm.held_back == 0
+            assert system.link(f"{pe.sched.name}.gemm->{pe.gemm.name}.cmd").messages == 2 * pe.sched.held_runs
+    assert out["pipeline"] == out["block"]
+
+
+async def test_cpu_gemm_waits_for_the_held_array(vclock):
+    """The coarser part: a CPU GEMM that reaches the engine while the scheduler holds it is served after the
+    release (the block model would interleave it between the composite's steps); nothing overlaps."""
+    import numpy as np
+
+    script = []
+    system, m, place = _script_run("pipeline", script, tcm=[("a", np.zeros((32, 64), np.float16)),
+                                                             ("b", np.zeros((64, 32), np.float16))])
+    script += _composites(place, 1)[:-1] + [
+        {"op": "gemm", "a": "a", "b": "b", "acc": "c", "m": 32, "k": 64, "n": 32, "label": "g", "async": True},
+        {"op": "wait"}]
+    res = await system.run_async()
+    assert res.status == "finished", res.error
+    pe = m.pe(0, 0, 0)
+    assert pe.gemm.held_back == 1
+    from actors.ahbm.testkit import log
+    assert log(m, (0, 0, 0), "g")[3] >= log(m, (0, 0, 0), "c0")[3] - 200_000   # served after the composite's steps
+
+
+async def test_select_until_returns_a_message_before_the_deadline_or_none_at_it(vclock):
+    """emulator.link.select_until (the scheduler's wait for a held GEMM step): a message that arrives
+    before the deadline, or at it, is returned at its arrival; otherwise ``None`` at the deadline."""
+    from emulator.actor import Actor
+    from emulator.link import select_until
+    from emulator.system import System
+    from emulator.testing import Source, run
+    from emulator.units import ns
+    from protocols.demo import Token
+
+    class Until(Actor):
+        def __init__(self, name, deadlines):
+            super().__init__(name)
+            self.a, self.b = self.in_port("a"), self.in_port("b")
+            self.deadlines, self.got = deadlines, []
+
+        async def run(self):
+            for t in self.deadlines:
+                got = await select_until((self.a, self.b), t)
+                self.got.append((self.now, None if got is None else (got[0].name, got[1].token)))
+
+    system = System("until")
+    u = system.add(Until("u", [ns(5), ns(20), ns(25), ns(35), ns(41), ns(200), ns(300)]))
+    s1 = system.add(Source("s1", [(ns(30), Token(1, 0))]))
+    s2 = system.add(Source("s2", [(ns(10), Token(2, 0)), (ns(40), Token(3, 0)), (ns(100), Token(4, 0))]))
+    system.connect(s1.out, u.a, latency=ns(1))
+    system.connect(s2.out, u.b, latency=ns(1))
+    await run(system)
+    assert u.got == [(ns(5), None), (ns(11), ("b", 2)), (ns(25), None), (ns(31), ("a", 1)), (ns(41), ("b", 3)),
+                     (ns(101), ("b", 4)), (ns(300), None)]
+

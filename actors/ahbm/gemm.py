@@ -37,7 +37,7 @@ from emulator.actor import Actor
 from emulator.declare import In, Out
 from emulator.trace import BUSY
 from emulator.waitqueue import WaitQueue
-from protocols.ahbm import Done, GemmBatch, GemmCmd
+from protocols.ahbm import Done, GemmBatch, GemmCmd, GemmHold
 from protocols.codec import TensorDesc
 
 from actors.ahbm.costs import gemm_occupancy_ps, gemm_ps
@@ -53,8 +53,8 @@ class GemmEngine(Actor):
 
     daemon = True
     starts_on = "cmd"    # started by its first command (Actor.starts_on)
-    PORTS = (In("cmd", GemmCmd, GemmBatch, idle=True,
-                doc="GEMM commands from the CPU and the scheduler, FIFO (GemmBatch: fidelity pipeline)"),
+    PORTS = (In("cmd", GemmCmd, GemmBatch, GemmHold, idle=True,
+                doc="GEMM commands from the CPU and the scheduler, FIFO (GemmBatch, GemmHold: fidelity pipeline)"),
              Out("done_{client}", Done, doc="completion to each client (cpu, sched)"),
              *TCM_CLIENT_PORTS)
     PARAMS = declare("array_rows", "array_cols", "fill_drain", "charge_padded", "pe_clk")
@@ -70,6 +70,8 @@ class GemmEngine(Actor):
         self._done: deque = deque()      # (completion time, client, Done), in command order
         self._drained = WaitQueue()
         self._pl = None                  # fidelity pipeline: (T_A, E_last) of the last scheduler batch (pipeline.py)
+        self._later: deque = deque()     # commands that arrived while the scheduler held the array (GemmHold)
+        self.held_back = 0               # how many (read by tests)
 
     async def run(self) -> None:
         # idle until the first command: the nursery is opened then (opening it emits nothing, and its
@@ -84,9 +86,13 @@ class GemmEngine(Actor):
         data_mode = self.system.mode == "data"
         while True:
             if c is None:
-                c = await self.cmd.recv()
+                c = self._later.popleft() if self._later else await self.cmd.recv()
             if type(c) is GemmBatch:
                 await self._batch(c, data_mode)
+                c = None
+                continue
+            if type(c) is GemmHold:
+                await self._held(c)
                 c = None
                 continue
             self._pl = None
@@ -160,6 +166,32 @@ class GemmEngine(Actor):
         end = max(sch.t_a, sch.done_last)
         self._done.append((end, c.client, Done(c.id, "gemm", sch.first_start, end, {"steps": len(steps)})))
         self._drained.unpark()
+
+    async def _held(self, h: GemmHold) -> None:
+        """``fidelity: pipeline``: the scheduler holds the array (protocols.ahbm.GemmHold, pipeline.HeldArray).
+        The answer says when the array is free (now: the commands before the hold have had their core
+        cycles) and when its last queued completion leaves; commands that arrive until the release wait
+        in ``_later``; the release brings the run's busy spans, recorded as :meth:`busy` would have."""
+        if self.faults:     # the scheduler times the held steps from the formulas: a fault could not lengthen them
+            raise RuntimeError(f"{self.name}: a fault plan targets this GEMM engine; fidelity pipeline holds the"
+                               " array for HBM-operand composites (pipeline.HeldArray): run it at fidelity block")
+        self._pl = None
+        deliv = max([e for e, _, _ in self._done], default=self.now)
+        await self.done[h.client].send(Done(h.id, "gemm", self.now, max(deliv, self.now), {}))
+        while True:
+            r = await self.cmd.recv()
+            if type(r) is GemmHold and r.id == h.id and r.release:
+                break
+            self._later.append(r)
+            self.held_back += 1
+        emit, aid = self._emit, self.id
+        for t0, t1, label in r.spans:
+            self.busy_ps += t1 - t0
+            self.busy_spans += 1
+            emit((BUSY, t0, aid, t1, label))
+        self.array_ps += r.core_ps
+        self.macs += r.macs
+        self.report("macs", self.macs)
 
     async def _complete(self) -> None:
         """The drain: each completion leaves ``fill_drain`` after its command's core cycles, in order."""

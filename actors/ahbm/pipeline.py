@@ -1,4 +1,4 @@
-"""``fidelity: pipeline``: a TCM-resident composite's block timings in closed form (docs/gqa.md "Fidelity").
+"""``fidelity: pipeline``: a composite's GEMM timings from the engines' formulas (docs/gqa.md "Fidelity").
 
 At the default fidelity (``block``) the PE scheduler streams a composite block by
 block (scheduler.py): per K step it copies the step's A and B blocks into its
@@ -29,6 +29,16 @@ arriving later starts cold at ``max(arrival, E_last)``.  The GEMM engine runs
 this (gemm.py ``GemmBatch``), the MATH engine runs the epilogue ops at their
 ``epi_at`` times FIFO with its other commands (mathunit.py ``MathBatch``).
 
+A composite with an operand in HBM (the decode's and the no-SP prefill's K/V
+tiles) keeps the block stream's DMAs, panels, epilogue commands and their issue
+times (scheduler.py ``_block``): the DMA engine and the HBM channels are shared
+with the PE CPU and the HBM port, so their contention stays modelled where it
+happens.  What goes is the GEMM engine's part of the hand-offs: the scheduler
+holds the array for the run (protocols.ahbm.GemmHold) and times each step with
+the engine's own formulas (:class:`HeldArray`), the MATH epilogue goes as a
+``MathOp`` (shapes in the command, no TCM access), and the TCM block copies
+(no time in timing mode) are left out.
+
 What it does not model (the coarser part, measured in docs/gqa.md): the
 epilogue is assumed to start on an idle MATH engine when the GEMM engine
 computes the next steps' issue times (the MATH engine itself still serves it
@@ -44,7 +54,7 @@ from actors.ahbm.costs import gemm_occupancy_ps, gemm_ps
 from actors.ahbm.tiles import plan
 from emulator.schema import Enum
 
-__all__ = ["Schedule", "schedule", "plan_cached", "FIDELITY", "FIDELITIES"]
+__all__ = ["Schedule", "schedule", "plan_cached", "HeldArray", "FIDELITY", "FIDELITIES"]
 
 FIDELITIES = ("block", "pipeline")
 
@@ -52,7 +62,8 @@ FIDELITIES = ("block", "pipeline")
 FIDELITY = Enum(list(FIDELITIES), default="block",
                 doc="block: the PE scheduler streams composites block by block (every shipped digest); pipeline:"
                     " a TCM-resident composite is one GEMM batch + one epilogue batch timed by the engines'"
-                    " formulas (actors/ahbm/pipeline.py; end-time error in docs/gqa.md \"Fidelity\")")
+                    " formulas, one with an HBM operand keeps its DMAs but times its GEMM steps itself on the"
+                    " held array (actors/ahbm/pipeline.py; end-time error in docs/gqa.md \"Fidelity\")")
 
 
 @lru_cache(maxsize=256)
@@ -112,3 +123,46 @@ def schedule(steps, prm, epi_ps: list, send0: int, e_prev: int | None, free0: in
     out.t_a, out.e_last, out.free, out.mfree = send, e_m1, free, mfree
     out.done_last = done
     return out
+
+
+class HeldArray:
+    """The GEMM engine's timing (gemm.py), run by the PE scheduler while it holds the array (GemmHold).
+
+    Step i, sent at ``a_i``, starts at ``start_i = max(a_i, x_{i-1})`` (``x_{-1}`` = ``free0``, when the
+    engine took the hold); its core cycles end at ``x_i = start_i + core_i`` (costs.gemm_occupancy_ps); it
+    completes at ``c_i = x_i`` (a K step that names no output: the partial block stays in the array) or
+    ``start_i + gemm_ps`` (fill_drain + core, the last K step of its block); its ``Done`` leaves at
+    ``d_i = max(c_i, d_{i-1})`` (completions in command order, ``d_{-1}`` = ``deliv0``, the engine's last
+    queued completion at the hold), after a drain span ``[max(x_i, d_{i-1}), c_i]`` when that is not
+    empty.  These are the engine's own busy spans; it records them at the release."""
+
+    __slots__ = ("prm", "free", "deliv", "spans", "macs", "core_ps", "_cost")
+
+    def __init__(self, prm, free0: int, deliv0: int):
+        self.prm = prm
+        self.free, self.deliv = free0, deliv0
+        self.spans: list[list] = []
+        self.macs = self.core_ps = 0
+        self._cost: dict = {}
+
+    def issue(self, now: int, m: int, k: int, n: int, out: bool) -> int:
+        """Step ``[m, k] @ [k, n]`` sent at ``now``: when its ``Done`` would leave the engine."""
+        key = (m, k, n)
+        c = self._cost.get(key)
+        if c is None:
+            c = self._cost[key] = (gemm_occupancy_ps(m, k, n, self.prm), gemm_ps(m, k, n, self.prm),
+                                   f"gemm {m}x{k}x{n}")
+        core, full, label = c
+        start = now if now > self.free else self.free
+        x = start + core
+        done = start + full if out else x
+        d0 = x if x > self.deliv else self.deliv
+        self.spans.append([start, x, label])
+        if done > d0:
+            self.spans.append([d0, done, "drain"])
+        if done > self.deliv:
+            self.deliv = done
+        self.free = x
+        self.macs += m * k * n
+        self.core_ps += core
+        return self.deliv

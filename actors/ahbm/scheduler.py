@@ -76,6 +76,23 @@ GEMM s-1 anyway.  Buffer safety (_Job): the new composite's A/B buffer parity is
 flipped if its first step would use the buffers of that still-running GEMM, and
 the output buffers alternate over all tiles of all composites, so no write lands
 in a buffer still read.
+
+``fidelity: pipeline`` (timing mode, pipeline.py).  A composite with A, B and C in
+the TCM is one GemmBatch (:meth:`PeScheduler._run_pipeline`).  Any other (an
+operand in HBM: the decode's and the no-SP prefill's K/V tiles) runs the block
+stream above, its DMAs, panels, epilogue commands and their issue times
+unchanged, so the DMA engine and the HBM channels (shared with the CPU and the
+HBM port) model their contention as at ``block``; but the scheduler holds the
+GEMM array for the run (protocols.ahbm.GemmHold, one hold and one release) and
+computes each step's start, completion and ``Done`` time with the engine's own
+formulas (pipeline.HeldArray), waiting for that time as it waited for the
+``Done`` (emulator.link.select_until: a composite arriving meanwhile is still
+taken ahead at its arrival).  The epilogue ops go as ``MathOp`` (the block's
+shape in the command: no TCM access), and the TCM block copies (no time, and
+no engine reads the copied blocks) are left out.  So the end times are the
+block model's; what differs is a CPU GEMM reaching the array during a hold,
+served after the release instead of between the steps (not in the kernels'
+composite mode, where every GEMM goes through the scheduler).
 """
 from __future__ import annotations
 
@@ -83,16 +100,16 @@ import numpy as np
 
 from emulator.actor import Actor
 from emulator.declare import In, Out
-from emulator.link import select
-from protocols.ahbm import CompositeCmd, DmaCmd, Done, GemmBatch, GemmCmd, MathBatch, MathCmd
+from emulator.link import select, select_until
+from protocols.ahbm import CompositeCmd, DmaCmd, Done, GemmBatch, GemmCmd, GemmHold, MathBatch, MathCmd, MathOp
 from protocols.codec import TensorDesc
 
 from actors.ahbm.costs import math_ps
 from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
 from actors.ahbm.params import declare
-from actors.ahbm.pipeline import plan_cached
+from actors.ahbm.pipeline import HeldArray, plan_cached
 from actors.ahbm.tcm_block import copy_block, place_block
-from actors.ahbm.tiles import Panel, panels, plan
+from actors.ahbm.tiles import Panel, panels
 from actors.ahbm.tl.scratch import scheduler_reserve
 
 __all__ = ["PeScheduler", "EPILOGUE_OPS", "PANEL_RING", "panel_budget", "panel_plan"]
@@ -163,11 +180,14 @@ class PeScheduler(Actor):
     PORTS = (In("cmd", CompositeCmd, doc="composite commands from the CPU", idle=True),
              Out("done_cpu", Done, doc="completion of a composite to the CPU"),
              Out("dma", DmaCmd, doc="tile loads and stores"),
-             Out("gemm", GemmCmd, GemmBatch, doc="tile GEMMs (GemmBatch: a whole composite, fidelity pipeline)"),
-             Out("math", MathCmd, MathBatch, doc="epilogue steps (MathBatch: a composite's, fidelity pipeline)"),
+             Out("gemm", GemmCmd, GemmBatch, GemmHold,
+                 doc="tile GEMMs (fidelity pipeline: GemmBatch, a whole composite; GemmHold, the array held)"),
+             Out("math", MathCmd, MathBatch, MathOp,
+                 doc="epilogue steps (fidelity pipeline: MathBatch, a composite's; MathOp, one without TCM access)"),
              In("done", Done, doc="completions of its DMA / GEMM / MATH commands"),
              *TCM_CLIENT_PORTS)
-    PARAMS = declare("tile", "lanes", "math_fixed", "pe_clk")
+    PARAMS = declare("tile", "lanes", "math_fixed", "pe_clk", "array_rows", "array_cols", "fill_drain",
+                     "charge_padded")
 
     def __init__(self, name: str, *, prm, fidelity: str = "block", math_op: bool = False):
         """``fidelity``: ``block`` or ``pipeline`` (the workload's choice, actors/ahbm/pipeline.py); ``math_op``:
@@ -199,6 +219,14 @@ class PeScheduler(Actor):
         self.block_loads = 0
         self.min_panel_lead_ps: int | None = None
         self._first_panel_at: int | None = None
+        # fidelity pipeline, timing mode, a composite with an HBM operand (_block): the array held, its steps
+        # timed here (pipeline.HeldArray); GEMM id -> when its Done would leave; the hold's id and answer
+        self.held = False
+        self._arr: HeldArray | None = None
+        self._vdone: dict[int, int] = {}
+        self._hold_id = 0
+        self._hold_ans: Done | None = None
+        self.held_runs = 0
 
     def _id(self) -> int:
         self.seq += 1
@@ -208,6 +236,10 @@ class PeScheduler(Actor):
         """Wait for completions ``ids``; meanwhile, once the current composite has issued its last
         loads, take the next queued composite and start its panel loads (cross-composite prefetch)."""
         for i in ids:
+            t = self._vdone.pop(i, None) if self._vdone else None
+            if t is not None:    # a held-array GEMM step (pipeline.HeldArray): its Done would leave at t
+                await self._wait_until(t)
+                continue
             while i not in self.finished:
                 if self.look_open and self.next is None:
                     port, msg = await select(self.done, self.cmd)
@@ -218,7 +250,27 @@ class PeScheduler(Actor):
                 else:
                     d = await self.done.recv()
                 self.finished.add(d.id)
+                if d.id == self._hold_id:
+                    self._hold_ans = d
             self.finished.discard(i)
+
+    async def _wait_until(self, t: int) -> None:
+        """Until ``t``, the time a held-array GEMM step's ``Done`` would have arrived, reacting to what
+        :meth:`_wait` reacts to meanwhile (a composite to take ahead; completions are only noted)."""
+        while self.now < t:
+            if self.look_open and self.next is None:
+                got = await select_until((self.done, self.cmd), t)
+                if got is None:
+                    return
+                port, msg = got
+                if port is self.cmd:
+                    await self._take_ahead(msg)
+                else:
+                    self.finished.add(msg.id)
+                    if msg.id == self._hold_id:
+                        self._hold_ans = msg
+            else:
+                await self.sleep_until(t)
 
     def _prepare_checks(self, c: CompositeCmd) -> None:
         for op, _ in c.epilogue:
@@ -229,7 +281,7 @@ class PeScheduler(Actor):
     def _prepare(self, c: CompositeCmd) -> list:
         self._prepare_checks(c)
         self.serial += 1
-        return plan(c.m, c.k, c.n, self.prm.tile)
+        return plan_cached(c.m, c.k, c.n, tuple(self.prm.tile))
 
     async def _take_ahead(self, c: CompositeCmd) -> None:
         """The next composite, taken while the current one computes: plan it and queue its B panels
@@ -287,7 +339,8 @@ class PeScheduler(Actor):
             await self._wait([live.id])
             live.landed = True
         p = live.panel
-        await copy_block(self.tcm, f"sched/p{live.slot}", s.k0 - p.k_lo, s.n0 - p.n_lo, s.tk, s.tn, job.b(s))
+        if not self.held:    # held array: no engine reads the block (timing mode, the copy takes no time)
+            await copy_block(self.tcm, f"sched/p{live.slot}", s.k0 - p.k_lo, s.n0 - p.n_lo, s.tk, s.tn, job.b(s))
         live.left -= 1
         if not live.left:
             self.slots[live.slot] = None
@@ -302,7 +355,8 @@ class PeScheduler(Actor):
         ids = []
         if s.load_a:       # else: A block resident from this row's first N tile (tiles.py)
             if c.a_buf:
-                await copy_block(self.tcm, c.a_buf, s.m0, s.k0, s.tm, s.tk, job.a(s))
+                if not self.held:
+                    await copy_block(self.tcm, c.a_buf, s.m0, s.k0, s.tm, s.tk, job.a(s))
             else:
                 ids.append(self._id())
                 await self.dma.send(DmaCmd(ids[-1], "load", c.a_addr + (s.m0 * K + s.k0) * esize, s.tm, s.tk * esize,
@@ -312,7 +366,8 @@ class PeScheduler(Actor):
         if (job.serial, s.index) in self.panel_of:
             return ids, True
         if c.b_buf:
-            await copy_block(self.tcm, c.b_buf, s.k0, s.n0, s.tk, s.tn, job.b(s))
+            if not self.held:
+                await copy_block(self.tcm, c.b_buf, s.k0, s.n0, s.tk, s.tn, job.b(s))
             return ids, False
         ib = self._id()
         self.block_loads += 1
@@ -340,12 +395,19 @@ class PeScheduler(Actor):
         cbuf = job.out(s)
         for i, (op, scalar) in enumerate(c.epilogue):
             mid = self._id()
-            last = i == len(c.epilogue) - 1
-            await self.math.send(MathCmd(mid, op, [cbuf], cbuf, float(scalar), c_dtype if last else "<f4", "sched"))
+            dt = c_dtype if i == len(c.epilogue) - 1 else "<f4"
+            if self.held:    # the block's shape in the command: the MATH engine reads no descriptor
+                await self.math.send(MathOp(mid, op, [cbuf], cbuf, float(scalar), dt, "sched", s.tm * s.tn,
+                                            [s.tm, s.tn]))
+            else:
+                await self.math.send(MathCmd(mid, op, [cbuf], cbuf, float(scalar), dt, "sched"))
             await self._wait([mid])
         if c.c_buf:    # the block goes straight into the TCM result (seed §B.3)
-            await place_block(self.tcm, cbuf, s.tm, s.tn, c.c_buf, s.m0, s.n0)
+            if not self.held:   # held: the result's descriptor is written at its opening (_open_result)
+                await place_block(self.tcm, cbuf, s.tm, s.tn, c.c_buf, s.m0, s.n0)
             return
+        if self.held:   # the block's descriptor for the store's TCM read (the engine's write, not made)
+            await self.tcm.write(cbuf, TensorDesc.of((s.tm, s.tn), c_dtype))
         sid = self._id()
         csize = np.dtype(c_dtype).itemsize
         await self.dma.send(DmaCmd(sid, "store", c.c_addr + (s.m0 * c.n + s.n0) * csize, s.tm, s.tn * csize,
@@ -376,7 +438,7 @@ class PeScheduler(Actor):
         GEMM engine as one GemmBatch as soon as it arrives (the engine runs the block loop's recurrence), its
         epilogue to the MATH engine as one MathBatch once the GEMM engine has said when each tile's may start;
         it completes when both are done.  Any other composite (an HBM operand, or data mode) runs the block
-        stream once the batches in flight are done."""
+        stream once the batches in flight are done, in timing mode with the GEMM array held (module docstring)."""
         data_mode = self.system.mode == "data"
         parts: dict[int, list] = {}     # GEMM / MATH batch id -> [composite, start, steps, parts left, epilogue]
         c = None
@@ -393,7 +455,9 @@ class PeScheduler(Actor):
             if data_mode or not (c.a_buf and c.b_buf and c.c_buf):
                 while parts:
                     await self._pipeline_done(await self.done.recv(), parts)
+                self.held = not data_mode
                 await self._block(c)
+                self.held = False
                 c = None
                 continue
             steps = plan_cached(c.m, c.k, c.n, tuple(self.prm.tile))
@@ -437,6 +501,10 @@ class PeScheduler(Actor):
         tiles = self.tiles   # output tiles so far (output-buffer alternation across composites)
         prev = None          # (job, step, GEMM id) whose completion is still to be handled
         c = first
+        if self.held:        # fidelity pipeline: hold the array for the run (pipeline.HeldArray)
+            self._hold_id, self._hold_ans = self._id(), None
+            self.held_runs += 1
+            await self.gemm.send(GemmHold(self._hold_id, "sched", False, [], 0, 0))
         while True:
             cold = c is not None
             if not cold:
@@ -470,8 +538,11 @@ class PeScheduler(Actor):
                 out, out_dtype = "", ""
                 if s.last:
                     out, out_dtype = job.out(s), ("<f4" if c.epilogue else job.c_dtype)
-                await self.gemm.send(GemmCmd(g, job.a(s), job.b(s), "sched/acc", not s.first, out,
-                                             out_dtype or job.c_dtype, s.tm, s.tk, s.tn, "sched"))
+                if self.held:
+                    await self._held_gemm(g, s, bool(out))
+                else:
+                    await self.gemm.send(GemmCmd(g, job.a(s), job.b(s), "sched/acc", not s.first, out,
+                                                 out_dtype or job.c_dtype, s.tm, s.tk, s.tn, "sched"))
                 if prev is not None:
                     await self._wait([prev[2]])    # GEMM s-1 done: its operand buffers are free
                 if s.index + 1 < len(steps):
@@ -487,3 +558,15 @@ class PeScheduler(Actor):
             c = None
             # else: the next composite's first GEMM goes into the engine behind this one's last, whose
             # completion (epilogue, result, Done) is handled in the next composite's first step
+        if self.held:        # the run's steps are all done: release the array with their spans
+            arr, self._arr, self._hold_id = self._arr, None, 0
+            await self.gemm.send(GemmHold(self._hold_ans.id, "sched", True, arr.spans, arr.macs, arr.core_ps))
+
+    async def _held_gemm(self, g: int, s, out: bool) -> None:
+        """GEMM step ``s`` (id ``g``) sent now to the held array: its ``Done`` time from the engine's formulas
+        (pipeline.HeldArray), the array free from when the engine took the hold."""
+        if self._arr is None:
+            await self._wait([self._hold_id])
+            a = self._hold_ans
+            self._arr = HeldArray(self.prm, a.start, a.end)
+        self._vdone[g] = self._arr.issue(self.now, s.tm, s.tk, s.tn, out)
