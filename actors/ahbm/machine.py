@@ -14,7 +14,7 @@ on the same PE CPU actor (actors/ahbm/cpu.py).
 """
 from __future__ import annotations
 
-from actors.ahbm.energy import energy_inventory, energy_per  # noqa: F401 (the family's energy model, tools/run/energy.py)
+from actors.ahbm.energy import energy_caveat, energy_inventory, energy_per  # noqa: F401 (the family's energy model, tools/run/energy.py)
 from actors.ahbm.handcheck import HANDCHECK_PARAMS, build_handcheck, check_handcheck
 from actors.ahbm.idle import IDLE_PARAMS, build_idle, check_idle
 from actors.ahbm.microbench import MICRO_PARAMS, build_microbench, check_microbench

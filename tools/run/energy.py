@@ -2,7 +2,8 @@
 
 A machine family opts in with two functions in its family module (actors/registry.py):
 ``energy_inventory(system, profile, end_ps) -> (charges, leaks)`` and
-``energy_per(params, checks) -> (unit, n)``, and optionally ``energy_report(res, energy)``.
+``energy_per(params, checks) -> (unit, n)``, and optionally ``energy_report(res, energy)`` and
+``energy_caveat(params, mode) -> str | None`` (what a coarser model leaves out: ``caveat`` in the summary).
 The runner calls :func:`run_energy` once the run and its check are over, then
 :func:`report_energy`: a check's own tables are built before the energy exists, so a family
 that reports energy inside them (the Gemma 3N budget's tokens per joule) adds it there, to the
@@ -24,7 +25,12 @@ def run_energy(family, system, profile: dict, params: dict, checks: dict, end_ps
     charges, leaks = inventory(system, profile, end_ps)
     acc = account(charges, leaks, end_ps)
     per = family.energy_per(params, checks) if hasattr(family, "energy_per") else None
-    return acc, energy_summary(acc, per=per)
+    summary = energy_summary(acc, per=per)
+    caveat = getattr(family, "energy_caveat", None)
+    note = caveat(params, system.mode) if caveat is not None else None
+    if note:
+        summary["caveat"] = note    # what a coarser model leaves out of this account
+    return acc, summary
 
 
 def report_energy(family, res: dict) -> None:
