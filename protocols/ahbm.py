@@ -3,8 +3,7 @@
 Families (tags):
 
 * 200-219  engine commands and completions inside a PE (CPU, scheduler, DMA, GEMM, MATH);
-* 220-239  memory: TCM (scratch) and HBM pseudo-channel requests (and 216-217: one PE's HBM stack,
-  ``fidelity: pipeline``);
+* 220-239  memory: TCM (scratch), HBM pseudo-channel requests, and one PE's HBM stack (``fidelity: pipeline``);
 * 240-259  IPCQ (PE<->PE queues with credits) and CUBE NOC packets;
 * 260-279  host / IO die: launches and completions.
 
@@ -272,7 +271,7 @@ class PcResp:
     items: list
 
 
-@message(tag=216)
+@message(tag=224)
 class HbmReq:
     """One block access on a PE's HBM stack (memory.HbmStack, ``fidelity: pipeline``, timing mode).
 
@@ -287,7 +286,7 @@ class HbmReq:
     client: str
 
 
-@message(tag=217)
+@message(tag=225)
 class HbmResp:
     """The answer to :class:`HbmReq` ``id``, sent when the last of its channel bursts ends."""
 

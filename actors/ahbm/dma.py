@@ -59,8 +59,6 @@ every part's buffer in one TCM access, a store reads them in one.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from emulator.actor import Actor
@@ -81,21 +79,25 @@ __all__ = ["DmaEngine", "REGION_BITS"]
 REGION_BITS = 28
 
 
-def _part_bytes(part) -> int:
-    """Bytes of one DmaGather part ``[buf, shape, dtype]``."""
-    return math.prod(int(n) for n in part[1]) * np.dtype(part[2]).itemsize
+def _block_of(c) -> tuple[list, int, int, int]:
+    """``(TCM buffers, rows, row_bytes, pitch)`` of a command: a DmaGather is a one-row block of its parts'
+    total size (module docstring)."""
+    if type(c) is DmaGather:
+        total = sum(TensorDesc.of(shape, dtype).nbytes for _, shape, dtype in c.parts)
+        return [buf for buf, _, _ in c.parts], 1, total, total
+    return [c.buf], c.rows, c.row_bytes, c.pitch
 
 
 def _scatter(parts, image) -> list:
     """The TCM writes of a DmaGather load: each part's slice of ``image`` (data mode) or its descriptor."""
     out, at = [], 0
     for buf, shape, dtype in parts:
+        desc = TensorDesc.of(shape, dtype)
         if image is None:
-            out.append((buf, TensorDesc.of(shape, dtype)))
+            out.append((buf, desc))
             continue
-        n = _part_bytes((buf, shape, dtype))
-        out.append((buf, np.frombuffer(image[at:at + n], dtype=np.dtype(dtype)).reshape(shape)))
-        at += n
+        out.append((buf, np.frombuffer(image[at:at + desc.nbytes], dtype=np.dtype(dtype)).reshape(shape)))
+        at += desc.nbytes
     return out
 
 
@@ -163,13 +165,9 @@ class DmaEngine(Actor):
                 c = await self.cmd.recv()
             if c.op not in ("load", "store"):
                 raise RuntimeError(f"DMA {c.id}: unknown op {c.op!r}")
-            bufs = [p[0] for p in c.parts] if type(c) is DmaGather else [c.buf]
-            if type(c) is DmaGather:
-                total = sum(_part_bytes(p) for p in c.parts)
-                check_block(prm, f"DMA {c.id}", c.addr, 1, total, total)
-            else:
-                total = c.rows * c.row_bytes
-                check_block(prm, f"DMA {c.id}", c.addr, c.rows, c.row_bytes, c.pitch)
+            bufs, rows, row_bytes, pitch = block = _block_of(c)
+            total = rows * row_bytes
+            check_block(prm, f"DMA {c.id}", c.addr, rows, row_bytes, pitch)
             while self.in_flight >= self.outstanding or any(b in self.loading for b in bufs):
                 await self._freed.park()
             start = self.now
@@ -187,7 +185,7 @@ class DmaEngine(Actor):
                 for b in bufs:
                     self.loading[b] = self.loading.get(b, 0) + 1
                 self._count_load(c, total)
-            nursery.start_soon(self._data, c, bufs, start, blob, total, data_mode)
+            nursery.start_soon(self._data, c, block, start, blob, data_mode)
             c = None
 
     def _count_load(self, c: DmaCmd, total: int) -> None:
@@ -199,12 +197,13 @@ class DmaEngine(Actor):
         n[0] += 1
         n[1] += total
 
-    async def _data(self, c, bufs: list, start: int, blob, total: int, data_mode: bool) -> None:
-        """The data phase of one command: channel accesses or the remote round trip, TCM write, completion."""
+    async def _data(self, c, block: tuple, start: int, blob, data_mode: bool) -> None:
+        """The data phase of one command (``block`` = :func:`_block_of`): channel accesses or the remote round
+        trip, TCM write, completion."""
         op = "write" if c.op == "store" else "read"
         remote = bool(c.target) and list(c.target) != self.coord
-        gather = type(c) is DmaGather
-        rows, row_bytes, pitch = (1, total, total) if gather else (c.rows, c.row_bytes, c.pitch)
+        bufs, rows, row_bytes, pitch = block
+        total = rows * row_bytes
         if remote:
             image = await self._remote(c, op, blob, total, data_mode, rows, row_bytes, pitch)
         elif self.hbm_stack:
@@ -214,7 +213,7 @@ class DmaEngine(Actor):
             image = await channel_access(self, self.pc_req, Mailbox(self._pc_answers), "dma", op, c.addr, rows,
                                          row_bytes, pitch, blob, data_mode, self.seq)
         if c.op == "load":
-            if gather:
+            if type(c) is DmaGather:
                 await self.tcm.access(writes=_scatter(c.parts, image if data_mode else None))
             elif data_mode:
                 arr = np.frombuffer(image, dtype=np.dtype(c.dtype)).reshape(c.shape)

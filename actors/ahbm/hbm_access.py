@@ -5,11 +5,10 @@ mode the PE's channels are one actor (memory.HbmStack): :func:`stack_access` sen
 channel in one request and waits for its one answer."""
 from __future__ import annotations
 
-from protocols.ahbm import HbmReq, PcReq
-
 from functools import lru_cache
 
 from emulator.actor import Actor
+from protocols.ahbm import HbmReq, PcReq
 
 from actors.ahbm.costs import stripe
 

@@ -173,6 +173,7 @@ class HbmStack(Actor):
         n = prm.pcs
         self.free_at = [0] * n             # end of each channel's last burst (ps)
         self.pc_busy_ps = [0] * n
+        self._busy_total = 0               # sum of pc_busy_ps
         self.pc_bursts = [0] * n
         self.pc_bytes = {"read": [0] * n, "write": [0] * n}
         self.bytes_by_op = {"read": 0, "write": 0}   # the stack's total (the channels' sum)
@@ -194,6 +195,7 @@ class HbmStack(Actor):
             end = (ready if ready > free_at[pc] else free_at[pc]) + occ
             free_at[pc] = end
             busy[pc] += occ
+            self._busy_total += occ
             bursts[pc] += 1
             by_pc[pc] += nb
             total += nb
@@ -201,7 +203,7 @@ class HbmStack(Actor):
             if end > done:
                 done, last = end, end - occ
         self.bytes_by_op[req.op] += total
-        self.busy_ps = sum(busy) // prm.pcs
+        self.busy_ps = self._busy_total // prm.pcs
         return done, last
 
     async def run(self) -> None:

@@ -339,8 +339,7 @@ class PeScheduler(Actor):
             await self._wait([live.id])
             live.landed = True
         p = live.panel
-        if not self.held:    # held array: no engine reads the block (timing mode, the copy takes no time)
-            await copy_block(self.tcm, f"sched/p{live.slot}", s.k0 - p.k_lo, s.n0 - p.n_lo, s.tk, s.tn, job.b(s))
+        await self._copy(f"sched/p{live.slot}", s.k0 - p.k_lo, s.n0 - p.n_lo, s.tk, s.tn, job.b(s))
         live.left -= 1
         if not live.left:
             self.slots[live.slot] = None
@@ -355,8 +354,7 @@ class PeScheduler(Actor):
         ids = []
         if s.load_a:       # else: A block resident from this row's first N tile (tiles.py)
             if c.a_buf:
-                if not self.held:
-                    await copy_block(self.tcm, c.a_buf, s.m0, s.k0, s.tm, s.tk, job.a(s))
+                await self._copy(c.a_buf, s.m0, s.k0, s.tm, s.tk, job.a(s))
             else:
                 ids.append(self._id())
                 await self.dma.send(DmaCmd(ids[-1], "load", c.a_addr + (s.m0 * K + s.k0) * esize, s.tm, s.tk * esize,
@@ -366,8 +364,7 @@ class PeScheduler(Actor):
         if (job.serial, s.index) in self.panel_of:
             return ids, True
         if c.b_buf:
-            if not self.held:
-                await copy_block(self.tcm, c.b_buf, s.k0, s.n0, s.tk, s.tn, job.b(s))
+            await self._copy(c.b_buf, s.k0, s.n0, s.tk, s.tn, job.b(s))
             return ids, False
         ib = self._id()
         self.block_loads += 1
@@ -561,6 +558,12 @@ class PeScheduler(Actor):
         if self.held:        # the run's steps are all done: release the array with their spans
             arr, self._arr, self._hold_id = self._arr, None, 0
             await self.gemm.send(GemmHold(self._hold_ans.id, "sched", True, arr.spans, arr.macs, arr.core_ps))
+
+    async def _copy(self, src: str, r0: int, c0: int, rows: int, cols: int, dst: str) -> None:
+        """A step's operand block into its buffer (tcm_block.copy_block); none while the array is held: no
+        engine reads the block then (timing mode, and the copy takes no time)."""
+        if not self.held:
+            await copy_block(self.tcm, src, r0, c0, rows, cols, dst)
 
     async def _held_gemm(self, g: int, s, out: bool) -> None:
         """GEMM step ``s`` (id ``g``) sent now to the held array: its ``Done`` time from the engine's formulas
