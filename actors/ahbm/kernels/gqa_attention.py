@@ -65,7 +65,7 @@ from actors.ahbm.kernels.gqa_index import (GroupLayout, children_of, local_coord
                                            snake, valid_len)
 from actors.ahbm.kernels.merge import fold_tile, init_running, lse_merge, lse_scales
 
-__all__ = ["gqa_attention", "decode_tiles", "prefill_tiles", "ring_query_tiling", "ring_chunks", "ring_folds",
+__all__ = ["gqa_attention", "decode_tiles", "prefill_tiles", "ring_query_tiling", "ring_tcm_bytes", "ring_chunks", "ring_units", "ring_folds",
            "level1_links", "level2_links"]
 
 F2 = 2   # bytes per bf16 element (float16 numpy proxy, ref §3.3)
@@ -174,7 +174,7 @@ def _reduce(tl, state, kids, parent, M, d):
 
 
 def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, counter, chunk, start_cube, start_pe,
-                  C, P, gemm, l2, l1, tl, q_tile=0, spill=False, order="contiguous"):
+                  C, P, gemm, l2, l1, tl, q_tile=0, spill=False, order="contiguous", piece=0):
     prm = tl.prm
     pe_id, cube_id, sip = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     lay = GroupLayout(prm.cx, prm.cy, C)
@@ -191,7 +191,7 @@ def gqa_attention(q_ptr, k_ptr, v_ptr, o_ptr, *, case, G, T_q, d, tile, scale, c
     if case == "prefill" and R > 1:
         return _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, G=G, d=d, scale=scale, counter=counter, C=C, P=P, gcube=gcube,
                      pe_id=pe_id, sip=sip, lay=lay, composite=composite, q_tile=q_tile or counter // R,
-                     spill=spill, order=order)
+                     spill=spill, order=order, piece=piece)
 
     if case == "prefill":   # no SP: one rank holds the whole prompt, query blocks of T_q
         q_start = counter - chunk
@@ -395,52 +395,89 @@ def ring_position(pe_id: int, gcube: int, gx: int, gy: int, w: int, h: int, P: i
     return snake(w, h).index(gcube) * P + (snake(gx, gy).index(pe_id) if P > 1 else 0)
 
 
-def ring_query_tiling(B: int, G: int, d: int, budget: int, min_rows: int = 32,
-                      q_tile: int = 0, state: str = "auto", unit: int = 0) -> tuple[int, bool]:
-    """``(T_s, spill)``: query tokens per sub-block of a Ring rank's block of ``B`` tokens, and whether the
-    running ``(m, l, O)`` of the sub-blocks lives in HBM between ring steps instead of the TCM.
+def ring_tcm_bytes(B: int, G: int, d: int, T_s: int, spill: bool, *, composite: bool = True,
+                   order: str = "contiguous", piece: int = 0) -> int:
+    """TCM bytes a Ring rank's kernel holds at its peak, the largest over all ranks and steps, for a block of
+    ``B`` tokens in query sub-blocks of ``T_s`` tokens (``M_s = G*T_s`` rows) and K/V units of ``piece``
+    keys (0: the whole block; :func:`ring_units`), fp32 = 4 B, bf16 = 2 B; the runtime's ``tcm_peak_B``
+    (tests/test_gqa_kernel.py checks equality).  Held at every moment:
 
-    TCM estimate (bytes, fp32 = 4, bf16 = 2) for ``M_s = G*T_s`` rows, from the tensors merge.fold_tile and
-    the diagonal mask create (module docstring of merge.py; checked against the runtime's ``tcm_peak_B``):
+    * the running state of a sub-block, ``M_s*(d+2)*4``, and its Q, ``M_s*d*2``, for each of the ``B/T_s``
+      sub-blocks (resident); spilled, the ``O`` and Q of the sub-block being folded and the ``m, l`` of all;
+    * the K/V unit being folded, ``2*piece*d*2``, and, at every unit but a rank's last, the next one on its
+      way (ping-pong); a block in pieces (staged in HBM between steps) also has the unit of the next block
+      being received, at every step but the last;
+    * what one sub-block's scope creates for a unit (merge.fold_tile, the diagonal mask; freed at the scope's
+      end): per key folded, the ``[M_s, keys]`` fp32 tensors S, S - m and P, on a diagonal fold also the
+      mask and S + mask, with ``tl.dot`` also the unscaled product (its scale is a MATH op, not an
+      epilogue), with a composite the bf16 copy of P it reads; per fold seven ``[M_s, 1]`` vectors and the
+      ``[M_s, d]`` P·V, O*corr and new O; at a rank's last unit the normalised ``O / l``.
 
-    * K/V ping-pong, always: ``4 * B*d*2`` (the block held + the block being received, K and V);
-    * per-step temporaries of one sub-block: ``(6*M_s*B + 4*M_s*d) * 4`` (S, mask, S+mask, S-m, P, the
-      bf16 copy of P; the P·V result, O*corr, the new O, one broadcast) + ``M_s*d*2`` for its Q;
-    * resident state of every sub-block: ``B/T_s * M_s*(d+2)*4`` (+ the Q of each).
+    The peak is a rank's first unit (a diagonal fold of the whole unit with the next unit on its way;
+    zigzag: the unit's two chunk pieces, one diagonal) or rank 0's last unit (contiguous: diagonal, no unit
+    in flight, and ``O / l``).
+    """
+    Ms = G * T_s
+    keys = piece if 0 < piece < B else B
+    unit = 2 * keys * d * 2
+    in_flight = 3 if keys < B else 2
+    held = (Ms * d * 6 + B // T_s * Ms * 8) if spill else B // T_s * (Ms * (d + 2) * 4 + Ms * d * 2)
+    plain = Ms * ((3 if composite else 4) * 4 + (2 if composite else 0))   # bytes per key of an unmasked fold
+    masked = plain + Ms * 2 * 4
+    per_fold = 7 * Ms * 4 + 3 * Ms * d * 4
+    final = Ms * d * 4
+    if order == "zigzag":   # every rank runs R steps; its first unit: half its keys masked, half not
+        first = in_flight * unit + keys // 2 * (masked + plain) + 2 * per_fold
+        last = unit + keys * plain + 2 * per_fold + final
+    else:
+        first = in_flight * unit + keys * masked + per_fold
+        last = unit + keys * masked + per_fold + final     # rank 0: its last unit is diagonal
+    return held + max(first, last)
 
-    The same for both GEMM variants: composites read Q and K/V in the TCM and write S there (seed §B.3).
 
-    Resident (no spill) with the largest divisor ``T_s`` of ``B`` that fits ``budget`` and keeps
+def ring_query_tiling(B: int, G: int, d: int, budget: int, min_rows: int = 32, q_tile: int = 0,
+                      state: str = "auto", unit: int = 0, composite: bool = True,
+                      piece: int = 0) -> tuple[int, bool, int]:
+    """``(T_s, spill, piece)``: query tokens per sub-block of a Ring rank's block of ``B`` tokens, whether the
+    sub-blocks' running ``O`` lives in HBM between ring steps instead of the TCM, and the keys of the K/V
+    units the block travels in (``B``: whole).
+
+    TCM use by :func:`ring_tcm_bytes` (the kernel's exact peak; ``composite``: the GEMM variant).  For a
+    given unit: resident (no spill) with the largest divisor ``T_s`` of ``B`` that fits ``budget`` and keeps
     ``M_s >= min_rows`` (the MAC array's rows: fewer rows pad the GEMMs and multiply the ops); else
-    spill: the state of each sub-block is loaded from and stored back to HBM around its fold
-    (2 + 2 DMAs per sub-block and step: ``m, l`` in one scatter-gather DMA, ``O`` in another), with the
-    largest ``T_s`` whose temporaries fit.
+    spill: the ``O`` of each sub-block is loaded from and stored back to HBM around its fold (one DMA each
+    way per sub-block and unit; its ``m, l`` stay in the TCM), with the largest ``T_s`` that fits.
+    The whole block travels as one unit if anything fits; else in the pieces (divisors of the chunk, one
+    per chunk in a unit) that give the largest folds ``T_s x piece`` (fewest folds), the larger piece of
+    equal ones (fewest messages).
     ``T_s`` divides ``unit`` (default ``B``; the zigzag order's chunk ``B/2``).
     ``q_tile > 0`` forces ``T_s``; ``state`` = ``"tcm"`` / ``"hbm"`` forces
-    resident / spilled state (``"auto"``: as above).
+    resident / spilled state (``"auto"``: as above); ``piece > 0`` forces the unit's keys.
     """
-    kv = 4 * B * d * 2
-
-    def temps(ms):
-        return (6 * ms * B + 4 * ms * d) * 4 + ms * d * 2
-
-    def held(ms):
-        return ms * (d + 2) * 4 + ms * d * 2
-
     unit = unit or B
+    order = "zigzag" if unit < B else "contiguous"
     divs = [t for t in range(unit, 0, -1) if unit % t == 0] if q_tile <= 0 else [q_tile]
-    if state != "hbm":
-        for t in divs:
-            ms = G * t
-            if kv + temps(ms) + (B // t) * held(ms) <= budget and (ms >= min(min_rows, G * B) or q_tile > 0
-                                                                    or state == "tcm"):
-                return t, False
-    if state != "tcm":
-        for t in divs:
-            if kv + temps(G * t) + held(G * t) <= budget:
-                return t, True
+
+    def choose(pc):
+        def need(t, spill):
+            return ring_tcm_bytes(B, G, d, t, spill, composite=composite, order=order, piece=pc)
+        if state != "hbm":
+            for t in divs:
+                if need(t, False) <= budget and (G * t >= min(min_rows, G * B) or q_tile > 0 or state == "tcm"):
+                    return t, False, pc
+        if state != "tcm":
+            for t in divs:
+                if need(t, True) <= budget:
+                    return t, True, pc
+        return None
+
+    chunks = B // unit
+    pieces = [piece] if piece > 0 else [p * chunks for p in range(unit, 0, -1) if unit % p == 0]
+    found = [c for c in map(choose, pieces) if c is not None]
+    if found:
+        return found[0] if found[0][2] == B else max(found, key=lambda c: (c[0] * c[2], c[2]))
     raise ValueError(f"a Ring block of {B} tokens (G = {G}, d = {d}, query sub-blocks {divs[-1]} tokens, state"
-                     f" {state}) does not fit the TCM budget of {budget} B (K/V ping-pong alone: {kv} B)")
+                     f" {state}, K/V units of {pieces[-1]} keys) does not fit the TCM budget of {budget} B")
 
 
 def ring_chunks(r: int, R: int, B: int, order: str) -> list[tuple[int, int]]:
@@ -456,26 +493,38 @@ def ring_chunks(r: int, R: int, B: int, order: str) -> list[tuple[int, int]]:
     return [(r * h, h), ((2 * R - 1 - r) * h, h)]
 
 
-def ring_folds(r: int, R: int, B: int, order: str, q_tile: int) -> list[int]:
-    """Keys of every (query sub-block x K/V chunk) fold rank ``r`` runs over the whole ring (the kernel's
-    skip rule: a chunk starting at or after the sub-block's last query + 1 is skipped)."""
+def ring_units(j: int, R: int, B: int, order: str, piece: int = 0) -> list[list[tuple[int, int]]]:
+    """The K/V pieces of block ``j`` in the order the ring carries them: unit ``u`` is ``[(first position,
+    keys), ...]``, piece ``u`` of each of the block's chunks (:func:`ring_chunks`), ``piece`` keys in all
+    (0: the whole block, one unit).  Every unit has the same shape."""
+    chunks = ring_chunks(j, R, B, order)
+    p = piece // len(chunks) if 0 < piece < B else chunks[0][1]
+    return [[(c0 + u * p, p) for c0, _ in chunks] for u in range(chunks[0][1] // p)]
+
+
+def ring_folds(r: int, R: int, B: int, order: str, q_tile: int, piece: int = 0) -> list[int]:
+    """Keys of every (query sub-block x K/V piece of a chunk) fold rank ``r`` runs over the whole ring (the
+    kernel's skip rule: a piece starting at or after the sub-block's last query + 1 is skipped)."""
     subs = [q0 + t for q0, n in ring_chunks(r, R, B, order) for t in range(0, n, q_tile)]
     srcs = range(r + 1) if order == "contiguous" else range(R)
-    return [n for j in srcs for k0, n in ring_chunks(j, R, B, order) for q0 in subs if k0 < q0 + q_tile]
+    return [n for j in srcs for unit in ring_units(j, R, B, order, piece) for k0, n in unit for q0 in subs
+            if k0 < q0 + q_tile]
 
 
 def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, pe_id, sip, lay, composite,
-          q_tile, spill, order):
+          q_tile, spill, order, piece):
     """Prefill SP: causal Ring Attention over the Group's R = C*P ranks (module docstring).
 
     The rank's query rows (its chunks, :func:`ring_chunks`) are cut into sub-blocks of ``q_tile`` tokens,
     ``M_s = G*q_tile`` rows (Q and O are sub-block-major ``[B/q_tile, G*q_tile, d]`` in HBM, chunk after
     chunk); every sub-block carries its own running ``(m, l, O)`` across the ring steps, in the TCM
-    (``spill = False``) or in HBM right after the final O (``spill = True``: ``[O | m | l]`` per
-    sub-block, loaded before and stored after its folds: ``m, l`` in one scatter-gather DMA, ``O`` in
-    another).  A step's K/V block (one tensor pair per
-    chunk of the source rank, shared by all sub-blocks) is folded into every sub-block it is not
-    entirely after (``tile_all_future`` skip per sub-block x chunk; a straddling pair gets the mask).
+    (``spill = False``) or, ``spill = True``, its ``O`` in HBM right after the final O (loaded before
+    and stored after its folds, one DMA each way) and its ``m, l`` (``M_s`` values each) in the TCM.
+    A step's K/V block (one tensor pair per chunk of the source rank, shared by all sub-blocks) travels in
+    units of ``piece`` keys (:func:`ring_units`; 0: the whole block), each folded into every sub-block it
+    is not entirely after (``tile_all_future`` skip per sub-block x piece; a straddling pair gets the
+    mask) while the next unit is received (ping-pong of units, so a block larger than half the TCM can
+    travel; the rank's own block is loaded from its HBM unit by unit the same way).
 
     ``contiguous``: rank ``r`` needs blocks ``r, r-1, .., 0`` only: ``r + 1`` steps (causal step skip).
     ``zigzag``: every rank needs every block: ``R`` steps over a closed ring (rank ``R-1`` sends to 0),
@@ -507,47 +556,66 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
     def o_at(i):
         return o_ptr + i * Ms * d * 4
 
-    def spill_at(i):   # [O (Ms*d) | m (Ms) | l (Ms)] fp32 per sub-block, after the final O
-        return o_ptr + B * G * d * 4 + i * Ms * (d + 2) * 4
+    def spill_at(i):   # the running O (Ms*d fp32) of sub-block i, after the final O
+        return o_ptr + B * G * d * 4 + i * Ms * d * 4
 
     zig = order == "zigzag"
     n_steps = R if zig else r + 1
     nxt_peer = peer(r + 1) if zig or r + 1 < R else None
     prv_peer = peer(r - 1) if zig or r > 0 else None
-    own = ring_chunks(r, R, B, order)
-    kv = [t for k, (_, n) in enumerate(own) for t in (tl.load(k_ptr + k * (B // len(own)) * d * F2, (d, n)),
-                                                      tl.load(v_ptr + k * (B // len(own)) * d * F2, (n, d)))]
-    shapes = [sh for _, n in own for sh in ((d, n), (n, d))]
+    own = ring_units(r, R, B, order, piece)
+    U = len(own)                  # units per block: K/V pieces that travel round the ring one after the other
+    n_units = n_steps * U
+    shapes = [sh for _, n in own[0] for sh in ((d, n), (n, d))]
+    staged = U > 1                # a block larger than half the TCM waits in HBM between steps (HBM ping-pong)
+
+    def load_unit(s, u):   # unit u of step s's block from this PE's HBM: its own K/V region at step 0, else the
+        kb, vb = (k_ptr, v_ptr) if s == 0 else stage_at(s % 2)       # staging area the block was received into
+        return [t for c, (_, n) in enumerate(own[u])
+                for t in (tl.load(kb + (u * len(own[u]) + c) * n * d * F2, (d, n)),
+                          tl.load(vb + (u * len(own[u]) + c) * n * d * F2, (n, d)))]
+
+    def stage_at(slot):   # [K | V] of a received block, unit-major like the own block, after the own K and V
+        return k_ptr + (1 + slot) * B * d * F2, v_ptr + (1 + slot) * B * d * F2
+
+    kv = load_unit(0, 0)
     qs = [] if spill else [tl.load(q_at(i), (Ms, d)) for i in range(nsub)]   # lazy loads (composites read the TCM)
+    # resident: (m, l, O) of every sub-block; spilled: (m, l) of every sub-block, added at the first unit (every
+    # sub-block folds its own diagonal piece there)
     state = [] if spill else [x for _ in range(nsub) for x in init_running(tl, Ms, d)]
     steps = folds = 0
-    for s in range(n_steps):   # contiguous: causal step skip, blocks r+1 .. R-1 are after this rank's queries
+    for t in range(n_units):   # contiguous: causal step skip, blocks r+1 .. R-1 are after this rank's queries
+        s, u = divmod(t, U)
         j = (r - s) % R
         with tl.scratch_scope():
-            if s + 1 < n_steps:   # ping-pong: post the next block's receive before computing on this one
+            if staged:   # next unit from HBM while this one is folded; this unit of the next block arrives meanwhile
+                if t + 1 < n_units:
+                    nkv = load_unit(*divmod(t + 1, U))
+                if s + 1 < n_steps:
+                    rx = [tl.recv_async(prv_peer, sh, "<f2") for sh in shapes]
+            elif s + 1 < n_steps:   # ping-pong: post the next block's receive before computing on this one
                 nkv = [tl.recv_async(prv_peer, sh, "<f2") for sh in shapes]
             if nxt_peer is not None and (s + 1 < n_steps if zig else True):
-                tl.wait(*kv)   # forward the block held; it must have arrived (FORWARD note, _chunk_ring)
+                tl.wait(*kv)   # forward the unit held; it must have arrived (FORWARD note, _chunk_ring)
                 for x in kv:
                     tl.send(nxt_peer, x)
             blocks = []
-            for k, (k0, n) in enumerate(ring_chunks(j, R, B, order)):
+            for k, (k0, n) in enumerate(ring_units(j, R, B, order, piece)[u]):
                 blocks.append((k0, n, kv[2 * k], kv[2 * k + 1]))   # in the TCM: composites read it there (§B.3)
+            last = t + 1 == n_units
             for i, q0 in enumerate(subs):
                 todo = [b for b in blocks if b[0] < q0 + Ts]   # tile_all_future pairs are skipped
-                last = s + 1 == n_steps
                 if not todo and not last:
                     continue
                 with tl.scratch_scope():
                     q = qs[i] if qs else tl.load(q_at(i), (Ms, d))
                     if not spill:
                         m, l, O = state[3 * i:3 * i + 3]
-                    elif s == 0:
+                    elif t == 0:
                         m, l, O = init_running(tl, Ms, d)
-                    else:   # spilled: m and l (contiguous) in one scatter-gather DMA, needed first; O after
-                        base = spill_at(i)
-                        m, l = tl.load_parts(base + Ms * d * 4, [((Ms, 1), "<f4"), ((Ms, 1), "<f4")])
-                        O = tl.load(base, (Ms, d), "<f4")
+                    else:
+                        m, l = state[2 * i:2 * i + 2]
+                        O = tl.load(spill_at(i), (Ms, d), "<f4")
                     for k0, n, kb, vb in todo:
                         if composite:
                             Sj = tl.composite("gemm", a=q, b=kb, epilogue=[("scale", scale)])
@@ -557,18 +625,25 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
                             Sj = Sj + tl.causal_mask(Ms, n, q0=q0, q_period=Ts, k0=k0)
                         m, l, O = fold_tile(tl, m, l, O, Sj, vb, composite)
                         folds += 1
-                    if last:              # last step: this sub-block is final
+                    if last:              # last unit: this sub-block is final
                         tl.store(o_at(i), O / l)
                     elif spill:
-                        base = spill_at(i)
-                        tl.store_parts(base + Ms * d * 4, [m, l])
-                        tl.store(base, O)
+                        tl.store(spill_at(i), O)
+                        state[2 * i:2 * i + 2] = [m, l]
                     else:
                         state[3 * i:3 * i + 3] = [m, l, O]
                     del m, l, O, q   # only `state` carries a sub-block's running state out of its scope
-            del blocks
-            steps += 1
-            if s + 1 < n_steps:
+            if staged and s + 1 < n_steps:   # the next block's unit into its staging area (read at step s + 1;
+                kst, vst = stage_at((s + 1) % 2)    # the DMA engine and the channels keep this store before that load)
+                for c, (_, n) in enumerate(own[u]):
+                    tl.store(kst + (u * len(own[u]) + c) * n * d * F2, rx[2 * c])
+                    tl.store(vst + (u * len(own[u]) + c) * n * d * F2, rx[2 * c + 1])
+                rx = None
+            # the unit just folded and forwarded is now referenced only by these loop names: drop them so the
+            # scope's end frees it (kept, it would stay a third K/V unit in the TCM until the next one's end)
+            blocks = todo = kb = vb = x = None
+            steps += u + 1 == U
+            if t + 1 < n_units:
                 kv = nkv
     tl.report("ring_steps", steps)
     tl.report("ring_steps_skipped", R - steps)
@@ -577,4 +652,5 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
     tl.report("ring_rank", r)
     tl.report("ring_q_tile", Ts)
     tl.report("ring_spill", spill)
+    tl.report("ring_piece", piece or B)
     return None

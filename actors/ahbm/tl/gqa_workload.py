@@ -31,8 +31,8 @@ prefill, which reduces nothing: Ring folds K/V blocks instead), ``merges_ipcq``,
 ``merges_noc``, ``roots`` (PEs that stored a result), ``kv_bytes_read`` and
 ``kv_loads`` (DMA loads from the K/V regions, all PEs), ``gemm_commands``
 (composites + dots), ``ring_steps``, ``ring_steps_skipped``, ``tiles_computed`` (KV tiles
-swept, all ranks: decode tiles, prefill tiles, Ring folds), ``tiles_skipped`` (causal skips), ``ring_q_tile`` / ``ring_spill`` (the Ring's query sub-block width and whether its
-running state lives in HBM).
+swept, all ranks: decode tiles, prefill tiles, Ring folds), ``tiles_skipped`` (causal skips), ``ring_q_tile`` / ``ring_spill`` / ``ring_piece`` (the Ring's query sub-block width, whether its
+running O lives in HBM, the keys of the K/V units its blocks travel in).
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ import math
 import numpy as np
 
 from actors.ahbm.kernels.gqa_attention import (decode_tiles, gqa_attention, prefill_tiles, ring_chunks, ring_folds,
-                                               ring_position, ring_query_tiling)
+                                               ring_position, ring_query_tiling, ring_units)
 from actors.ahbm.kernels.gqa_bound import attention_bound, critical_path_bound
 from actors.ahbm.kernels.gqa_index import (GroupLayout, coords_of_rank, reduce_tree, ring_rounds, root_of, snake,
                                            tree_depth, valid_len)
@@ -84,8 +84,13 @@ PARAMS = Map({
     "ring_order": Enum(["contiguous", "zigzag"], default="contiguous",
                        doc="Ring prefill sharding: contiguous blocks (causal step skip: rank r runs r+1 steps) or"
                            " zigzag (rank r owns chunks r and 2R-1-r of 2R: balanced causal work, R steps each)"),
+    "kv_piece": Int(min=0, default=0, doc="Ring prefill: keys of the K/V units a block travels round the ring in"
+                                          " (one piece of each chunk; must divide the block, its chunks evenly);"
+                                          " 0 = the whole block if it fits the TCM, else the pieces that give the"
+                                          " fewest folds (kernels/gqa_attention.ring_query_tiling)"),
     "ring_state": Enum(["auto", "tcm", "hbm"], default="auto",
-                       doc="Ring prefill: where the sub-blocks' running (m, l, O) live between ring steps"),
+                       doc="Ring prefill: where the sub-blocks' running state lives between ring steps: tcm (m, l, O"
+                           " in the TCM), hbm (O in HBM, m, l in the TCM), auto (tcm if it fits)"),
     "tile": Int(min=0, default=64, doc="keys per KV tile, 0 = one shot"),
     "gemm": Enum(["composite", "dot"], default="composite",
                  doc="composite: non-blocking tl.composite GEMMs (seed hybrid); dot: blocking tl.dot"),
@@ -144,15 +149,17 @@ def gqa_layout(prm, p) -> KernelLayout:
                 T_q=1 if case == "decode" else p["T_q"], d=p["d"], tile=p["tile"], scale=1.0 / math.sqrt(p["d"]),
                 counter=p["context"], chunk=p["chunk"], start_cube=sc, start_pe=sp, C=C, P=P, gemm=p["gemm"],
                 l2=p["l2"], l1=p["l1"])
-    q_tile, spill = _ring_tiling(prm, p) if _ring(p) else (0, False)
+    q_tile, spill, piece = _ring_tiling(prm, p) if _ring(p) else (0, False, 0)
     if _ring(p):   # only the Ring's launch carries them (other launches, and their digests, unchanged)
         args.update(q_tile=q_tile, spill=spill)
+        if piece != p["context"] // R:
+            args["piece"] = piece
         if p["ring_order"] != "contiguous":
             args["order"] = p["ring_order"]
     w, h_ = lay.shape
     if case == "decode":
         _check_chunked_rings(prm, p, w, h_)
-    info = {"q_tile": q_tile, "spill": spill, "group": lay,
+    info = {"q_tile": q_tile, "spill": spill, "piece": piece, "group": lay,
             "l2_depth": _rounds(p["l2"], prm.gx, prm.gy) if P > 1 else 0,
             "l1_depth": _rounds(p["l1"], w, h_) if C > 1 else 0,
             "l2_chunks": P if p["l2"] == "ring" else 1, "l1_chunks": C if p["l1"] == "ring" else 1}
@@ -178,16 +185,21 @@ def _check_chunked_rings(prm, p, w: int, h: int) -> None:
                              f" G >= {n}, found G = {p['G']}")
 
 
-def _ring_tiling(prm, p) -> tuple[int, bool]:
-    """Ring prefill: (query tokens per sub-block, state spilled to HBM) for this machine's TCM budget."""
+def _ring_tiling(prm, p) -> tuple[int, bool, int]:
+    """Ring prefill: (query tokens per sub-block, O spilled to HBM, keys per K/V unit) for this machine's TCM
+    budget."""
     B = p["context"] // (p["C"] * p["P"])
     unit = B // 2 if p["ring_order"] == "zigzag" else B
     if p["q_tile"] and unit % p["q_tile"]:
         raise BuildError(f"workload.params.q_tile: must divide the Ring chunk ({p['ring_order']}) of {unit} tokens,"
                          f" found {p['q_tile']}")
+    chunks = B // unit
+    if p["kv_piece"] and (p["kv_piece"] % chunks or unit % (p["kv_piece"] // chunks)):
+        raise BuildError(f"workload.params.kv_piece: must divide the Ring block of {B} tokens into equal pieces of"
+                         f" its {chunks} chunk(s) of {unit} ({p['ring_order']}), found {p['kv_piece']}")
     try:
         return ring_query_tiling(B, p["G"], p["d"], prm.tcm_bytes - scheduler_reserve(prm), prm.array_rows,
-                                 p["q_tile"], p["ring_state"], unit)
+                                 p["q_tile"], p["ring_state"], unit, p["gemm"] == "composite", p["kv_piece"])
     except ValueError as e:
         raise BuildError(f"workload.params.context: {e}") from None
 
@@ -200,10 +212,10 @@ def _limits(profile: dict, p: dict, mode: str) -> list:
         rows, keys = G, -(-S // R)
     elif R == 1:
         rows, keys = G * p["chunk"], S
-    else:
-        rows, keys = G * (S // R), S // R
+    else:   # Ring: the rank's own K and V, and worst case two staging areas of a block in pieces
+        rows, keys = G * (S // R), 3 * (S // R)
     cap = profile["hbm"]["capacity"]
-    spill = rows * (d + 2) * 4 if p["case"] == "prefill" and R > 1 else 0   # worst case: Ring state in HBM
+    spill = rows * d * 4 if p["case"] == "prefill" and R > 1 else 0   # worst case: the Ring's running O in HBM
     need = {"q": rows * d * 2, "o": rows * d * 4 + spill, "k": keys * d * 2, "v": keys * d * 2}
     room = {"q": ADDR["o"] - ADDR["q"], "o": ADDR["k"] - ADDR["o"], "k": ADDR["v"] - ADDR["k"],
             "v": cap - ADDR["v"]}
@@ -273,7 +285,8 @@ def gqa_place(place, lay: KernelLayout, data, p) -> None:
             for c in _group_coords(lay, h):
                 r = _ring_rank(lay, prm, p, c)
                 chunks = ring_chunks(r, R, B, p["ring_order"])
-                for i, (k0, n) in enumerate(chunks):   # K (transposed) and V per chunk, chunk after chunk
+                pieces = [kn for unit in ring_units(r, R, B, p["ring_order"], lay.info["piece"]) for kn in unit]
+                for i, (k0, n) in enumerate(pieces):   # K (transposed) and V per piece, unit after unit
                     place.write(c, ADDR["k"] + i * n * d * 2, np.ascontiguousarray(k[k0:k0 + n].T).tobytes())
                     place.write(c, ADDR["v"] + i * n * d * 2, np.ascontiguousarray(v[k0:k0 + n]).tobytes())
                 rows = np.concatenate([_sub_blocks(q[:, k0:k0 + n, :], lay.info["q_tile"]) for k0, n in chunks])
@@ -394,8 +407,8 @@ def _bound(ctx) -> dict:
             tiles += [n for _, n, _ in ts]
             keys += sum(n for _, n, _ in ts)
         return attention_bound(prm, M=G * T_q, d=d, tiles=tiles, kv_keys=keys, l2_depth=0, l1_depth=0)
-    B, t = S // R, ctx.layout.info["q_tile"]   # ring: the busiest rank's folds of G*t rows
-    folds = max((ring_folds(r, R, B, p["ring_order"], t) for r in range(R)), key=sum)
+    B, t, pc = S // R, ctx.layout.info["q_tile"], ctx.layout.info["piece"]   # ring: the busiest rank's folds
+    folds = max((ring_folds(r, R, B, p["ring_order"], t, pc) for r in range(R)), key=sum)
     return attention_bound(prm, M=G * t, d=d, tiles=folds, kv_keys=B, l2_depth=0, l1_depth=0)
 
 
@@ -415,8 +428,8 @@ def work_macs(ctx) -> int:
             keys += sum(n for _, n, _ in prefill_tiles(S, p["tile"], qs, qs + T_q)[0])
         per_head = 2 * G * T_q * d * keys
     else:
-        B, t = S // R, ctx.layout.info["q_tile"]
-        per_head = 2 * G * t * d * sum(sum(ring_folds(r, R, B, p["ring_order"], t)) for r in range(R))
+        B, t, pc = S // R, ctx.layout.info["q_tile"], ctx.layout.info["piece"]
+        per_head = 2 * G * t * d * sum(sum(ring_folds(r, R, B, p["ring_order"], t, pc)) for r in range(R))
     return p["heads"] * per_head
 
 
@@ -460,6 +473,7 @@ def _metrics(ctx, system, res) -> dict:
            "tiles_skipped": sum(r.get("tiles_skipped", 0) for r in cpus.values()),
            "ring_folds_max": max((r.get("ring_folds", 0) for r in cpus.values()), default=0),
            "ring_q_tile": ctx.layout.info["q_tile"], "ring_spill": ctx.layout.info["spill"],
+           "ring_piece": ctx.layout.info["piece"],
            "bound_ps": b["bound_ps"], "ratio_to_bound": round(lat / b["bound_ps"], 4),
            "bound_terms": {k: v for k, v in b.items() if k != "bound_ps"}}
     if "critical_bound_ps" in b:   # decode with one merge per level: the bound plus the dependent tail (gqa_bound)
