@@ -31,6 +31,7 @@ import numpy as np
 from emulator import numerics
 from emulator.actor import Actor
 from emulator.declare import In, Out
+from emulator.link import select_until
 from protocols.ahbm import Done, MathBatch, MathCmd, MathOp
 from protocols.codec import TensorDesc
 
@@ -134,11 +135,66 @@ class MathEngine(Actor):
         not before its time.  Commands queued by then came first in the block model (the scheduler would have
         sent the tile's op at that time), so they are served first; then the tile's ops back to back.  The
         operands are the scheduler's output block (timing mode: no TCM access, the block's descriptor is
-        the result); one ``Done`` when the last tile is done."""
+        the result); one ``Done`` when the last tile is done.
+
+        Served in closed form: from tile ``k`` on, with nothing else arriving, tile ``j`` is looked at
+        (the queue polled) at ``p_j = max(end of tile j-1, its time)`` and ends at ``p_j`` + its ops; the
+        engine waits once, until the last ``p_j`` or an arrival, whichever comes first.  A command delivered
+        at ``x`` is the one the poll at the first ``p_j >= x`` would have found: the tiles before it keep their
+        spans, the command is served at ``p_j`` as the poll would have, and the plan resumes at tile ``j``.
+        So the spans and times are the per-tile loop's (:meth:`_batch_loop`, still used with faults installed,
+        whose hooks lengthen spans one by one), with one or two wake-ups per batch instead of two per tile."""
         if data_mode:
             raise RuntimeError(f"MATH batch {b.id}: fidelity pipeline runs in timing mode only")
+        if self.faults:
+            return await self._batch_loop(b, data_mode)
         start = self.now
         pending = []        # later batches that arrived meanwhile (served after this one)
+        tiles, prm = b.tiles, self.prm
+        costs = [[(op, el, math_ps(op, el, prm)) for op, _scalar in b.ops] for _at, el in tiles]
+        k, free = 0, self.now     # the next tile; when the engine is done with what it has taken on
+        while k < len(tiles):
+            polls, t = [], free
+            for j in range(k, len(tiles)):
+                t = max(t, tiles[j][0])
+                polls.append(t)
+                t += sum(c for _, _, c in costs[j])
+            got = self.cmd.poll()
+            if got is None and polls[-1] > self.now:   # (at the current instant the loop polls without yielding)
+                got = await select_until((self.cmd,), polls[-1])
+                got = got and got[1]
+            upto = len(polls) if got is None else next(i for i, p in enumerate(polls) if p >= self.now)
+            for i in range(upto):       # the tiles polled before the arrival keep their place and spans
+                free = polls[i]
+                for op, el, c in costs[k + i]:
+                    self.elements += el
+                    free = self.record_busy(free, c, f"{op} {el}")
+            k += upto
+            if got is None:
+                break
+            if self.now < polls[upto]:
+                await self.sleep_until(polls[upto])
+            while got is not None:      # the poll at tile k: what it finds is served first, as in the loop
+                if type(got) is MathBatch:
+                    pending.append(got)
+                else:
+                    await self._one(got, data_mode)
+                got = self.cmd.poll()
+            free = self.now
+            for op, el, c in costs[k]:  # then tile k's ops
+                self.elements += el
+                free = self.record_busy(free, c, f"{op} {el}")
+            k += 1
+        if free > self.now:
+            await self.sleep_until(free)
+        await self.done[b.client].send(Done(b.id, "math", start, self.now, {"tiles": len(tiles)}))
+        for p in pending:
+            await self._batch(p, data_mode)
+
+    async def _batch_loop(self, b: MathBatch, data_mode: bool) -> None:
+        """:meth:`_batch` tile by tile (each tile's poll and ops a wake-up of their own): with faults installed."""
+        start = self.now
+        pending = []
         for at, elements in b.tiles:
             while True:
                 if self.now < at:
@@ -155,7 +211,7 @@ class MathEngine(Actor):
                 await self.busy(math_ps(op, elements, self.prm), f"{op} {elements}")
         await self.done[b.client].send(Done(b.id, "math", start, self.now, {"tiles": len(b.tiles)}))
         for p in pending:
-            await self._batch(p, data_mode)
+            await self._batch_loop(p, data_mode)
 
     async def run(self) -> None:
         data_mode = self.system.mode == "data"
