@@ -197,14 +197,14 @@ class InPort:
             return
         buf = self.buf
         link.system.deliveries += 1
-        buf.append((msg, link, seq, link.system.deliveries))
+        buf.append((msg, link, seq, link.system.deliveries, now))
         depth = len(buf)
         if depth > self.max_depth:
             self.max_depth = depth
         emit((DELIVER, now, link.id, seq, depth))
 
     def _take(self):
-        msg, link, seq, _ = self.buf.popleft()
+        msg, link, seq, _, _ = self.buf.popleft()
         link.emit((TAKE, link.clock.now, link.id, seq, len(self.buf)))
         self.taken += 1
         link._credit_return()
@@ -234,6 +234,11 @@ class InPort:
         self.waiter = None
         self.taken = 0
         self.max_depth = 0
+
+    def head_delivered(self) -> int | None:
+        """When the first waiting message was delivered (ps), ``None`` if none waits: for an actor that orders
+        commands it knows of by their arrival (the MATH engine's runs, actors/ahbm/mathunit.py)."""
+        return self.buf[0][4] if self.buf else None
 
     def poll(self):
         """Take a message if one is waiting, else return ``None`` (never blocks)."""

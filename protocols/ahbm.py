@@ -24,6 +24,7 @@ from protocols.codec import TensorDesc, array_ext_len, desc_ext_len, ext_header_
 
 __all__ = [
     "DmaCmd", "DmaGather", "GemmCmd", "MathCmd", "CompositeCmd", "Done", "GemmBatch", "GemmHold", "MathBatch", "MathOp",
+    "MathRun",
     "TcmReq", "TcmResp", "PcReq", "PcResp", "HbmReq", "HbmResp",
     "IpcqCmd", "IpcqResp", "IpcqData", "IpcqCredit", "NocPacket", "MemReq", "MemResp",
     "Launch", "PeDone", "Payload", "payload", "desc_of",
@@ -216,6 +217,21 @@ class MathOp:
     client: str
     elements: int
     shape: list
+
+
+@message(tag=208)
+class MathRun:
+    """``fidelity: pipeline``, timing mode: consecutive MATH ops of the PE CPU as one command (the tl runtime
+    issues the ops a kernel calls back to back in one message when it next needs a result or another engine:
+    runtime.Tl._flush).  Op ``j`` (``[op, elements]``, command id ``id + j``) is the one the CPU would have
+    sent ``j * gap`` ps after the first (its dispatch time apart), so it would have arrived that long after
+    this message; the MATH engine serves each op at its own arrival, FIFO with its other commands, and
+    answers with one ``Done`` (``id``) whose ``info["ops"]`` holds every op's ``[start, end]`` (mathunit.py)."""
+
+    id: int
+    ops: list
+    gap: int
+    client: str
 
 
 # --------------------------------------------------------------------------- memories

@@ -64,8 +64,8 @@ import numpy as np
 
 from emulator.actor import Actor
 from emulator.declare import In, Out
-from protocols.ahbm import (CompositeCmd, DmaCmd, DmaGather, Done, GemmCmd, IpcqCmd, IpcqResp, Launch, MathCmd, MathOp, NocPacket,
-                            PeDone, payload)
+from protocols.ahbm import (CompositeCmd, DmaCmd, DmaGather, Done, GemmCmd, IpcqCmd, IpcqResp, Launch, MathCmd, MathOp,
+                            MathRun, NocPacket, PeDone, payload)
 from protocols.ahbm_tl import KernelDone, KernelLaunch
 
 from actors.ahbm.costs import dispatch_ps
@@ -94,7 +94,8 @@ class PeCpu(Actor):
     PORTS = (In("launch", Launch, KernelLaunch, doc="a script or a registered launch type, from the host", idle=True),
              Out("pe_done", PeDone, KernelDone, doc="the launch's completion, to the host"),
              Out("dma", DmaCmd, DmaGather, doc="DMA commands"), Out("gemm", GemmCmd, doc="GEMM commands"),
-             Out("math", MathCmd, MathOp, doc="MATH commands (MathOp: fidelity pipeline)"), Out("sched", CompositeCmd, doc="composites, to the scheduler"),
+             Out("math", MathCmd, MathOp, MathRun, doc="MATH commands (MathOp, MathRun: fidelity pipeline)"),
+             Out("sched", CompositeCmd, doc="composites, to the scheduler"),
              Out("ipcq", IpcqCmd, doc="IPCQ send / recv"), Out("noc_out", NocPacket, doc="NOC packets to other PEs"),
              In("done", Done, doc="completions of the DMA, GEMM, MATH engines and the scheduler"),
              In("ipcq_resp", IpcqResp, doc="IPCQ completions"), In("noc_in", NocPacket, doc="NOC packets from other PEs"),
@@ -217,6 +218,24 @@ class PeCpu(Actor):
                                                     max(map(math.prod, ins)), list(res)))
         return await self._issue("math", MathCmd(self.seq, op, list(srcs), out, float(scalar), out_dtype, "cpu"))
 
+    def reserve_id(self) -> int:
+        """A command id for a MATH op the tl runtime holds back to send in a :meth:`math_run` (zero time)."""
+        self.seq += 1
+        return self.seq
+
+    async def math_run(self, first: int, ops: list) -> None:
+        """Send MATH ops ``first``, ``first + 1``, ... (``[[op, elements], ...]``, ids from :meth:`reserve_id`)
+        as one :class:`MathRun` (``fidelity: pipeline``), at the time and CPU cost of sending them one by one:
+        each op costs its dispatch (costs.dispatch_ps ``math``) and would have left once its own was charged,
+        so the first is charged, the run sent (the engine takes op ``j`` as arriving ``j`` dispatches later),
+        the others charged in one span.  The run's ``Done`` gives every op's end (:meth:`wait`)."""
+        gap = dispatch_ps("math", self.prm)
+        if gap:
+            await self.busy(gap, "dispatch math")
+        await self._issue("math", MathRun(first, ops, gap, "cpu"))
+        if gap and len(ops) > 1:
+            await self.busy((len(ops) - 1) * gap, f"dispatch math x{len(ops) - 1}")
+
     async def composite(self, a_addr, b_addr, c_addr, m, k, n, dtype, epilogue, *, a_buf="", b_buf="", c_buf="",
                         c_dtype="") -> int:
         return await self._issue("sched", CompositeCmd(id=self._id(), a_addr=int(a_addr), b_addr=int(b_addr),
@@ -273,7 +292,12 @@ class PeCpu(Actor):
             await self._arrived(msg)
             return
         if port is self.done:
-            self.completed[msg.id] = {"engine": msg.engine, "start": msg.start, "end": msg.end, **msg.info}
+            ops = msg.info.get("ops")
+            if ops is None:
+                self.completed[msg.id] = {"engine": msg.engine, "start": msg.start, "end": msg.end, **msg.info}
+            else:   # a MathRun: every op of it, ids msg.id, msg.id + 1, ... (ends maybe still to come: wait)
+                for j, (start, end) in enumerate(ops):
+                    self.completed[msg.id + j] = {"engine": msg.engine, "start": start, "end": end}
         else:
             self.completed[msg.id] = {"engine": "ipcq", "end": self.now}
             if msg.desc:    # a receive: what the IPCQ block wrote into the TCM
@@ -290,7 +314,10 @@ class PeCpu(Actor):
             if cid < self.forgotten_below:
                 return FORGOTTEN
             await self._pump()
-        return self.completed[cid]
+        info = self.completed[cid]
+        if info["end"] > self.now:   # an op of a MathRun: its Done came when it was taken on, with its end
+            await self.sleep_until(info["end"])
+        return info
 
     def forget(self, keep) -> None:
         """Drop the completion info of every completed command except ``keep`` (ids someone may still ask
@@ -303,6 +330,10 @@ class PeCpu(Actor):
             w = min(w, min(self.engine_of))
         for _src, cid, _buf in self.noc_waiting:
             w = min(w, cid)
+        now = self.now
+        for cid, info in self.completed.items():   # MathRun ops still running (wait sleeps until their end)
+            if info["end"] > now and cid < w:
+                w = cid
         self.completed = {k: v for k, v in self.completed.items() if k >= w or k in keep}
         self.forgotten_below = max(self.forgotten_below, w)
 

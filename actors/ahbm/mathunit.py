@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import deque
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from emulator import numerics
 from emulator.actor import Actor
 from emulator.declare import In, Out
 from emulator.link import select_until
-from protocols.ahbm import Done, MathBatch, MathCmd, MathOp
+from protocols.ahbm import Done, MathBatch, MathCmd, MathOp, MathRun
 from protocols.codec import TensorDesc
 
 from actors.ahbm.costs import MATH_OPS, math_ps
@@ -90,8 +91,9 @@ class MathEngine(Actor):
 
     daemon = True
     starts_on = "cmd"    # started by its first command (Actor.starts_on)
-    PORTS = (In("cmd", MathCmd, MathBatch, MathOp, idle=True,
-                doc="MATH commands from the CPU and the scheduler, FIFO (MathBatch: fidelity pipeline)"),
+    PORTS = (In("cmd", MathCmd, MathBatch, MathOp, MathRun, idle=True,
+                doc="MATH commands from the CPU and the scheduler, FIFO (MathBatch, MathOp, MathRun: fidelity"
+                    " pipeline)"),
              Out("done_{client}", Done, doc="completion to each client (cpu, sched)"),
              *TCM_CLIENT_PORTS)
     PARAMS = declare("lanes", "math_fixed", "pe_clk")
@@ -110,8 +112,11 @@ class MathEngine(Actor):
         if len(c.srcs) != _ARITY.get(c.op, 1):
             raise RuntimeError(f"MATH {c.id}: {c.op} takes {_ARITY.get(c.op, 1)} operand(s), got {len(c.srcs)}")
 
-    async def _one(self, c: MathCmd, data_mode: bool) -> None:
-        """One command on its own (read, compute, write, Done): a command served between the tiles of a batch."""
+    async def _one(self, c: MathCmd, data_mode: bool, arrived: int) -> None:
+        """One command on its own (read, compute, write, Done): a command served between the tiles of a batch
+        (``arrived``: when it reached the engine)."""
+        if type(c) is MathRun:
+            return await self._runs(c, arrived)
         if type(c) is MathOp:    # shapes in the command, no TCM access (run)
             start = self.now
             self.elements += c.elements
@@ -159,10 +164,11 @@ class MathEngine(Actor):
                 t = max(t, tiles[j][0])
                 polls.append(t)
                 t += sum(c for _, _, c in costs[j])
+            arrived = self.cmd.head_delivered()
             got = self.cmd.poll()
             if got is None and polls[-1] > self.now:   # (at the current instant the loop polls without yielding)
                 got = await select_until((self.cmd,), polls[-1])
-                got = got and got[1]
+                got, arrived = got and got[1], self.now
             upto = len(polls) if got is None else next(i for i, p in enumerate(polls) if p >= self.now)
             for i in range(upto):       # the tiles polled before the arrival keep their place and spans
                 free = polls[i]
@@ -178,7 +184,8 @@ class MathEngine(Actor):
                 if type(got) is MathBatch:
                     pending.append(got)
                 else:
-                    await self._one(got, data_mode)
+                    await self._one(got, data_mode, arrived)
+                arrived = self.cmd.head_delivered()
                 got = self.cmd.poll()
             free = self.now
             for op, el, c in costs[k]:  # then tile k's ops
@@ -199,13 +206,14 @@ class MathEngine(Actor):
             while True:
                 if self.now < at:
                     await self.sleep_until(at)
+                arrived = self.cmd.head_delivered()
                 nxt = self.cmd.poll()
                 if nxt is None:
                     break
                 if type(nxt) is MathBatch:
                     pending.append(nxt)
                 else:
-                    await self._one(nxt, data_mode)
+                    await self._one(nxt, data_mode, arrived)
             for op, _scalar in b.ops:
                 self.elements += elements
                 await self.busy(math_ps(op, elements, self.prm), f"{op} {elements}")
@@ -213,24 +221,93 @@ class MathEngine(Actor):
         for p in pending:
             await self._batch_loop(p, data_mode)
 
+    async def _runs(self, r: MathRun, arrived: int) -> None:
+        """``fidelity: pipeline``: the CPU's ops of run ``r`` (which reached the engine at ``arrived``), each
+        served as the op on its own would have been: FIFO by arrival, op ``j`` having arrived ``j * gap`` after
+        the first (protocols.ahbm.MathRun), so it starts at ``max(arrival, end of the previous)``.
+
+        In closed form: the engine waits once, until the run's last op has arrived or another command arrives
+        before it, and takes on every op that arrived first, recording its span (Actor.record_busy); such a
+        command is served next, once those ops are done, the others after it.  A run the CPU sends next (its
+        ops arrive after this one's) joins the queue.  Once all its ops are taken on, nothing can delay them,
+        so the run's ``Done`` leaves then, with every op's ``[start, end]``: the CPU that waits for an op
+        resumes at that op's end (PeCpu.wait), as it would have on the op's own ``Done``.  Not as one by one:
+        a MathBatch (a composite's epilogue) that arrives meanwhile is served after the queued runs, not
+        between their ops (it never does in the shipped kernels: the CPU waits for a TCM-resident composite
+        before its next MATH op)."""
+        prm = self.prm
+        ops = deque()           # (arrival, op, elements, cost, run id), in arrival order
+        runs = {}               # run id -> [run, ops not yet taken on, [[start, end], ...]]
+        batches = []
+
+        def add(run, at):
+            if ops:
+                raise RuntimeError(f"MATH run {run.id} arrived before the ops of run {ops[0][4]} had")
+            runs[run.id] = [run, len(run.ops), []]
+            for j, (op, el) in enumerate(run.ops):
+                ops.append((at + j * run.gap, op, el, math_ps(op, el, prm), run.id))
+
+        add(r, arrived)
+        free = self.now
+        while ops:
+            got = None
+            y = self.cmd.head_delivered()
+            if y is not None:
+                got = self.cmd.poll()
+            elif ops[-1][0] > self.now:
+                got = await select_until((self.cmd,), ops[-1][0])
+                got, y = got and got[1], self.now
+            while ops and (got is None or ops[0][0] <= y):   # every op that arrived before it (or all)
+                at, op, el, cost, rid = ops.popleft()
+                start = max(free, at)
+                free = self.record_busy(start, cost, f"{op} {el}")
+                self.elements += el
+                rec = runs[rid]
+                rec[2].append([start, free])
+                rec[1] -= 1
+                if not rec[1]:
+                    del runs[rid]
+                    await self.done[rec[0].client].send(Done(rid, "math", rec[2][0][0], free, {"ops": rec[2]}))
+            if got is None:
+                continue
+            if free > self.now:
+                await self.sleep_until(free)
+            if type(got) is MathRun:
+                add(got, y)
+            elif type(got) is MathBatch:
+                batches.append(got)
+            else:
+                await self._one(got, False, y)
+                free = self.now
+        if free > self.now:
+            await self.sleep_until(free)
+        for b in batches:
+            await self._batch(b, False)
+
     async def run(self) -> None:
         data_mode = self.system.mode == "data"
         clock = self.system.clock
         c = await self.cmd.recv()
+        arrived = self.now
         xs = None            # the operands of ``c`` once read (a MathCmd)
         while True:
             t = type(c)
-            if t is MathBatch:
-                await self._batch(c, data_mode)
-                c, xs = self.cmd.poll() or await self.cmd.recv(), None
-                continue
-            if t is MathOp:      # fidelity pipeline: shapes came with the command; no TCM access (tl writes the
-                                 # result's descriptor if another engine reads it, runtime.Tl._tcm)
-                start = clock.now
-                self.elements += c.elements
-                await self.busy(math_ps(c.op, c.elements, self.prm), f"{c.op} {c.elements}")
-                await self.done[c.client].send(Done(c.id, "math", start, clock.now, {"elements": c.elements}))
-                c, xs = self.cmd.poll() or await self.cmd.recv(), None
+            if t is MathRun or t is MathBatch or t is MathOp:   # fidelity pipeline
+                if t is MathRun:
+                    await self._runs(c, arrived)
+                elif t is MathBatch:
+                    await self._batch(c, data_mode)
+                else:   # shapes came with the command; no TCM access (tl writes the result's descriptor if another
+                        # engine reads it, runtime.Tl._tcm)
+                    start = clock.now
+                    self.elements += c.elements
+                    await self.busy(math_ps(c.op, c.elements, self.prm), f"{c.op} {c.elements}")
+                    await self.done[c.client].send(Done(c.id, "math", start, clock.now, {"elements": c.elements}))
+                arrived, xs = self.cmd.head_delivered(), None
+                c = self.cmd.poll()
+                if c is None:
+                    c = await self.cmd.recv()
+                    arrived = clock.now
                 continue
             if xs is None:
                 self._check(c)
@@ -256,6 +333,7 @@ class MathEngine(Actor):
                 xs = None
                 if nxt is None:
                     nxt = await self.cmd.recv()
+                    arrived = clock.now
             c = nxt
 
     def describe(self) -> dict:

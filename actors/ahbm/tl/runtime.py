@@ -37,6 +37,7 @@ burst aligned) DMA-loaded into the TCM at its first MATH use.
 from __future__ import annotations
 
 import functools
+import math
 import types
 
 import greenlet
@@ -141,6 +142,7 @@ class Tl:
         self.counts: dict[str, int] = {}
         self._forget_at = FORGET_MIN      # completions kept before the next _forget
         self._math_op = bool(getattr(backend, "math_op", False))
+        self._run: list = []    # MATH ops held back to go as one MathRun (fidelity pipeline): [id, op, elements]
 
     # -- helpers ------------------------------------------------------------------
     def site(self) -> str:
@@ -152,7 +154,18 @@ class Tl:
     def _count(self, kind: str) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + 1
 
+    def _flush(self) -> None:
+        """Send the MATH ops held back (:meth:`_math`) before anything else reaches an engine, waits or reads the
+        clock: they cost the CPU the same dispatch time and leave at the same times as one by one
+        (PeCpu.math_run), so nothing the kernel does later sees a difference but the messages."""
+        run = self._run
+        if run:
+            self._run = []
+            _await(self.be.math_run(run[0][0], [[op, el] for _, op, el in run]))
+
     def _dispatch(self, kind: str) -> None:
+        if self._run:
+            self._flush()
         self._count(kind)
         _await(self.be.dispatch(kind))
 
@@ -160,6 +173,8 @@ class Tl:
         """Charge the dispatch of ``kind``, then run backend coroutine ``issue``: one trip through
         the portal instead of two (the same backend calls in the same order as ``_dispatch`` then
         ``_await(issue)``)."""
+        if self._run:
+            self._flush()
         self._count(kind)
         return _await(_in_turn(self.be.dispatch(kind), issue))
 
@@ -205,6 +220,8 @@ class Tl:
 
     def _settle(self, h: TensorHandle) -> None:
         """Wait for the command producing ``h``."""
+        if self._run:
+            self._flush()
         if h.pending is not None:
             info = _await(self.be.wait(h.pending))
             h.pending = None
@@ -264,6 +281,8 @@ class Tl:
         one access after the waits (the CPU's allocator releases the scope at once; memory.py): no
         allocation happens in between, so the TCM never holds less than the runtime counts."""
         bufs = []
+        if self._run:
+            self._flush()
         for h in handles:
             if h.dead is not None:
                 continue
@@ -292,7 +311,8 @@ class Tl:
         returns at once either way.  Run at a scope's end once the kept completions doubled."""
         done = self.be.completed
         below = self.be.forgotten_below
-        self.outstanding = [c for c in self.outstanding if c not in done and c >= below]
+        now = self.be.now
+        self.outstanding = [c for c in self.outstanding if (c not in done or done[c]["end"] > now) and c >= below]
         keep = set(self.outstanding)
         arena = self.arena
         while arena is not None:
@@ -329,6 +349,8 @@ class Tl:
 
     def now(self) -> int:
         """Current virtual time in ps (for measurements inside kernels)."""
+        if self._run:
+            self._flush()
         return self.be.now
 
     def report(self, key: str, value) -> None:
@@ -447,6 +469,8 @@ class Tl:
         earliest completion time, then argument order).  Used by data-driven reductions (seed §4.3)."""
         if not hs:
             raise self.error("wait_any needs at least one handle")
+        if self._run:
+            self._flush()
         for h in hs:
             self._live(h, "wait_any")
         ready = [i for i, h in enumerate(hs) if h.pending is None]
@@ -566,6 +590,15 @@ class Tl:
             self._dispatch(kind)
             self._new_buf(shape, out_dtype)     # raises the overflow error
         out = self._new_buf(shape, out_dtype)
+        if self._math_op and kind == "math":   # fidelity pipeline, timing mode: held back for a MathRun (_flush)
+            self._count(kind)
+            cid = self.be.reserve_id()
+            self._run.append([cid, op, max(map(math.prod, [x.shape for x in srcs]))])
+            out.desc = True
+            self._read_by(cid, "math", *srcs)
+            out.pending, out.engine = cid, "math"
+            self.outstanding.append(cid)
+            return out
         if self._math_op:   # fidelity pipeline, timing mode: the shapes go with the command (PeCpu.math)
             cid = self._dispatch_then(kind, self.be.math(op, bufs, out.buf, float(scalar), dtype_info(out_dtype)[0],
                                                          ([x.shape for x in srcs], shape)))
@@ -730,6 +763,8 @@ class Tl:
     # -- end of the kernel ----------------------------------------------------------
     def finish(self) -> dict:
         """The kernel returned: wait for every outstanding command, then free its TCM buffers."""
+        if self._run:
+            self._flush()
         for cid in self.outstanding:
             _await(self.be.wait(cid))
         self.outstanding.clear()
