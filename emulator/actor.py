@@ -131,11 +131,14 @@ class Actor:
         await _clock.park(clock.schedule(end, GLOBAL_RUN_CONTEXT.task))
 
     def record_busy(self, start: int, duration: int, label: str = "busy") -> int:
-        """Record the busy span ``[start, start + duration)`` without waiting; its end.
+        """Record the busy span that starts at ``start`` without waiting; its end.
 
         For an actor that computes several service times in closed form and covers them with one wait of its
-        own (one wake-up instead of one per span): the same bookkeeping and trace record as :meth:`busy`,
-        emitted when called.  No fault hooks: with faults installed, take :meth:`busy`."""
+        own (one wake-up instead of one per span): the same fault hooks (slow, stall: the span may end
+        later), bookkeeping and trace record as :meth:`busy`, emitted when called."""
+        if self.faults:
+            for fault in self.faults:
+                duration, label = fault.on_busy(self, start, duration, label)
         if duration < 0:
             raise ValueError(f"{self.name}: busy({duration}) is negative")
         self.busy_ps += duration
