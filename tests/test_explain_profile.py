@@ -14,7 +14,16 @@ def prof():
     return profile_run(SCENARIO)
 
 
-def test_lines_sum_to_the_kernel_time_on_every_pe(prof):
+#: fidelity pipeline in timing mode: MATH ops leave in runs (runtime.Tl._flush), each attributed to its own line
+PIPELINE = ("mode=timing", "workload.params.fidelity=pipeline")
+
+
+@pytest.mark.parametrize("sets", [(), PIPELINE], ids=["block", "pipeline"])
+def test_lines_sum_to_the_kernel_time_on_every_pe(prof, sets):
+    if sets:
+        prof = profile_run(SCENARIO, sets)
+        math_lines = [r for r in prof["kernel"]["lines"] if "tl.__mul__" in r["ops"] or "tl.exp" in r["ops"]]
+        assert math_lines and all(r["issue_ps"] > 0 and r["engine_ps"].get("math", 0) > 0 for r in math_lines)
     k = prof["kernel"]
     assert k["unattributed_ps"] == 0
     assert sum(r["time_ps"] for r in k["lines"]) == k["kernel_ps_sum"]

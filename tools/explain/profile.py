@@ -49,6 +49,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from actors.ahbm.costs import dispatch_ps
 from emulator.units import format_time
 
 __all__ = ["LineProfiler", "profile_run", "pccx_profile", "format_lines", "format_pccx", "folded_lines",
@@ -185,6 +186,31 @@ class LineProfiler:
 
             setattr(cpu, name, call)
 
+        reserve, run = cpu.reserve_id, cpu.math_run
+
+        def reserve_id():   # a MATH op held back for a run (fidelity pipeline): its line, issued later in math_run
+            cid = reserve()
+            stack = prof._stack()
+            r = prof._row(pe, stack)
+            r["calls"] += 1
+            r["ops"][stack[-1][2] or "math"] += 1
+            prof.cmd[pe][cid] = (stack, "math", None, "math")
+            return cid
+
+        async def math_run(first, ops):   # each op's dispatch to its own line, as when they left one by one
+            t0 = cpu.now
+            await run(first, ops)
+            gap = dispatch_ps("math", cpu.prm)
+            for j in range(len(ops)):
+                stack, eng, _, what = prof.cmd[pe][first + j]
+                r = prof._row(pe, stack)
+                r["calls"] += 1
+                r["issue_ps"] += gap
+                if j == 0:
+                    r["queue_ps"] += cpu.now - t0 - len(ops) * gap
+                prof.cmd[pe][first + j] = (stack, eng, t0 + (j + 1) * gap, what)
+
+        cpu.reserve_id, cpu.math_run = reserve_id, math_run
         for name in ("dispatch", "cpu_busy"):
             timed(name, "issue")
         for name in (*_ENGINE_CALLS, "noc_send"):
