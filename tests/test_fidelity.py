@@ -232,3 +232,35 @@ async def test_select_until_returns_a_message_before_the_deadline_or_none_at_it(
     assert u.got == [(ns(5), None), (ns(11), ("b", 2)), (ns(25), None), (ns(31), ("a", 1)), (ns(41), ("b", 3)),
                      (ns(101), ("b", 4)), (ns(300), None)]
 
+
+
+# ---------------------------------------------------------------- MATH runs (issue 22)
+# At pipeline the tl runtime sends consecutive MATH ops as one MathRun (runtime.Tl._flush); the MATH engine serves
+# each op at its own arrival (mathunit.MathEngine._runs) and the CPU charges the same dispatch time: every MATH
+# engine's busy time, spans and element ops and every CPU's busy time are the block model's.
+
+SLOW_DISPATCH = {"cpu": {"dispatch_cycles": {"math": 64}}}   # dispatch slower than most MATH ops: the gaps count
+
+
+@pytest.mark.parametrize("params,over", [({}, None), ({"ring_state": "hbm", "q_tile": 4}, None),
+                                         ({"case": "decode", "C": 2, "P": 8, "context": 1000, "tile": 32}, None),
+                                         ({}, SLOW_DISPATCH)],
+                         ids=["ring", "ring-spilled", "decode-sp", "ring-slow-dispatch"])
+def test_math_runs_keep_every_math_span_and_cpu_time(params, over):
+    from actors.ahbm.tl.gqa_workload import WORKLOAD
+    from actors.ahbm.testkit import build_workload
+
+    base = {"case": "prefill", "C": 1, "P": 8, "G": 4, "d": 64, "context": 256, "chunk": 256, **params}
+    out = {}
+    for fid in ("block", "pipeline"):
+        system, _, _, _ = build_workload(WORKLOAD, {**base, "fidelity": fid}, name="runs", mode="timing",
+                                         overrides=over)
+        res = system.run()
+        assert res.status == "finished", res.error
+        maths = [a for a in system.actors.values() if type(a).__name__ == "MathEngine" and a.busy_spans]
+        cpus = [a for a in system.actors.values() if type(a).__name__ == "PeCpu" and a.busy_spans]
+        runs = sum(ln.messages for ln in system.links if ln.name.endswith("/math.cmd") and "/cpu.math->" in ln.name)
+        out[fid] = (res.end_time_ps, [(a.name, a.busy_ps, a.busy_spans, a.elements) for a in maths],
+                    sorted((a.name, a.busy_ps) for a in cpus), runs)
+    assert out["pipeline"][:3] == out["block"][:3]
+    assert 0 < out["pipeline"][3] < out["block"][3] / 2     # fewer CPU -> MATH messages: ops go in runs
