@@ -40,6 +40,8 @@ class DmaCmd:
     The HBM side is a 2-D block: ``rows`` rows of ``row_bytes`` bytes, ``pitch``
     bytes apart, from ``addr``.  ``shape``/``dtype`` describe the TCM buffer.
     ``target`` = ``[sip, cube, pe]`` of the HBM's owner; empty = this PE's own HBM.
+    A load with ``buf`` empty writes nothing into the TCM (``fidelity: pipeline``: a block of the PE
+    scheduler's held GEMM array, which no engine reads; scheduler.PeScheduler._into).
     """
 
     id: int

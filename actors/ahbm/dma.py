@@ -85,7 +85,7 @@ def _block_of(c) -> tuple[list, int, int, int]:
     if type(c) is DmaGather:
         total = sum(TensorDesc.of(shape, dtype).nbytes for _, shape, dtype in c.parts)
         return [buf for buf, _, _ in c.parts], 1, total, total
-    return [c.buf], c.rows, c.row_bytes, c.pitch
+    return ([c.buf] if c.buf else []), c.rows, c.row_bytes, c.pitch
 
 
 def _scatter(parts, image) -> list:
@@ -218,7 +218,7 @@ class DmaEngine(Actor):
             elif data_mode:
                 arr = np.frombuffer(image, dtype=np.dtype(c.dtype)).reshape(c.shape)
                 await self.tcm.write(c.buf, arr)
-            else:
+            elif c.buf:     # (no buffer: a block no engine reads, the held array's, scheduler.PeScheduler._into)
                 await self.tcm.write(c.buf, TensorDesc.of(c.shape, c.dtype))
         self.bytes_moved += total
         await self.done[c.client].send(Done(c.id, "dma", start, self.now, {"bytes": total, "remote": remote}))

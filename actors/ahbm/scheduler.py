@@ -327,8 +327,8 @@ class PeScheduler(Actor):
                 self.panel_of[(serial, i)] = live
             rows, cols = p.k_hi - p.k_lo, p.n_hi - p.n_lo
             await self.dma.send(DmaCmd(live.id, "load", c.b_addr + (p.k_lo * c.n + p.n_lo) * esize, rows,
-                                       cols * esize, c.n * esize, f"sched/p{slot}", [rows, cols], c.dtype,
-                                       "sched", []))
+                                       cols * esize, c.n * esize, self._into(f"sched/p{slot}"), [rows, cols],
+                                       c.dtype, "sched", []))
 
     async def _from_panel(self, job: _Job, s) -> None:
         """Step ``s``'s B block out of its panel into its B buffer (after the panel's DMA landed)."""
@@ -358,7 +358,7 @@ class PeScheduler(Actor):
             else:
                 ids.append(self._id())
                 await self.dma.send(DmaCmd(ids[-1], "load", c.a_addr + (s.m0 * K + s.k0) * esize, s.tm, s.tk * esize,
-                                           K * esize, job.a(s), [s.tm, s.tk], c.dtype, "sched", []))
+                                           K * esize, self._into(job.a(s)), [s.tm, s.tk], c.dtype, "sched", []))
         if not s.load_b:   # B block resident from this column's first M tile (tiles.py)
             return ids, False
         if (job.serial, s.index) in self.panel_of:
@@ -369,7 +369,7 @@ class PeScheduler(Actor):
         ib = self._id()
         self.block_loads += 1
         await self.dma.send(DmaCmd(ib, "load", c.b_addr + (s.k0 * N + s.n0) * esize, s.tk, s.tn * esize, N * esize,
-                                   job.b(s), [s.tk, s.tn], c.dtype, "sched", []))
+                                   self._into(job.b(s)), [s.tk, s.tn], c.dtype, "sched", []))
         return ids + [ib], False
 
     async def _ready(self, job: _Job, s, pending: tuple[list[int], bool]) -> None:
@@ -400,7 +400,7 @@ class PeScheduler(Actor):
                 await self.math.send(MathCmd(mid, op, [cbuf], cbuf, float(scalar), dt, "sched"))
             await self._wait([mid])
         if c.c_buf:    # the block goes straight into the TCM result (seed §B.3)
-            if not self.held:   # held: the result's descriptor is written at its opening (_open_result)
+            if not self.held:   # held: no engine reads the result's blocks (runtime.Tl._tcm writes its descriptor)
                 await place_block(self.tcm, cbuf, s.tm, s.tn, c.c_buf, s.m0, s.n0)
             return
         if self.held:   # the block's descriptor for the store's TCM read (the engine's write, not made)
@@ -523,7 +523,7 @@ class PeScheduler(Actor):
             self.tiles = tiles
             self.look_open = False
             esize = np.dtype(c.dtype).itemsize
-            if c.c_buf:
+            if c.c_buf and not self.held:   # held: the tl runtime writes the descriptor if an engine reads it
                 await self._open_result(c, job.c_dtype, data_mode)
             pending = await self._load(job, steps[0], esize)
             if cold:   # the first block alone (first GEMM not delayed), the rest of B in panels behind it
@@ -558,6 +558,11 @@ class PeScheduler(Actor):
         if self.held:        # the run's steps are all done: release the array with their spans
             arr, self._arr, self._hold_id = self._arr, None, 0
             await self.gemm.send(GemmHold(self._hold_ans.id, "sched", True, arr.spans, arr.macs, arr.core_ps))
+
+    def _into(self, buf: str) -> str:
+        """The TCM buffer a load of the block stream lands in; none (``""``) while the array is held: no engine
+        reads the block then (timing mode; the DMA engine's TCM write takes no time), so it is not written."""
+        return "" if self.held else buf
 
     async def _copy(self, src: str, r0: int, c0: int, rows: int, cols: int, dst: str) -> None:
         """A step's operand block into its buffer (tcm_block.copy_block); none while the array is held: no

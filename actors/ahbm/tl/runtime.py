@@ -566,9 +566,9 @@ class Tl:
         self._read_by(cid, "sched", *[x for x in (a_read, b_read) if x is not None])
         if out == "tcm":
             res.pending, res.engine = cid, "sched"
-            # fidelity pipeline: a composite with A, B and C in the TCM is one GemmBatch and its scheduler
-            # writes no result descriptor (scheduler._run_pipeline); _tcm writes it for another engine
-            res.desc = self._math_op and bool(a_buf) and bool(b_buf)
+            # fidelity pipeline: the scheduler writes no result descriptor (one GemmBatch, or the held array's
+            # block stream: scheduler._run_pipeline, _block); _tcm writes it for another engine
+            res.desc = self._math_op
             return res
         return TensorHandle(self, (m, n), dtype, addr=c_addr, pending=cid, engine="sched")
 
