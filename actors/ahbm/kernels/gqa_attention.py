@@ -520,11 +520,14 @@ def _ring(tl, q_ptr, k_ptr, v_ptr, o_ptr, *, G, d, scale, counter, C, P, gcube, 
     chunk); every sub-block carries its own running ``(m, l, O)`` across the ring steps, in the TCM
     (``spill = False``) or, ``spill = True``, its ``O`` in HBM right after the final O (loaded before
     and stored after its folds, one DMA each way) and its ``m, l`` (``M_s`` values each) in the TCM.
-    A step's K/V block (one tensor pair per chunk of the source rank, shared by all sub-blocks) travels in
-    units of ``piece`` keys (:func:`ring_units`; 0: the whole block), each folded into every sub-block it
-    is not entirely after (``tile_all_future`` skip per sub-block x piece; a straddling pair gets the
-    mask) while the next unit is received (ping-pong of units, so a block larger than half the TCM can
-    travel; the rank's own block is loaded from its HBM unit by unit the same way).
+    A step's K/V block (one tensor pair per chunk of the source rank, shared by all sub-blocks) is folded
+    into every sub-block it is not entirely after (``tile_all_future`` skip per sub-block x chunk piece; a
+    straddling pair gets the mask).  Whole (``piece`` 0: one unit), the next block is received into the
+    TCM while this one is folded (ping-pong).  In units of ``piece`` keys (:func:`ring_units`: a block
+    that cannot be held twice in the TCM), each unit is folded while the next is loaded from this PE's
+    HBM, and the same unit of the next block arrives from the previous rank and is stored into an HBM
+    staging area (two, ping-pong) the next step loads it from; the rank's own block is loaded unit by
+    unit from its K/V region.
 
     ``contiguous``: rank ``r`` needs blocks ``r, r-1, .., 0`` only: ``r + 1`` steps (causal step skip).
     ``zigzag``: every rank needs every block: ``R`` steps over a closed ring (rank ``R-1`` sends to 0),
