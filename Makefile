@@ -52,7 +52,8 @@ sweep-demo: $(STAMP)
 # The Llama3-70B milestone bench (docs/sweep.md "The Llama3-70B milestone bench"): every case x context searched
 # on 1 SIP with one KV head, each best point confirmed on 4 SIPs with all eight, four for the 32K Ring (83 min
 # on 2 cores, 2026-12-05).  Two lanes, one core each: the 32K Ring panel (83 min, its 4-SIP confirmation 60)
-# beside the other four, one after the other (47 min).  Resumable: run it again to continue; the 32K lane's output is in its .log.
+# beside the other four, one after the other (47 min).  Resumable: run it again to continue; the 32K lane's
+# output is in its .log.
 LLAMA70B := decode-nosp decode-sp prefill-nosp prefill-sp
 L70 := runs/sweeps/llama70b
 llama70b: $(STAMP)

@@ -1,5 +1,6 @@
 """Composite GEMMs with TCM operands and outputs (seed §B.3), and the pipelined HBM pseudo-channel."""
 import numpy as np
+import trio
 
 from emulator import numerics
 import pytest
@@ -10,6 +11,7 @@ from actors.ahbm.tiles import plan
 from actors.ahbm.tl.kernel_registry import register_kernel
 from actors.ahbm.params import Params
 from actors.ahbm.testkit import hbm_fetch, hbm_place, machine, profile
+from emulator.clock import VirtualClock
 from emulator.testing import run
 
 M, K, N = 40, 96, 72          # several M, K and N tiles, ragged edges on every axis
@@ -22,13 +24,14 @@ def _inputs():
     return rng.standard_normal((M, K)).astype(np.float16), rng.standard_normal((K, N)).astype(np.float16)
 
 
-def k_composite(*, where, out, tl):
-    """``where``: which operands are TCM-resident (``a``, ``b``, both, none); the result stored to OUT."""
+def k_composite(*, where, out, tl, via_math=True):
+    """``where``: which operands are TCM-resident (``a``, ``b``, both, none); the result stored to OUT, through a
+    MATH op (``via_math``) or straight from where the composite left it."""
     a = tl.load(A_ADDR, (M, K)) if "a" in where else tl.ref(A_ADDR, (M, K))
     b = tl.load(B_ADDR, (K, N)) if "b" in where else tl.ref(B_ADDR, (K, N))
     tl.wait(*[h for h, w in ((a, "a"), (b, "b")) if w in where])
-    c = tl.composite("gemm", a=a, b=b, out=out, epilogue=[("scale", 0.5)])
-    tl.store(OUT, tl.wait(c) * 1.0)
+    c = tl.wait(tl.composite("gemm", a=a, b=b, out=out, epilogue=[("scale", 0.5)]))
+    tl.store(OUT, c * 1.0 if via_math else c)
 
 
 def _run(where, out):
@@ -56,6 +59,22 @@ async def test_composite_with_tcm_operands_matches_numpy(vclock, where, out):
     got = hbm_fetch(cube[0], prm, OUT, (M, N), "<f4")
     want = 0.5 * numerics.matmul(A, B, acc=np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("where", ["ab", "a", ""], ids=["batch", "held-hbm-b", "held-hbm-ab"])
+def test_pipeline_composite_result_is_in_the_tcm_for_the_engine_that_reads_it(where):
+    """At fidelity pipeline (timing mode) the PE scheduler writes no descriptor of a TCM result (one GemmBatch,
+    or the held array's block stream); the tl runtime writes it when another engine reads the result, here
+    the DMA store (else: "TCM read of unknown buffer") -- at the block model's end time and DMA bytes.  Each
+    run on its own virtual clock (both start at 0)."""
+    ends = {}
+    for fidelity in ("block", "pipeline"):
+        system, prm, cube, _ = machine(register_kernel(k_composite), lambda pe: {"where": where, "out": "tcm",
+                                       "via_math": False}, mode="timing", fidelity=fidelity)
+        r = trio.run(system.run_async, None, clock=VirtualClock())
+        assert r.status == "finished", r.error
+        ends[fidelity] = r.end_time_ps, system.actors[f"{PE}/dma"].bytes_moved
+    assert ends["pipeline"] == ends["block"]
 
 
 async def test_tcm_resident_operands_issue_no_dma(vclock):

@@ -104,19 +104,20 @@ def params(overrides: dict | None = None) -> Params:
 
 
 def machine(kernel: str, args_of, *, mode: str = "data", overrides: dict | None = None, pes=None, coords=None,
-            seed: int = 0, setup=None):
+            seed: int = 0, setup=None, fidelity: str = "block"):
     """A System with the small machine; ``kernel`` launched on PEs ``pes`` of CUBE 0 (indices, default [0])
     or on ``coords`` [(sip, cube, pe)], each with program_id ``[pe, cube, sip]``.
 
     ``args_of(coord)`` gives a PE's kernel arguments; ``setup(cube0_pes, prm)`` runs before the run (e.g.
-    hbm_place).  Returns ``(system, prm, cube0_pes, machine)``.
+    hbm_place); ``fidelity`` as the workload's (builder.build_machine).  Returns ``(system, prm, cube0_pes,
+    machine)``.
     """
     prm = params(overrides)
     system = System("tl", seed=seed, mode=mode)
     if coords is None:
         coords = [(0, 0, p) for p in (pes if pes is not None else [0])]
     kernels = kernel_launches(kernel, coords, args_of, lambda c: (c[2], c[1], c[0]), (prm.P, prm.cubes, prm.sips))
-    m = build_machine(system, profile(overrides), kernels=kernels)
+    m = build_machine(system, profile(overrides), kernels=kernels, fidelity=fidelity)
     cube0 = [m.pe(0, 0, p) for p in range(prm.P)]
     if setup is not None:
         setup(cube0, prm)
