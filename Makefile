@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench bench-machine bench-instructions bench-ab clean fuzz-campaign gqa-llama gqa-llama-long gqa-llama-128k gqa-ring-sweep sweep-demo llama70b llama70b-multi gemma3n-e4b
+.PHONY: run test test-all test-slow bench bench-machine bench-instructions bench-ab clean fuzz-campaign gqa-llama gqa-llama-long gqa-llama-128k gqa-ring-sweep sweep-demo llama70b llama70b-multi gemma3n-e4b
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -16,8 +16,18 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/emu run scenarios/demo/reduce.yaml
 
+# The tests on every core (pytest-xdist): `make test` is the fast tier (each feature at validation scale, a few
+# minutes on 2 cores); `make test-all` adds the slow tier (tests marked slow: larger scales, further
+# parametrisations); `make test-slow` runs the slow tier alone (CI runs it after `make test`). docs/testing.md.
+TEST_JOBS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_JOBS)
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --slow
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --slow -m slow
 
 bench: $(STAMP)
 	$(BIN)/emu bench engine

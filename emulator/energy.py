@@ -130,10 +130,12 @@ def _j(aj: int) -> float:
     return aj / AJ_PER_J
 
 
-def energy_summary(acc: EnergyAccount, *, per: tuple[str, int] | None = None, peak: dict | None = None) -> dict:
+def energy_summary(acc: EnergyAccount, *, per: tuple | None = None, peak: dict | None = None) -> dict:
     """The ``energy`` key of result.json (docs/outputs.md): joules, average power, the split, per unit of work.
 
-    ``per``: (unit, n), e.g. ("token", 8) or ("kernel", 1): adds ``per_<unit>_j`` and ``<unit>s_per_j``.
+    ``per``: (unit, n) or (unit, n, what), e.g. ("token", 8, "decode tokens of this attention layer, not model
+    tokens") or ("kernel", 1): adds ``per_<unit>_j``, ``<unit>s_per_j`` and ``per_unit`` (``unit``, ``count``,
+    ``what``: what one unit is, so "token/J" of one attention layer is not read as tokens of the whole model).
     ``peak``: what :func:`power_series` measured (window and peak power), or None when no trace was kept.
     """
     total = acc.total_aj
@@ -153,9 +155,10 @@ def energy_summary(acc: EnergyAccount, *, per: tuple[str, int] | None = None, pe
                     for k, v in sorted(acc.coefs.items())},
     }
     if per is not None and per[1] > 0:
-        unit, n = per
+        unit, n, what = (*per, "")[:3]
         out[f"per_{unit}_j"] = _j(total) / n
         out[f"{unit}s_per_j"] = n / _j(total) if total else None
+        out["per_unit"] = {"unit": unit, "count": n, "what": what}
     if peak is not None:
         out["power"] = peak
     return out

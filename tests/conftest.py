@@ -10,6 +10,33 @@ from emulator.testing import deterministic, vclock  # noqa: F401  (fixtures)
 ROOT = Path(__file__).resolve().parents[1]
 EMU = [sys.executable, "-m", "tools.cli"]
 
+#: The suite's two tiers (docs/testing.md).  ``make test`` (the README's command) runs every test not marked
+#: ``slow``: each feature at validation scale, in a few minutes on two cores.  A test marked
+#: ``@pytest.mark.slow`` (or a ``pytest.param(..., marks=pytest.mark.slow)``) is a further parametrisation or
+#: a larger scale of something the fast tier already checks; ``make test-all`` (``pytest --slow``) runs them
+#: too and CI runs them after the fast tier (``make test-slow``).
+SLOW_REASON = "slow tier: `make test-all` (pytest --slow) runs it"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the tests marked slow (make test-all; docs/testing.md)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a larger scale or a further parametrisation of a feature the fast "
+                                       "tier checks; run by `make test-all` / `pytest --slow` (docs/testing.md)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without ``--slow`` the slow tier is deselected (reported as deselected, with the count)."""
+    if config.getoption("--slow"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+
 
 @pytest.fixture
 def emu(tmp_path):

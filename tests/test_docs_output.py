@@ -1,7 +1,5 @@
 """The README and the docs show real output: every block with ``$ emu ...`` output is run and compared
 (tests/docrun.py has the rules and the masks); a block that cannot run says why."""
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 
 import docrun
@@ -17,10 +15,10 @@ def test_every_block_runs_or_says_why_not():
     assert sum("skip" in b.options for b in ALL) <= 4
 
 
-def test_the_shown_output_is_the_real_output():
-    runnable = [b for b in ALL if "skip" not in b.options]
-    with ThreadPoolExecutor(2) as pool:
-        problems = [p for ps in pool.map(docrun.check, runnable) for p in ps]
+@pytest.mark.parametrize("block", [b for b in ALL if "skip" not in b.options], ids=lambda b: b.where)
+def test_the_shown_output_is_the_real_output(block):
+    """One test per block, so the test runner's workers share them out and a failure names its block."""
+    problems = docrun.check(block)
     assert not problems, "\n\n".join(problems) + "\n\n(python -m tests.docrun FILE prints the real output)"
 
 

@@ -236,3 +236,25 @@ def test_power_profile_in_the_bundle_and_the_perfetto_counter_tracks(tmp_path):
                 if p.HasField("track_descriptor") and p.track_descriptor.name.startswith("power ")}
     assert "power total (mW)" in counters and "power hbm (mW)" in counters
     assert {c for c in counters} == {f"power {c} (mW)" for c in ["total", *en["by_class_j"]]}
+
+
+def test_the_energy_line_says_what_one_unit_of_work_is(emu):
+    """token/J of an attention layer is not tokens of the model (issue 39): the energy line and result.json
+    say which unit is counted -- a token of the one attention layer the AHBM scenario runs, a launch of a
+    layer's kernel, a token of the whole Gemma model on pccx."""
+    from conftest import ROOT
+
+    from actors.ahbm.energy import energy_per as ahbm_per
+    from actors.pccx.energy import energy_per as pccx_per
+    from tools.cli import energy_line
+
+    cases = [("scenarios/ahbm/requests/trace.yaml", "token", "tokens of this attention layer, not of the whole model"),
+             ("scenarios/ahbm/gqa/decode.yaml", "kernel", "kernel launches: one layer's kernel, not a model token"),
+             ("scenarios/pccx/gemma3n/tiny-timing.yaml", "token", "tokens of the whole model")]
+    for scen, unit, what in cases:
+        r = emu("run", f"{ROOT}/{scen}", "--json", "--compact", "--no-bundle", "--quiet", check=0)
+        en = json.loads(r.stdout)["energy"]
+        assert en["per_unit"]["unit"] == unit and en["per_unit"]["what"] == what, (scen, en["per_unit"])
+        assert en["per_unit"]["count"] * en[f"per_{unit}_j"] == pytest.approx(en["total_j"])
+        assert f"{unit}/J, {what})" in energy_line(en), energy_line(en)
+    assert ahbm_per({}, {"tokens": 3})[:2] == ("token", 3) and pccx_per({}, {})[:2] == ("program", 1)

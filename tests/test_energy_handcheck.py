@@ -98,7 +98,7 @@ def test_the_shipped_hand_check_scenario_adds_up_exactly(tmp_path):
 
 
 @pytest.mark.parametrize("override", ["machine.overrides.energy.gemm.mac=0.6pJ",
-                                      "machine.overrides.energy.static.tcm=11mW",
+                                      pytest.param("machine.overrides.energy.static.tcm=11mW", marks=pytest.mark.slow),
                                       "machine.overrides.energy.ipcq.bit=0.2pJ/bit"])
 def test_a_changed_coefficient_moves_both_sums_alike(tmp_path, override):
     """The hand sum reads the coefficient from the profile as the run does: change one, both follow (and the

@@ -7,8 +7,9 @@ import pytest
 
 @pytest.mark.parametrize("scenario, sets", [
     ("scenarios/ahbm/gqa/decode_sp.yaml", []),
-    ("scenarios/ahbm/gqa/llama70b_decode_8k_1sip.yaml", ["--set", "workload.params.C=4",
-                                                          "--set", "workload.params.context=16384"]),
+    pytest.param("scenarios/ahbm/gqa/llama70b_decode_8k_1sip.yaml", ["--set", "workload.params.C=4",
+                                                                      "--set", "workload.params.context=16384"],
+                 marks=pytest.mark.slow),      # Llama shapes: the same tree at scale
 ])
 def test_decode_phases_sum_to_the_latency_and_follow_the_tree(emu, scenario, sets):
     res = json.loads(emu("run", scenario, *sets, "--no-bundle", "--json", "--quiet", check=0).stdout)

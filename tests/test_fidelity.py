@@ -27,7 +27,8 @@ def _run(*sets, sc=SC):
     return json.loads(p.stdout)
 
 
-@pytest.mark.parametrize("variant", [[], ["workload.params.ring_order=zigzag"], ["workload.params.ring_state=hbm"]],
+@pytest.mark.parametrize("variant", [[], pytest.param(["workload.params.ring_order=zigzag"], marks=pytest.mark.slow),
+                                     pytest.param(["workload.params.ring_state=hbm"], marks=pytest.mark.slow)],
                          ids=["contiguous", "zigzag", "hbm-state"])
 def test_pipeline_end_time_within_one_percent_and_fewer_messages(variant):
     block = _run("mode=timing", *variant)
@@ -61,7 +62,7 @@ def _compute_energy(r):
 
 
 @pytest.mark.parametrize("sc,sets", [(SC, ["workload.params.ring_state=hbm"]), ("scenarios/ahbm/gqa/decode.yaml", []),
-                                     ("scenarios/ahbm/attention_decode.yaml", [])],
+                                     pytest.param("scenarios/ahbm/attention_decode.yaml", [], marks=pytest.mark.slow)],
                          ids=["ring-hbm-state", "gqa-decode", "attention-decode"])
 def test_pipeline_hbm_stack_same_end_time_and_hbm_energy(sc, sets):
     """At pipeline (timing mode) a PE's channels are one HbmStack: the same per-channel timing, so these
@@ -112,7 +113,8 @@ def test_remote_hbm_through_the_port_same_times_and_energy():
 # that reads B (or A) from HBM, holds the GEMM array for the run and times its steps with the engine's
 # formulas (pipeline.HeldArray): the end times are the block model's exactly.
 
-HBM_OPERAND = ["scenarios/ahbm/gqa/decode.yaml", "scenarios/ahbm/gqa/decode_sp.yaml", "scenarios/ahbm/gqa/prefill.yaml"]
+HBM_OPERAND = ["scenarios/ahbm/gqa/decode.yaml",
+               pytest.param("scenarios/ahbm/gqa/decode_sp.yaml", marks=pytest.mark.slow), "scenarios/ahbm/gqa/prefill.yaml"]
 
 
 def _run_sc(sc, *sets):

@@ -249,17 +249,20 @@ def test_ring_auto_tiling_fits_a_block_the_tcm_cannot_hold_whole():
         assert_reference(ctx)
 
 
+_slow = pytest.mark.slow
 RING_TCM_CASES = [   # (params, expected (T_s, spill, piece), data mode) on 8 ranks: B = 32 tokens per rank, G = 4, d = 64
+    # the fast tier: whole block, spilled state, the dot variant spilled, pieces in data mode, zigzag with pieces
     ({}, (32, False, 32), False),
-    ({"q_tile": 4, "ring_state": "tcm"}, (4, False, 32), False),
     ({"q_tile": 4, "ring_state": "hbm"}, (4, True, 32), False),
-    ({"gemm": "dot"}, (32, False, 32), False),
     ({"gemm": "dot", "q_tile": 8, "ring_state": "hbm"}, (8, True, 32), False),
-    ({"ring_order": "zigzag"}, (16, False, 32), False),
     ({"kv_piece": 8}, (32, False, 8), True),
-    ({"kv_piece": 8, "q_tile": 4, "ring_state": "hbm"}, (4, True, 8), False),
     ({"kv_piece": 16, "ring_order": "zigzag"}, (16, False, 16), False),
-    ({"kv_piece": 8, "ring_order": "zigzag", "gemm": "dot", "q_tile": 4, "ring_state": "hbm"}, (4, True, 8), True),
+    pytest.param({"q_tile": 4, "ring_state": "tcm"}, (4, False, 32), False, marks=_slow),
+    pytest.param({"gemm": "dot"}, (32, False, 32), False, marks=_slow),
+    pytest.param({"ring_order": "zigzag"}, (16, False, 32), False, marks=_slow),
+    pytest.param({"kv_piece": 8, "q_tile": 4, "ring_state": "hbm"}, (4, True, 8), False, marks=_slow),
+    pytest.param({"kv_piece": 8, "ring_order": "zigzag", "gemm": "dot", "q_tile": 4, "ring_state": "hbm"},
+                 (4, True, 8), True, marks=_slow),
 ]
 
 

@@ -40,6 +40,7 @@ def test_ray_and_pool_give_identical_rows(tmp_path, local_ray):
         assert (tmp_path / "ray" / r["bundle"] / "result.json").is_file()
 
 
+@pytest.mark.slow      # the pool/Ray equality is checked on the sweep above; this is emu whatif's use of it
 def test_whatif_on_ray_gives_the_pool_rows(capsys, local_ray):
     """``emu whatif --backend ray``: the same variants, measured changes and key factors as on the pool (one
     resource of the small decode, one KV head in timing mode: baseline + 2 variants; the pool's own numbers are tests/test_explain_whatif.py's)."""

@@ -162,7 +162,9 @@ def energy_line(en: dict) -> str:
     from emulator.energy import CATEGORIES
 
     per = next((k[:-len("s_per_j")] for k in en if k.endswith("s_per_j")), None)
-    rate = f" ({en[per + 's_per_j']:.4g} {per}/J)" if per and en.get(per + "s_per_j") else ""
+    what = (en.get("per_unit") or {}).get("what")          # what one unit is (a token of one layer, ...)
+    rate = (f" ({en[per + 's_per_j']:.4g} {per}/J{', ' + what if what else ''})"
+            if per and en.get(per + "s_per_j") else "")
     split = ", ".join(f"{c} {en['split_pct'][c]:.1f}%" for c in CATEGORIES)
     caveat = f" ({en['caveat']})" if en.get("caveat") else ""
     return f"{_joules(en['total_j'])}{rate}, avg {en['avg_power_w']:.4g} W: {split}{caveat}"

@@ -168,11 +168,20 @@ def energy_caveat(params: dict, mode: str) -> str | None:
     return None
 
 
-def energy_per(params: dict, checks: dict) -> tuple[str, int]:
+#: what one unit of work is, printed beside "<unit>/J": the AHBM workloads run one attention layer (of the
+#: scenario's KV heads), so a "token" here is a decode step of that layer, not a token of the whole model
+#: (Llama3-70B has 80 such layers, and its FFNs, per model token)
+PER_WHAT = {"token": "tokens of this attention layer, not of the whole model",
+            "request": "requests through this attention layer",
+            "kernel": "kernel launches: one layer's kernel, not a model token"}
+
+
+def energy_per(params: dict, checks: dict) -> tuple[str, int, str]:
     """The unit energy is reported per: a decode token when the workload counts tokens (``gqa_requests``),
-    else a request when it counts requests, else the kernel (one launch)."""
+    else a request when it counts requests, else the kernel (one launch); with what one unit is
+    (:data:`PER_WHAT`)."""
     for key, unit in (("tokens", "token"), ("requests", "request")):
         n = checks.get(key)
         if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-            return unit, n
-    return "kernel", 1
+            return unit, n, PER_WHAT[unit]
+    return "kernel", 1, PER_WHAT["kernel"]

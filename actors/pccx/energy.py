@@ -114,10 +114,13 @@ def energy_inventory(system, profile: dict, end_ps: int) -> tuple[list, list]:
     return charges, leaks
 
 
-def energy_per(params: dict, checks: dict) -> tuple[str, int] | None:
-    """Per decode token for the gemma3n workload; per program run otherwise."""
+def energy_per(params: dict, checks: dict) -> tuple[str, int, str] | None:
+    """Per decode token for the gemma3n workload (a token of the whole model: every layer runs), with what
+    one unit is; per program run otherwise."""
     n = checks.get("tokens")
-    return ("token", n) if isinstance(n, int) and n > 0 else ("program", 1)
+    if isinstance(n, int) and n > 0:
+        return "token", n, "tokens of the whole model"
+    return "program", 1, "program runs"
 
 
 def energy_report(res: dict, energy: dict) -> None:
