@@ -55,6 +55,11 @@ class Actor:
     #: the ports and the parameters the class declares (emulator/declare.py: ``In`` / ``Out``, ``Param``)
     PORTS: tuple = ()
     PARAMS: tuple = ()
+    #: the attributes a state snapshot shows (``emu run --stop-at``, emulator/snapshot.py): the one hook a
+    #: component declares to be inspectable; :meth:`state` may add computed values
+    STATE: tuple = ()
+    #: list this component in a snapshot even at rest (a memory's occupancy matters when nobody accesses it)
+    STATE_AT_REST: bool = False
 
     def __init__(self, name: str):
         if not name or any(c in name for c in " \t\n"):
@@ -67,6 +72,8 @@ class Actor:
         self.blocked: dict = {}   # task -> (order, port) while waiting for a credit (emulator.link.waits_of)
         self.busy_ps = 0
         self.busy_spans = 0
+        self.busy_until = -1      # the end and label of the latest busy span (a snapshot's "busy until")
+        self.busy_label = ""
         self.finished_at: int | None = None
         self.killed = False
         self.cancel_scope = None
@@ -126,6 +133,8 @@ class Actor:
             raise ValueError(f"{self.name}: busy({duration}) is negative")
         self.busy_ps += duration
         self.busy_spans += 1
+        self.busy_until = end
+        self.busy_label = label
         self._emit((BUSY, t, self.id, end, label))
         # sleep_until inlined: one coroutine frame fewer per service time
         await _clock.park(clock.schedule(end, GLOBAL_RUN_CONTEXT.task))
@@ -144,6 +153,8 @@ class Actor:
         self.busy_ps += duration
         self.busy_spans += 1
         end = start + duration
+        if end > self.busy_until:
+            self.busy_until, self.busy_label = end, label
         self._emit((BUSY, start, self.id, end, label))
         return end
 
@@ -200,6 +211,7 @@ class Actor:
         self.faults = []
         self.blocked = {}
         self.busy_ps = self.busy_spans = 0
+        self.busy_until, self.busy_label = -1, ""
         self.finished_at = None
         self.killed = False
         self.cancel_scope = None
@@ -217,6 +229,13 @@ class Actor:
         with this reason.
         """
         return None
+
+    def state(self) -> dict:
+        """This component's own state for a snapshot: the attributes named in ``STATE`` (summarised:
+        emulator/snapshot.py ``value_summary``); override to add computed values (a memory's occupancy)."""
+        from emulator.snapshot import value_summary
+
+        return {name: value_summary(getattr(self, name, None)) for name in self.STATE}
 
     def describe(self) -> dict:
         """Parameters shown by ``emu explain`` (override to add model parameters)."""

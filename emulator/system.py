@@ -203,6 +203,10 @@ class System:
         self._token = None
         self._t0_wall = 0.0
         self.on_step = None  # optional per-time-step callback (progress display)
+        #: optional ``on_decided(reason)``: called once the run is decided (finished, deadlock, time limit,
+        #: ...), while every task is still parked where it waits -- the moment a state snapshot reads
+        #: the machine (emulator/snapshot.py, ``emu run --stop-at``)
+        self.on_decided = None
 
     # -- building -------------------------------------------------------------
     def add(self, actor: Actor) -> Actor:
@@ -353,6 +357,8 @@ class System:
                 for at, fault, targets in self.kills:
                     nursery.start_soon(killer, self, at, fault, targets, name=f"fault:{fault.label}")
                 reason = await self._park()
+                if self.on_decided is not None:
+                    self.on_decided(reason)
                 if reason == "error":
                     await self._collect_errors_at_this_instant()
                 if reason == "deadlock":
@@ -564,6 +570,12 @@ class System:
             return Abort.FAILED
 
         return await wait_task_rescheduled(abort)
+
+    def actor_tasks(self) -> dict:
+        """Actor name -> its Trio tasks (the guarded task and its sub-tasks), while the system runs."""
+        if self._nursery is None:
+            return {}
+        return {t.name: list(_task_tree([t])) for t in self._nursery.child_tasks if t.name in self.actors}
 
     # -- reports --------------------------------------------------------------
     def deadlock_report(self) -> DeadlockReport:

@@ -22,7 +22,7 @@ import sys
 import traceback
 
 from emulator.errors import BuildError, EmulatorError
-from emulator.schema import SchemaError
+from emulator.schema import Problem, SchemaError
 from emulator.units import format_time
 from tools.table import format_table
 
@@ -195,6 +195,11 @@ def _summary(res: dict) -> str:
         fired = (f"{f['injected']} injection(s) on {len(f['by_target'])} of {f['matched']} target(s)"
                  if f["fired"] else f"never fired ({f['matched']} target(s) matched)")
         lines.append(f"  fault          {f['fault']} ({f['kind']}): {fired}")
+    if res.get("state"):
+        st = res["state"]
+        states = ", ".join(f"{n} {k}" for k, n in sorted(st["states"].items(), key=lambda kv: -kv[1]))
+        lines.append(f"  stopped at     {format_time(st['t_ps'])}: {states or 'every actor at rest'}; "
+                     f"{st['messages_in_flight']} message(s) in flight; state digest {st['state_digest']}")
     if res.get("bundle"):
         lines.append(f"  bundle         {res['bundle']}")
     if res.get("limits"):
@@ -209,8 +214,9 @@ def cmd_run(args) -> int:
     from tools.run.runner import execute, plan_run
 
     sc = _load(args.scenario, args.set)
+    stop_at = _stop_at(args.stop_at)
     plan = plan_run(sc, out=args.out, bundle=not args.no_bundle, trace_path=args.trace,
-                    plots=True if args.plots else None)
+                    plots=True if args.plots else None, stop_at=stop_at)
     from tools.run.bundle import check_trace_path, prepare_bundle
 
     bundle = None
@@ -240,6 +246,21 @@ def cmd_run(args) -> int:
     return finish(outcome)
 
 
+def _stop_at(text: str | None) -> int | None:
+    """``--stop-at`` as integer picoseconds (a time with its unit: ``2.3us``), else a usage error."""
+    if text is None:
+        return None
+    from emulator.units import UnitError, parse_time
+    try:
+        t = parse_time(text)
+    except (UnitError, ValueError) as e:
+        raise SchemaError([Problem("emu run", None, "--stop-at", "a time with a unit, like 2.3us or 500ns", repr(text))]) \
+            from e
+    if t <= 0:
+        raise SchemaError([Problem("emu run", None, "--stop-at", "a time after 0", repr(text))])
+    return t
+
+
 def _report_run(args, plan, bundle, outcome) -> int:
     """Write the bundle and print the outcome of ``emu run``; returns the exit status."""
     from tools.run.runner import EXIT_CODES
@@ -265,6 +286,10 @@ def _report_run(args, plan, bundle, outcome) -> int:
             print(f"note: {note}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
+    if plan.stop_at is not None and outcome.state is None and res["status"] == "finished":
+        print(f"error: --stop-at {format_time(plan.stop_at)}: the run finished at {format_time(res['end_time_ps'])}, "
+              "before it: no state to show (its bundle is the whole run's)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return EXIT_CODES.get(res["status"], 1)
 
 
@@ -301,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--trace", help="write the binary trace to this file")
     r.add_argument("--plots", action="store_true", help="also write PNG plots into the bundle")
     r.add_argument("--quiet", action="store_true", help="no progress display")
+    r.add_argument("--stop-at", metavar="TIME", help="break the run at this virtual time (a time with a unit: "
+                   "2.3us) and write the machine's state there into the bundle (state.json; emu inspect BUNDLE); "
+                   "default: run to the end")
     r.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check a scenario without running it (--schema: print the format)")
@@ -339,6 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain_profile.add_parser(sub)   # emu profile (tools/explain/)
     from tools.explain import whatif
     whatif.add_parser(sub)            # emu whatif
+    from tools.run import inspect as inspect_state
+    inspect_state.add_parser(sub)     # emu inspect: the state where --stop-at stopped a run
     return p
 
 

@@ -89,6 +89,7 @@ FORGOTTEN = {"engine": "", "end": 0, "forgotten": True}
 class PeCpu(Actor):
     """A PE CPU (see the module docstring); it offers the ``tl`` runtime's backend interface
     (actors/ahbm/tl/backend.py, a structural protocol) without importing the runtime."""
+    STATE = ("inflight", "outstanding", "mailbox", "noc_waiting", "seq")   # what a state snapshot shows (emulator/snapshot.py)
 
     daemon = True
     PORTS = (In("launch", Launch, KernelLaunch, doc="a script or a registered launch type, from the host", idle=True),

@@ -103,6 +103,7 @@ def _scatter(parts, image) -> list:
 
 class DmaEngine(Actor):
     """HBM <-> TCM block moves, local or remote (module docstring)."""
+    STATE = ("in_flight", "peak_in_flight", "outstanding", "bytes_moved", "loading")   # what a state snapshot shows (emulator/snapshot.py)
 
     daemon = True
     starts_on = "cmd"    # started by its first command (Actor.starts_on)

@@ -50,6 +50,7 @@ __all__ = ["GemmEngine"]
 
 class GemmEngine(Actor):
     """The R x C MAC array (module docstring)."""
+    STATE = ("macs", "array_ps")   # what a state snapshot shows (emulator/snapshot.py)
 
     daemon = True
     starts_on = "cmd"    # started by its first command (Actor.starts_on)
@@ -159,6 +160,7 @@ class GemmEngine(Actor):
                 self.busy_ps += t1 - t0
                 self.busy_spans += 1
                 emit((BUSY, t0, aid, t1, label))
+            self.busy_until, self.busy_label = sch.spans[-1][1], label     # what a state snapshot shows
             await self.sleep_until(sch.spans[-1][1])
         self.array_ps += sch.core_ps
         self.macs += sch.macs
@@ -189,6 +191,8 @@ class GemmEngine(Actor):
             self.busy_ps += t1 - t0
             self.busy_spans += 1
             emit((BUSY, t0, aid, t1, label))
+            if t1 > self.busy_until:
+                self.busy_until, self.busy_label = t1, label
         self.array_ps += r.core_ps
         self.macs += r.macs
         self.report("macs", self.macs)

@@ -88,6 +88,7 @@ def _result_shape_of(op: str, shapes: tuple) -> tuple:
 
 class MathEngine(Actor):
     """Element-wise ops and row reductions (module docstring)."""
+    STATE = ("elements",)   # what a state snapshot shows (emulator/snapshot.py)
 
     daemon = True
     starts_on = "cmd"    # started by its first command (Actor.starts_on)

@@ -59,6 +59,7 @@ __all__ = ["HbmChannel", "HbmStack", "Tcm", "TcmClient", "TCM_CLIENT_PORTS", "nb
 
 class HbmChannel(Actor):
     """One HBM pseudo-channel controller of a PE (pipelined, see the module docstring)."""
+    STATE = ("bytes_by_op",)   # what a state snapshot shows (emulator/snapshot.py)
 
     daemon = True
     starts_on = "req"    # started by its first request (Actor.starts_on)
@@ -156,6 +157,7 @@ class HbmStack(Actor):
     burst (so a critical path through the HBM stays the HBM's), not every channel's bursts; there
     are no fault hooks on the bursts.  Data mode is not modelled here (the builder keeps the channels).
     """
+    STATE = ("free_at", "bytes_by_op")   # what a state snapshot shows (emulator/snapshot.py)
 
     daemon = True
     starts_on = "req"    # started by its first request (Actor.starts_on)
@@ -270,6 +272,8 @@ def nbytes_of(x) -> int:
 
 class Tcm(Actor):
     """The PE's scratch memory: named buffers, capacity-checked."""
+    STATE = ("used", "peak", "capacity")   # what a state snapshot shows (emulator/snapshot.py), at rest too
+    STATE_AT_REST = True
 
     daemon = True
     starts_on = "req"    # started by its first access (Actor.starts_on)
@@ -286,6 +290,14 @@ class Tcm(Actor):
         self.bufs: dict[str, object] = {}
         self.used = 0
         self.peak = 0
+
+    def state(self) -> dict:
+        """``STATE`` and the bytes each live buffer holds, largest first (a snapshot's TCM occupancy); nothing
+        for a TCM never used."""
+        if not self.peak:
+            return {}
+        by_buf = sorted(((nbytes_of(v), k) for k, v in self.bufs.items()), reverse=True)
+        return {**super().state(), "buffers": len(by_buf), "bytes_by_buffer": {k: n for n, k in by_buf[:16]}}
 
     def preload(self, buf: str, data) -> None:
         """Build-time initial contents (the host's placement before the run)."""

@@ -144,6 +144,8 @@ class PortLoad(Actor):
         if t1 > t0:
             self.busy_ps += t1 - t0
             self.busy_spans += 1
+            if t1 > self.busy_until:
+                self.busy_until, self.busy_label = t1, label
             self._emit((BUSY, t0, self.id, t1, label))
 
     async def run(self) -> None:

@@ -130,6 +130,7 @@ async def read_operands(engine: Actor, f: dict, K: int, N: int):
 
 class MatEngine(Actor):
     """The GEMM systolic array (``lanes`` x ``macs_per_lane`` MAC/clk); see the module docstring."""
+    STATE = ("macs", "next_port")   # what a state snapshot shows (emulator/snapshot.py)
 
     daemon = True
     PORTS = (In("uop", Uop, doc="GEMM µops from the dispatcher", idle=True),
@@ -233,6 +234,7 @@ class MatEngine(Actor):
 
 class Cvo(Actor):
     """The CVO/SFU unit with its L2 stream bridge; see the module docstring."""
+    STATE = ("fifo_entries", "done_seq", "fifo_hits", "elements")   # what a state snapshot shows (emulator/snapshot.py)
 
     daemon = True
     PORTS = (In("uop", Uop, doc="CVO µops from the scheduler", idle=True),

@@ -230,6 +230,7 @@ class GlobalScheduler(Actor):
     GEMV µop as ``after_cvo``; the GEMV unit, which knows its K, waits for the newest overlapping one
     to retire before it reads its activation (GemvFront), so no DONE poll is needed between them.
     """
+    STATE = ("last_gemv", "claimed", "cvo_writes")   # what a state snapshot shows (emulator/snapshot.py)
 
     daemon = True
     PORTS = (In("in", Uop, doc="decoded µops", idle=True), In("done", Status, doc="completions of every engine"),

@@ -203,6 +203,7 @@ def gemv_ports(g: dict) -> list[int]:
 
 class GemvFront(Actor):
     """GEMV control: L2 reads, the row / head split over the lanes in use, the combine and the result write."""
+    STATE = ("credits", "sfu_fifo_words", "claimed", "fifo_entries", "fifo_stall_ps", "cvo_retired")   # what a state snapshot shows (emulator/snapshot.py)
 
     daemon = True
     PORTS = (In("uop", Uop, doc="GEMV µops from the dispatcher", idle=True),
@@ -365,6 +366,7 @@ class GemvFront(Actor):
 
 class GemvLane(Actor):
     """One GEMV lane: ``macs_per_lane`` MAC/clk on the bursts of its weight input(s) (none: zero weights)."""
+    STATE = ("macs", "zero_rows")   # what a state snapshot shows (emulator/snapshot.py)
 
     daemon = True
     PORTS = (In("job", LaneJob, doc="row blocks / heads from the GEMV front", idle=True),

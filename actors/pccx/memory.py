@@ -131,6 +131,7 @@ class HostDDR(Actor):
 
 class L2(Actor):
     """The L2 (URAM) with port A (ACP) and port B (compute, priority GEMM > GEMV > CVO)."""
+    STATE = ("rd_words", "wr_words")   # what a state snapshot shows (emulator/snapshot.py)
 
     daemon = True
     PORT_B_PRIORITY = ("gemm", "gemv", "cvo")
@@ -182,6 +183,7 @@ class L2(Actor):
 
 class HpPort(Actor):
     """A DataMover + HP port feeding one weight FIFO (the ``fifo`` out-port's link)."""
+    STATE = ("bursts", "moved_bytes", "outstanding")   # what a state snapshot shows (emulator/snapshot.py)
 
     daemon = True
     PORTS = (In("cmd", DmCmd, doc="DataMover commands from the driver", idle=True),

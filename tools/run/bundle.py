@@ -45,7 +45,7 @@ __all__ = ["Bundle", "BundleError", "prepare_bundle", "check_trace_path", "BUNDL
 
 BUNDLE_FILES = ("scenario.yaml", "scenario.resolved.yaml", "profile.yaml", "result.json", "actors.csv", "links.csv",
                 "power.csv",
-                "faults.json", "trace.emutrace", "trace.pftrace", "trace.perfetto.json")
+                "faults.json", "state.json", "trace.emutrace", "trace.pftrace", "trace.perfetto.json")
 INPUT_PREFIX = "input."
 TABLE_PREFIX = "table."
 #: the bundle's Perfetto file is trimmed at this size (with a note saying what was cut)
@@ -119,6 +119,10 @@ class Bundle:
                 and Path(outcome.trace_path).exists()):   # asked for plots or Perfetto: the power profile too
             power = run_power(outcome.energy, outcome.trace_path, result.end_time_ps)
             write_power(d, power, res)
+        if outcome.state is not None:               # the state snapshot at --stop-at (emulator/snapshot.py)
+            with open(d / "state.json", "w") as f:
+                json.dump(outcome.state, f, indent=1)
+            res["state"]["file"] = "state.json"
         if result is not None and result.faults:   # every injection; result.json holds the per-fault summary
             with open(d / "faults.json", "w") as f:
                 json.dump(result.faults, f, indent=None)

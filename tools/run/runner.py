@@ -39,6 +39,7 @@ from emulator.interrupt import RunStopped, StopSwitch
 from emulator.scenario import Scenario
 from emulator.system import RunResult, System, building, versions
 from emulator.trace import TraceOptions
+from emulator.units import format_time
 from tools.run.energy import report_energy, run_energy
 
 __all__ = ["RunPlan", "RunOutcome", "plan_run", "execute", "final_status", "build_system", "run_scenario", "result_dict",
@@ -46,7 +47,7 @@ __all__ = ["RunPlan", "RunOutcome", "plan_run", "execute", "final_status", "buil
            "DEFAULT_WALL_TIMEOUT_S", "DEFAULT_TRACE_KEEP_MB"]
 
 #: exit status of ``emu run`` per final status (docs/exit-codes.md has the table for every command)
-EXIT_CODES = {"finished": 0, "error": 1, "deadlock": 3, "time-limit": 4, "wall-timeout": 5, "killed": 6,
+EXIT_CODES = {"finished": 0, "stopped": 0, "error": 1, "deadlock": 3, "time-limit": 4, "wall-timeout": 5, "killed": 6,
               "interrupted": 130}
 EXIT_BAD_INPUT = 2
 #: the wall-clock guard when the scenario sets no ``stop.wall_timeout`` (``--set stop.wall_timeout=10h``)
@@ -74,6 +75,7 @@ class RunPlan:
     wall_timeout_s: float | None     # wall-clock guard over build + run + check
     plots: bool
     notes: tuple = ()                # things the user should know about the plan
+    stop_at: int | None = None       # break at this virtual time (ps) with a state snapshot (emu run --stop-at)
 
 
 def _explicit(scenario: Scenario, *path) -> Any:
@@ -87,7 +89,7 @@ def _explicit(scenario: Scenario, *path) -> Any:
 
 
 def plan_run(scenario: Scenario, *, out: str | None = None, bundle: bool = True, trace_path: str | None = None,
-             plots: bool | None = None) -> RunPlan:
+             plots: bool | None = None, stop_at: int | None = None) -> RunPlan:
     """The plan of one run.
 
     Trace policy: ``trace_path`` (``--trace``) or the scenario's ``trace.path``
@@ -121,10 +123,14 @@ def plan_run(scenario: Scenario, *, out: str | None = None, bundle: bool = True,
     wall = stop.get("wall_timeout")
     if plots is None:
         plots = bool(scenario.output.get("plots", False))
+    max_time = stop.get("max_time")
+    if stop_at is not None and max_time is not None and stop_at > max_time:
+        notes.append(f"--stop-at {format_time(stop_at)} is past the scenario's stop.max_time "
+                     f"{format_time(max_time)}: the run ends there, without a state snapshot")
     return RunPlan(scenario=scenario, family=fam, workload=workload, out_dir=out_dir, trace=topts,
-                   trace_requested=requested, max_time=stop.get("max_time"),
+                   trace_requested=requested, max_time=max_time,
                    wall_timeout_s=(wall / 1e12) if wall else DEFAULT_WALL_TIMEOUT_S, plots=bool(plots),
-                   notes=tuple(notes))
+                   notes=tuple(notes), stop_at=stop_at)
 
 
 def _build(plan: RunPlan) -> tuple[System, Any, Any]:
@@ -185,6 +191,7 @@ class RunOutcome:
     context: Any = None              # what the workload's ``build`` returned (handed to its check)
     checks: dict = field(default_factory=dict)   # what the workload's check measured (also in ``res``)
     energy: Any = None               # the exact energy account (emulator/energy.py), None without a model
+    state: dict | None = None        # the state snapshot at the plan's stop_at (emulator/snapshot.py)
 
 
 def final_status(result: RunResult | None, checks: dict, stopped: str | None) -> tuple[str, str | None]:
@@ -211,6 +218,13 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
     phase = "build"
     t0 = time.perf_counter()
     build_s = 0.0
+    snap: dict = {}
+
+    def take_snapshot(reason: str) -> None:
+        if reason == "time-limit":           # at the break (not at a deadlock or an error before it)
+            from emulator.snapshot import snapshot, state_digest
+            snap.update(snapshot(system))
+            snap["state_digest"] = state_digest(snap)
 
     def stuck(reason: str) -> None:
         partial = system.stop_result(reason) if system is not None else None
@@ -227,9 +241,15 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
             phase = "run"
             if progress is not None:
                 progress.attach(system, workload.progress and (lambda: workload.progress(system)))
+            until = plan.max_time
+            if plan.stop_at is not None and (until is None or plan.stop_at <= until):
+                until = plan.stop_at
+                system.on_decided = take_snapshot
             with switch.soft(system.request_stop):
-                result = system.run(until=plan.max_time, footer=False,
+                result = system.run(until=until, footer=False,
                                     wall_timeout=None if switch.active else plan.wall_timeout_s)
+            if snap and result.status == "time-limit":
+                result.status = "stopped"          # the break asked for, not a guard's limit
             switch.check()
             if result.status not in STOPPED:
                 phase = "check"
@@ -260,6 +280,13 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
     res = result_dict(sc, system, result, status, error, checks, trace_path, build_s)
     if stopped:
         res["stopped_in"] = phase
+    if snap:
+        res["state"] = {"t_ps": snap["t_ps"], "state_digest": snap["state_digest"],
+                        "trace_digest": snap["trace_digest"], "states": snap["states"],
+                        "messages_in_flight": snap["messages_in_flight"]}
+    elif plan.stop_at is not None and result is not None and result.status not in ("time-limit",):
+        notes.append(f"--stop-at {format_time(plan.stop_at)}: the run ended ({result.status}) at "
+                     f"{format_time(result.end_time_ps)}, before it: no state snapshot")
     energy = None
     if result is not None:   # from the counters the run kept (docs/energy.md); never traced, digest unchanged
         energy, res["energy"] = run_energy(plan.family, system, sc.profile, sc.params, checks, result.end_time_ps)
@@ -272,7 +299,7 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
         dropped = plan.trace is not None and trace_path is None and not plan.trace_requested   # the size policy
         res["limits"] = run_limits(sc, res, trace_path, context, trace_dropped=dropped)
     return RunOutcome(res=res, system=system, result=result, trace_path=trace_path, notes=notes, context=context,
-                      checks=checks, energy=energy)
+                      checks=checks, energy=energy, state=snap or None)
 
 
 def _apply_trace_policy(plan: RunPlan, trace_path: str | None, notes: list) -> str | None:
