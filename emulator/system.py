@@ -207,6 +207,9 @@ class System:
         #: ...), while every task is still parked where it waits -- the moment a state snapshot reads
         #: the machine (emulator/snapshot.py, ``emu run --stop-at``)
         self.on_decided = None
+        #: ``checkpoint_every`` ps: the trace digest is recorded at every multiple of it (:meth:`_checkpointer`)
+        self.checkpoint_every: int | None = None
+        self.checkpoints: list[dict] = []
 
     # -- building -------------------------------------------------------------
     def add(self, actor: Actor) -> Actor:
@@ -323,7 +326,7 @@ class System:
         # which the clock's I/O poll serves within a bounded wall time (emulator/clock.py)
         clock.on_limit = lambda: self._wake(self._stop_reason or "time-limit")
         clock.events, clock.flush = self.recorder.events, self.recorder.flush  # buffer kept bounded per step
-        clock.on_step = self.on_step
+        clock.on_step = self._checkpointer(self.on_step) if self.checkpoint_every else self.on_step
         self._remaining = sum(1 for a in self.actors.values() if not a.daemon)
         self._super_task = current_task()
         self._token = current_trio_token()
@@ -570,6 +573,26 @@ class System:
             return Abort.FAILED
 
         return await wait_task_rescheduled(abort)
+
+    def _checkpointer(self, inner):
+        """The per-step hook that records checkpoints: at a time step ``t`` that passes one or more multiples
+        ``b`` of ``checkpoint_every``, the digest and count of the events so far -- every event of the steps
+        before ``t``, so the run's state at each such ``b`` -- as ``{"from_ps", "t_ps", "events",
+        "digest"}`` (``from_ps`` .. ``t_ps``: the multiples it covers: nothing happened between them).  Two
+        runs whose digests differ at ``b`` and agree at ``b - every`` diverge within that interval
+        (``emu bisect``); recording costs one flush and a hash copy per checkpoint, no trace file."""
+        every, rec, marks = self.checkpoint_every, self.recorder, self.checkpoints
+        due = [every]
+
+        def on_step(t: int) -> None:
+            if t >= due[0]:
+                rec.flush()
+                last = t - t % every
+                marks.append({"from_ps": due[0], "t_ps": last, "events": rec.count, "digest": rec.digest})
+                due[0] = last + every
+            if inner is not None:
+                inner(t)
+        return on_step
 
     def actor_tasks(self) -> dict:
         """Actor name -> its Trio tasks (the guarded task and its sub-tasks), while the system runs."""

@@ -85,3 +85,27 @@ def test_bad_stops_and_bundles_without_a_state_are_clear_errors(emu, tmp_path):
     (tmp_path / "bad.json").write_text("[1, 2]")
     r = emu("inspect", tmp_path / "bad.json", check=2)
     assert "not a state snapshot" in r.stderr
+
+
+def test_bisect_finds_the_checkpoint_interval_where_a_fault_makes_two_runs_part(emu, tmp_path):
+    """Checkpoints cost no change to the run (same digest); two runs with the same checkpoints agree; a delay
+    fault on the first reduction hop's link parts them in the interval that holds the hop's send."""
+    tf = _full_run(emu, tmp_path)
+    name, send, _ = _first_ipcq_hop(tf)
+    runs = {}
+    for key, sets in (("a", []), ("b", []),
+                      ("fault", ["--set", f'faults=[{{kind: delay, link: "{name}", delay: 5ns, start: 1ps}}]'])):
+        r = emu("run", DECODE_SP, "--quiet", "--no-bundle", "--json", "--compact", "--checkpoint-every", "200ns",
+                *sets, check=0)
+        (tmp_path / f"{key}.json").write_text(r.stdout)
+        runs[key] = json.loads(r.stdout)
+    assert runs["a"]["digest"] == tf.footer["digest"]            # checkpoints change nothing
+    marks = runs["a"]["checkpoints"]["marks"]
+    assert marks and all(m["t_ps"] % 200_000 == 0 and m["from_ps"] <= m["t_ps"] for m in marks)
+    assert emu("bisect", tmp_path / "a.json", tmp_path / "b.json", check=0).stdout.startswith("same state")
+    out = emu("bisect", tmp_path / "a.json", tmp_path / "fault.json", check=1).stdout
+    lo, hi = send[1] - send[1] % 200_000, send[1] - send[1] % 200_000 + 200_000
+    from emulator.units import format_time
+    assert f"the runs part between {format_time(lo)} and {format_time(hi)}" in out, (out, send[1])
+    r = emu("bisect", tmp_path / "a.json", tmp_path / "missing.json", check=2)
+    assert "no readable result.json" in r.stderr

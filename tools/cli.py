@@ -214,9 +214,10 @@ def cmd_run(args) -> int:
     from tools.run.runner import execute, plan_run
 
     sc = _load(args.scenario, args.set)
-    stop_at = _stop_at(args.stop_at)
+    stop_at = _time_option("--stop-at", args.stop_at)
     plan = plan_run(sc, out=args.out, bundle=not args.no_bundle, trace_path=args.trace,
-                    plots=True if args.plots else None, stop_at=stop_at)
+                    plots=True if args.plots else None, stop_at=stop_at,
+                    checkpoint_every=_time_option("--checkpoint-every", args.checkpoint_every))
     from tools.run.bundle import check_trace_path, prepare_bundle
 
     bundle = None
@@ -246,18 +247,19 @@ def cmd_run(args) -> int:
     return finish(outcome)
 
 
-def _stop_at(text: str | None) -> int | None:
-    """``--stop-at`` as integer picoseconds (a time with its unit: ``2.3us``), else a usage error."""
+def _time_option(option: str, text: str | None) -> int | None:
+    """A time option (``--stop-at``) as integer picoseconds (a time with its unit: ``2.3us``), else a usage
+    error naming the option."""
     if text is None:
         return None
     from emulator.units import UnitError, parse_time
     try:
         t = parse_time(text)
     except (UnitError, ValueError) as e:
-        raise SchemaError([Problem("emu run", None, "--stop-at", "a time with a unit, like 2.3us or 500ns", repr(text))]) \
+        raise SchemaError([Problem("emu run", None, option, "a time with a unit, like 2.3us or 500ns", repr(text))]) \
             from e
     if t <= 0:
-        raise SchemaError([Problem("emu run", None, "--stop-at", "a time after 0", repr(text))])
+        raise SchemaError([Problem("emu run", None, option, "a time after 0", repr(text))])
     return t
 
 
@@ -329,6 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--stop-at", metavar="TIME", help="break the run at this virtual time (a time with a unit: "
                    "2.3us) and write the machine's state there into the bundle (state.json; emu inspect BUNDLE); "
                    "default: run to the end")
+    r.add_argument("--checkpoint-every", metavar="TIME", help="record the trace digest at every multiple of this "
+                   "virtual time in result.json (checkpoints), so emu bisect A B finds where two runs part; "
+                   "default: none")
     r.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check a scenario without running it (--schema: print the format)")
@@ -369,6 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     whatif.add_parser(sub)            # emu whatif
     from tools.run import inspect as inspect_state
     inspect_state.add_parser(sub)     # emu inspect: the state where --stop-at stopped a run
+    from tools.trace import bisect
+    bisect.add_parser(sub)            # emu bisect: the first checkpoint interval where two runs part
     return p
 
 

@@ -76,6 +76,7 @@ class RunPlan:
     plots: bool
     notes: tuple = ()                # things the user should know about the plan
     stop_at: int | None = None       # break at this virtual time (ps) with a state snapshot (emu run --stop-at)
+    checkpoint_every: int | None = None   # record the trace digest at every multiple of it (emu run --checkpoint-every)
 
 
 def _explicit(scenario: Scenario, *path) -> Any:
@@ -89,7 +90,7 @@ def _explicit(scenario: Scenario, *path) -> Any:
 
 
 def plan_run(scenario: Scenario, *, out: str | None = None, bundle: bool = True, trace_path: str | None = None,
-             plots: bool | None = None, stop_at: int | None = None) -> RunPlan:
+             plots: bool | None = None, stop_at: int | None = None, checkpoint_every: int | None = None) -> RunPlan:
     """The plan of one run.
 
     Trace policy: ``trace_path`` (``--trace``) or the scenario's ``trace.path``
@@ -130,7 +131,7 @@ def plan_run(scenario: Scenario, *, out: str | None = None, bundle: bool = True,
     return RunPlan(scenario=scenario, family=fam, workload=workload, out_dir=out_dir, trace=topts,
                    trace_requested=requested, max_time=max_time,
                    wall_timeout_s=(wall / 1e12) if wall else DEFAULT_WALL_TIMEOUT_S, plots=bool(plots),
-                   notes=tuple(notes), stop_at=stop_at)
+                   notes=tuple(notes), stop_at=stop_at, checkpoint_every=checkpoint_every)
 
 
 def _build(plan: RunPlan) -> tuple[System, Any, Any]:
@@ -241,6 +242,7 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
             phase = "run"
             if progress is not None:
                 progress.attach(system, workload.progress and (lambda: workload.progress(system)))
+            system.checkpoint_every = plan.checkpoint_every
             until = plan.max_time
             if plan.stop_at is not None and (until is None or plan.stop_at <= until):
                 until = plan.stop_at
@@ -280,6 +282,8 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
     res = result_dict(sc, system, result, status, error, checks, trace_path, build_s)
     if stopped:
         res["stopped_in"] = phase
+    if plan.checkpoint_every and system is not None:
+        res["checkpoints"] = {"every_ps": plan.checkpoint_every, "marks": system.checkpoints}
     if snap:
         res["state"] = {"t_ps": snap["t_ps"], "state_digest": snap["state_digest"],
                         "trace_digest": snap["trace_digest"], "states": snap["states"],
