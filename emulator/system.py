@@ -207,6 +207,10 @@ class System:
         #: ...), while every task is still parked where it waits -- the moment a state snapshot reads
         #: the machine (emulator/snapshot.py, ``emu run --stop-at``)
         self.on_decided = None
+        #: optional ``on_pause() -> bool``: called when virtual time would pass the clock's limit; True when it
+        #: woke a task that will move the limit on (a test stepping the run, tools/pytest_plugin.py ``stepped``):
+        #: the run is paused there, not ended
+        self.on_pause = None
         #: ``checkpoint_every`` ps: the trace digest is recorded at every multiple of it (:meth:`_checkpointer`)
         self.checkpoint_every: int | None = None
         self.checkpoints: list[dict] = []
@@ -304,6 +308,14 @@ class System:
         if token is not None:
             _safe_soon(token, self._limit_now)
 
+    def _limit_reached(self) -> bool:
+        """Virtual time would pass the limit: pause (:attr:`on_pause`) or end the run (``time-limit``, or the
+        reason of a stop request)."""
+        if (self._stop_reason is None and self.on_pause is not None and self.clock.overflow is None
+                and self.on_pause()):
+            return True
+        return self._wake(self._stop_reason or "time-limit")
+
     def _limit_now(self) -> None:
         clock = self.clock
         if clock is not None and clock.limit > clock.now:
@@ -324,7 +336,7 @@ class System:
         clock.limit = min(until, HORIZON_PS) if until is not None else HORIZON_PS
         # a stop request (emulator.interrupt) pulls the limit down to now through run_sync_soon,
         # which the clock's I/O poll serves within a bounded wall time (emulator/clock.py)
-        clock.on_limit = lambda: self._wake(self._stop_reason or "time-limit")
+        clock.on_limit = self._limit_reached
         clock.events, clock.flush = self.recorder.events, self.recorder.flush  # buffer kept bounded per step
         clock.on_step = self._checkpointer(self.on_step) if self.checkpoint_every else self.on_step
         self._remaining = sum(1 for a in self.actors.values() if not a.daemon)

@@ -179,6 +179,12 @@ class ClockDomain:
         self.hz = int(hz)
         self.period_ps = Fraction(PS_PER_S, self.hz)
 
+    def __eq__(self, other) -> bool:       # by value: two profiles' equal clocks are the same clock
+        return isinstance(other, ClockDomain) and (self.name, self.hz) == (other.name, other.hz)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.hz))
+
     @classmethod
     def parse(cls, value, name: str = "clk") -> "ClockDomain":
         return cls(parse_frequency(value), name)

@@ -128,3 +128,36 @@ def test_run_sync_has_the_metrics_of_emu_run(emu_sim):
     run = emu_sim.run_sync(REDUCE, set=SMALL)
     assert run.metrics["max_abs_err"] == run.json["max_abs_err"] < 1e-5
     assert run.json["end_time_ps"] == run.end_time and run.json["digest"] == run.digest
+
+
+def _ipcq_hop_in_flight(sim) -> bool:
+    return any(l.inflight for l in sim.system.links
+               if l.src.owner.name.endswith("/ipcq") and l.dst.owner.name.endswith("/ipcq"))
+
+
+async def test_a_stepped_run_pauses_for_inspection_and_resumes_to_the_same_run(vclock, emu_sim, emu):
+    """run_until(T), run_until(condition), state(path), resume(): pausing reads the machine mid-run and
+    changes nothing (the finished run has the digest of an uninterrupted emu run)."""
+    import json as _json
+    whole = _json.loads(emu("run", f"{ROOT}/scenarios/ahbm/gqa/decode_sp.yaml", "--json", "--compact",
+                            "--no-bundle", "--quiet", check=0).stdout)
+    async with emu_sim.stepped("scenarios/ahbm/gqa/decode_sp.yaml") as sim:
+        assert await sim.run_until("1us") == 1_000_000 == sim.now
+        cpu = sim.state("sip0/cube00/pe0/cpu")
+        assert cpu["type"] == "PeCpu" and cpu["state"] in ("busy", "recv", "waiting")
+        assert len(sim.state("sip0/cube00/pe0/*")) >= 5
+        assert not _ipcq_hop_in_flight(sim)
+        t = await sim.run_until(_ipcq_hop_in_flight)            # the Level-2 reduction's first hop
+        hops = {n: l for n, l in sim.state("links").items() if "/ipcq.tx_" in n and l["in_flight"]}
+        assert hops and all(m["kind"] == "IpcqData" and m["deliver_ps"] > t for l in hops.values()
+                            for m in l["in_flight"])
+        run = await sim.resume()
+    assert run.status == "finished" and run.digest == whole["digest"] and run.end_time == whole["end_time_ps"]
+
+
+async def test_run_until_past_the_end_says_the_run_ended(vclock, emu_sim):
+    async with emu_sim.stepped("scenarios/demo/reduce.yaml") as sim:
+        with pytest.raises(AssertionError, match="the run ended .finished. at 16.1418us before run_until.1ms."):
+            await sim.run_until("1ms")
+        with pytest.raises(AssertionError, match="the run is over"):
+            await sim.run_until("2ms")

@@ -376,6 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
     inspect_state.add_parser(sub)     # emu inspect: the state where --stop-at stopped a run
     from tools.trace import bisect
     bisect.add_parser(sub)            # emu bisect: the first checkpoint interval where two runs part
+    from tools.run import fork
+    fork.add_parser(sub)              # emu fork: re-run to a time, change something, compare the futures
     return p
 
 

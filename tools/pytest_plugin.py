@@ -55,11 +55,14 @@ from __future__ import annotations
 
 import fnmatch
 import inspect
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+import trio
 
 from emulator.clock import VirtualClock, current_clock, deterministic_scheduling
+from emulator.system import HORIZON_PS
 from emulator.trace import BLOCK, FAULT, KIND_CODES, KINDS, SEND, TraceFile, read_trace
 from emulator.units import format_time, parse_time
 
@@ -399,6 +402,41 @@ class SimHarness:
         run.trace_path = str(path)
         return run
 
+    @asynccontextmanager
+    async def stepped(self, scenario, *, set=(), faults=(), seed: int | None = None, mode: str | None = None):
+        """Run a scenario on the test's virtual clock in steps: ``async with emu_sim.stepped(path) as sim:``,
+        then ``await sim.run_until("2.3us")`` or ``await sim.run_until(lambda sim: ...)``, ``sim.state(glob)``
+        on the paused machine, and ``run = await sim.resume()`` to the end (a :class:`SimRun`).  Leaving the
+        block runs what is left to the end.  One per test, like :meth:`run`."""
+        from tools.run.runner import build_system
+
+        clock = self._clock_for("stepped")
+        scenario = self._loaded("stepped", scenario, set, faults, seed, mode)
+        self.runs += 1
+        path = self.tmp_path / f"{scenario.name}.emutrace"
+        scenario.trace = {"enabled": True, "payloads": True}
+        system, workload = build_system(scenario, trace_path=str(path))
+        sim = SteppedRun(system, workload, scenario, path, clock)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sim._run)
+            await sim._wait()          # the first instant (time 0) has run; paused there
+            yield sim
+            if sim.result is None:
+                await sim.resume()
+
+    def _clock_for(self, method: str):
+        try:
+            clock = current_clock()
+        except Exception:
+            clock = None
+        if not isinstance(clock, VirtualClock):
+            raise RuntimeError(f"emu_sim.{method} needs the virtual clock: add the `vclock` fixture to the test's "
+                               "arguments (async def test_x(vclock, emu_sim): ...)")
+        if self.runs or clock.now != 0:
+            raise RuntimeError(f"emu_sim.{method}: one scenario per test (a machine's times start at 0 and the "
+                               f"test's virtual clock is already at {format_time(clock.now)}); use another test")
+        return clock
+
     def run_sync(self, scenario, *, set=(), faults=(), seed: int | None = None, mode: str | None = None,
                  label: str | None = None) -> SimRun:
         """Run a scenario in its own Trio run (from a plain ``def`` test): call it as often as needed.
@@ -426,6 +464,104 @@ class SimHarness:
         from tools.trace.compare import compare_runs
 
         return compare_runs(a.record(), b.record())
+
+
+class SteppedRun:
+    """A run the test advances in steps (:meth:`SimHarness.stepped`): the machine pauses where virtual time
+    would pass the limit the test sets (``System.on_pause``), with every actor parked where it waits, so
+    :meth:`state` reads it as ``emu run --stop-at`` does (emulator/snapshot.py)."""
+
+    def __init__(self, system, workload, scenario, path, clock):
+        self.system, self.workload, self.scenario, self.path, self.clock = system, workload, scenario, path, clock
+        self.result = None
+        self._waiter = None
+        self._until = None
+        system.on_pause = self._pause
+        inner = system.on_step
+
+        def on_step(t: int) -> None:        # a condition is checked at the start of each time step
+            if self._until is not None and self._until(self):
+                self._until = None
+                clock.limit = t             # this step runs, the next one pauses
+            if inner is not None:
+                inner(t)
+        system.on_step = on_step
+
+    @property
+    def now(self) -> int:
+        """The virtual time the run is paused at (ps)."""
+        return self.clock.now
+
+    async def _run(self) -> None:
+        self.result = await self.system.run_async(0)   # limit 0: pause after the first instant
+        self._wake()
+
+    def _pause(self) -> bool:
+        return self._wake()
+
+    def _wake(self) -> bool:
+        task, self._waiter = self._waiter, None
+        if task is None:
+            return False
+        trio.lowlevel.reschedule(task)
+        return True
+
+    async def _wait(self) -> None:
+        self._waiter = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+
+    async def run_until(self, until) -> int:
+        """Run on until virtual time ``until`` (ps or ``"2.3us"``: every step at or before it runs, none
+        after), or until ``until(sim)`` is true at the start of a time step (that step runs, then the run
+        pauses); returns the time paused at.  A run that ends first raises ``AssertionError`` naming its
+        status and end time."""
+        if self.result is not None:
+            raise AssertionError(f"the run is over ({self.result.status} at {format_time(self.result.end_time_ps)})")
+        if callable(until):
+            self._until = until
+            self.clock.limit = HORIZON_PS
+        else:
+            t = _time(until)
+            if t < self.clock.now:
+                raise ValueError(f"run_until({format_time(t)}): the run is already at {format_time(self.clock.now)}")
+            self.clock.limit = t
+        await self._wait()
+        if self.result is not None:
+            raise AssertionError(f"the run ended ({self.result.status}) at {format_time(self.result.end_time_ps)} "
+                                 f"before run_until({until if callable(until) else format_time(_time(until))})")
+        return self.clock.now
+
+    def state(self, path: str = "*", *, full: bool = True) -> dict:
+        """The paused machine's state: ``{actor name: its snapshot}`` for the actors matching the glob ``path``
+        (one actor's dict when ``path`` names exactly one actor), links under the key ``"links"`` for
+        ``path="links"`` (emulator/snapshot.py)."""
+        from emulator.snapshot import snapshot
+
+        snap = snapshot(self.system, full=full)
+        if path == "links":
+            return snap["links"]
+        if path in snap["actors"]:
+            return snap["actors"][path]
+        return {n: d for n, d in snap["actors"].items() if fnmatch.fnmatchcase(n, path)}
+
+    async def resume(self) -> SimRun:
+        """Run on to the end; the finished run as a :class:`SimRun` (like :meth:`SimHarness.run`)."""
+        from tools.run.runner import final_status, result_dict
+
+        if self.result is None:
+            self.clock.limit = HORIZON_PS
+            self.system.on_pause = None
+            await self._wait()
+        system, result, sc = self.system, self.result, self.scenario
+        checks = {}
+        if self.workload.check is not None:
+            checks = self.workload.check(system, sc.profile, sc.params, result) or {}
+            result.reports = {**result.reports, "checks": checks}
+        status, error = final_status(result, checks, None)
+        res = result_dict(sc, system, result, status, error, checks, str(self.path))
+        run = SimRun(result, system, read_trace(str(self.path)), json=res, metrics=dict(checks))
+        run.trace_path = str(self.path)
+        return run
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from actors.ahbm.energy import energy_caveat, energy_inventory, energy_per  # no
 from actors.ahbm.handcheck import HANDCHECK_PARAMS, build_handcheck, check_handcheck
 from actors.ahbm.idle import IDLE_PARAMS, build_idle, check_idle
 from actors.ahbm.microbench import MICRO_PARAMS, build_microbench, check_microbench
-from actors.ahbm.params import PROFILE_SCHEMA
+from actors.ahbm.params import PROFILE_SCHEMA, live_change  # noqa: F401 (the family's mid-run changes, emu fork)
 from actors.ahbm.tl.workloads import WORKLOADS as TL_WORKLOADS
 from actors.registry import Workload
 

@@ -16,7 +16,8 @@ from emulator.units import ClockDomain
 
 from actors.ahbm.energy import ENERGY_SCHEMA
 
-__all__ = ["Params", "PARAMS", "GEOMETRY", "declare", "PROFILE_SCHEMA", "DIRS", "OPPOSITE", "pe_name", "cube_name"]
+__all__ = ["Params", "PARAMS", "GEOMETRY", "declare", "PROFILE_SCHEMA", "DIRS", "OPPOSITE", "pe_name", "cube_name",
+           "LIVE_FIELDS", "live_change"]
 
 DIRS = ("N", "S", "E", "W")
 OPPOSITE = {"N": "S", "S": "N", "E": "W", "W": "E"}
@@ -270,3 +271,47 @@ GEOMETRY = ("sips", "cx", "cy", "P")
 def declare(*names: str) -> tuple:
     """The declarations of :class:`Params` fields ``names``, for a component's ``PARAMS``."""
     return tuple(PARAMS[n] for n in names)
+
+
+#: The :class:`Params` fields a run can change at a time ``T`` (``emu fork --at T --set ...``), with the profile
+#: keys they come from.  Each is read only where a service time is computed (actors/ahbm/costs.py, the HBM
+#: channels' and the DMA's own reads of ``self.prm``), never at build: not by the wiring (link latencies and
+#: bandwidths, queue depths), the tiling (array shape, TILE_M/K/N, TCM size) or a clock domain, which a
+#: change at ``T`` could not reach.  A changed value applies to every service time computed from ``T`` on;
+#: a command already in service keeps the time it was given.
+LIVE_FIELDS = {
+    "pc_bw_eff": "hbm.pc_bandwidth, hbm.efficiency",
+    "hbm_latency": "hbm.access_latency",
+    "dma_setup": "dma.setup_cycles",
+    "fill_drain": "gemm.fill_drain_cycles",
+    "math_fixed": "math.fixed_cycles",
+    "dispatch": "cpu.dispatch_cycles.*",
+}
+
+
+def live_change(old_profile: dict, new_profile: dict):
+    """``(changed fields, apply)`` for a change of profile at a time ``T`` of a running machine, or ValueError
+    naming what cannot change mid-run.  ``apply(system)`` hands every actor the new values: its view of
+    the declared parameters (emulator/declare.py ``params_for``) derived again from the new :class:`Params`."""
+    old, new = Params.of(old_profile), Params.of(new_profile)
+    changed = [f for f in old.__dataclass_fields__ if getattr(old, f) != getattr(new, f)]
+    fixed = [f for f in changed if f not in LIVE_FIELDS]
+    if fixed:
+        raise ValueError(f"the change sets {', '.join(fixed)}, which the machine fixes when it is built (wiring, "
+                         "tiling, clocks): it cannot change mid-run; what can: "
+                         + "; ".join(LIVE_FIELDS.values()))
+    if not changed:
+        raise ValueError("the change leaves every machine parameter as it is")
+
+    def apply(system) -> None:
+        from emulator.declare import ParamView, params_for
+        for actor in system.actors.values():
+            prm = getattr(actor, "prm", None)
+            if isinstance(prm, ParamView) and prm._view_source is Params:   # its declared view, derived again
+                view = params_for(prm._view_cls, new)
+                if view.kwargs() != prm.kwargs():
+                    actor.prm = view
+            elif prm == old:
+                actor.prm = new
+
+    return changed, apply

@@ -77,6 +77,7 @@ class RunPlan:
     notes: tuple = ()                # things the user should know about the plan
     stop_at: int | None = None       # break at this virtual time (ps) with a state snapshot (emu run --stop-at)
     checkpoint_every: int | None = None   # record the trace digest at every multiple of it (emu run --checkpoint-every)
+    on_built: Any = None             # ``on_built(system)`` after the build, before the run (emu fork's hook)
 
 
 def _explicit(scenario: Scenario, *path) -> Any:
@@ -243,6 +244,8 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
             if progress is not None:
                 progress.attach(system, workload.progress and (lambda: workload.progress(system)))
             system.checkpoint_every = plan.checkpoint_every
+            if plan.on_built is not None:
+                plan.on_built(system)
             until = plan.max_time
             if plan.stop_at is not None and (until is None or plan.stop_at <= until):
                 until = plan.stop_at

@@ -121,9 +121,14 @@ FORGET_MIN = 1024
 class Tl:
     """The kernel-side API of one launch on one PE (see the module docstring)."""
 
+    @property
+    def prm(self):
+        """The machine parameters, the PE CPU's own (read there each time: a fork may change them mid-run,
+        actors/ahbm/params.py ``live_change``)."""
+        return self.be.prm
+
     def __init__(self, backend, *, program_id=(0, 0), num_programs=(1, 1)):
         self.be = backend
-        self.prm = backend.prm
         self.data = backend.mode == "data"
         self._pid = tuple(program_id)
         self._nprog = tuple(num_programs)
