@@ -41,6 +41,15 @@ def arrivals_scenario(proj: Path, value: str, extra: str = "") -> Path:
     return scen
 
 
+def name_outside(how: str, proj: Path, target: Path, link: str) -> str:
+    """How a file in proj/ names ``target`` (in outside/): ``..``, absolute, or a symlink ``link`` in proj/."""
+    if how == "symlink":
+        (proj / link).parent.mkdir(parents=True, exist_ok=True)
+        (proj / link).symlink_to(target)
+        return link
+    return f"../outside/{target.name}" if how == "dotdot" else str(target)
+
+
 def refused(p, key: str, value: str, resolved: Path) -> str:
     """The error of a refused file: exit 2, the key, the value, the resolved path; no secret, no traceback."""
     err = p.stdout + p.stderr
@@ -57,9 +66,7 @@ def refused(p, key: str, value: str, resolved: Path) -> str:
 def test_an_arrivals_file_outside_the_scenario_folder_is_refused_unread(emu, tree, how):
     proj, outside = tree
     target = outside / "secret.csv"
-    value = {"dotdot": "../outside/secret.csv", "absolute": str(target), "symlink": "link.csv"}[how]
-    if how == "symlink":
-        (proj / "link.csv").symlink_to(target)
+    value = name_outside(how, proj, target, "link.csv")
     scen = arrivals_scenario(proj, value)
     err = refused(emu("run", scen, "--no-bundle", "--quiet"), "workload.params.arrivals_file", value, target)
     assert f"{scen}:9: workload.params.arrivals_file" in err and f"{proj} (the scenario's folder)" in err
@@ -147,10 +154,7 @@ def test_inputs_root_must_contain_the_scenario_and_not_be_root_or_home(emu, tree
 def test_a_machine_profile_outside_the_scenario_folder_is_refused_unread(emu, tree, how):
     proj, outside = tree
     target = outside / "secret.yaml"
-    value = {"dotdot": "../outside/secret.yaml", "absolute": str(target), "symlink": "machines/demo.yaml"}[how]
-    if how == "symlink":
-        (proj / "machines").mkdir()
-        (proj / "machines" / "demo.yaml").symlink_to(target)
+    value = name_outside(how, proj, target, "machines/demo.yaml")
     scen = proj / "s.yaml"
     scen.write_text(REDUCE.read_text().replace("profile: demo", f"profile: {value}"))
     err = refused(emu("run", scen, "--no-bundle", "--quiet"), "machine.profile", value, target)
@@ -195,9 +199,7 @@ def test_a_sweep_base_outside_the_sweep_folder_is_refused_unread(emu, tree, how)
     proj, outside = tree
     target = outside / "base.yaml"
     target.write_text(f"# {SECRET}\n" + REDUCE.read_text())
-    value = {"dotdot": "../outside/base.yaml", "absolute": str(target), "symlink": "base.yaml"}[how]
-    if how == "symlink":
-        (proj / "base.yaml").symlink_to(target)
+    value = name_outside(how, proj, target, "base.yaml")
     sweep = proj / "sweep.yaml"
     sweep.write_text(f"base: {value}\nvary: {{seed: [1, 2]}}\n")
     err = refused(emu("sweep", sweep, "--out", proj / "runs", "-q"), "base", value, target)
