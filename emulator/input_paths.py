@@ -29,7 +29,7 @@ from pathlib import Path
 from emulator.errors import BuildError
 from emulator.schema import Problem, SchemaError
 
-__all__ = ["SHIPPED", "input_roots", "admits", "confined_file", "outside_roots", "bundle_file",
+__all__ = ["SHIPPED", "input_roots", "admits", "confined_file", "bundle_file",
            "check_inputs_root", "add_allow_path_argument"]
 
 #: the emulator's own scenarios/ tree: its profiles and data are trusted wherever the scenario lives
@@ -58,12 +58,12 @@ def admits(roots: Roots, path: Path) -> bool:
     return any(path.is_relative_to(r) for r in roots)
 
 
-def outside_roots(key: str, value, resolved: Path, roots: Roots) -> tuple[str, str, str]:
+def _outside(value, resolved: Path, roots: Roots) -> tuple[str, str, str]:
     """``(expected, found, hint)`` of a file outside the roots, for a :class:`Problem` or a build error."""
     where = ", ".join(f"{r} ({why})" for r, why in roots.items())
     return (f"a file under one of the input roots: {where}",
             f"{str(value)!r}, which resolves to {resolved}",
-            "admit another folder with --allow-path DIR or the scenario's inputs_root: key")
+            "admit another folder with --allow-path DIR or an inputs_root: key")
 
 
 def confined_file(candidates, key: str, value, roots: Roots, where: tuple | None = None, *,
@@ -89,7 +89,7 @@ def confined_file(candidates, key: str, value, roots: Roots, where: tuple | None
             break
     if refused is None:
         return None
-    expected, found, hint = outside_roots(key, value, refused, roots)
+    expected, found, hint = _outside(value, refused, roots)
     if where is not None:
         raise SchemaError([Problem(where[0], where[1], key, expected, found, hint)])
     raise BuildError(f"{key}: expected {expected}, found {found} ({hint})")
