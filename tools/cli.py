@@ -22,10 +22,10 @@ import sys
 import traceback
 
 from emulator.errors import BuildError, EmulatorError
-from emulator.input_paths import add_allow_path_argument
 from emulator.schema import SchemaError
 from emulator.units import format_time
 from tools.table import format_table
+from emulator.input_paths import add_allow_path_argument
 
 __all__ = ["main"]
 
@@ -294,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a scenario")
     r.add_argument("scenario")
     r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a scenario field")
+    add_allow_path_argument(r)
     r.add_argument("--json", action="store_true", help="print the result as one JSON object")
     r.add_argument("--compact", action="store_true", help="with --json: on one line")
     r.add_argument("--out", help="result bundle directory (default: runs/<scenario name>)")
@@ -301,7 +302,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--trace", help="write the binary trace to this file")
     r.add_argument("--plots", action="store_true", help="also write PNG plots into the bundle")
     r.add_argument("--quiet", action="store_true", help="no progress display")
-    add_allow_path_argument(r)
     r.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check a scenario without running it (--schema: print the format)")
