@@ -24,8 +24,8 @@ import traceback
 from emulator.errors import BuildError, EmulatorError
 from emulator.schema import SchemaError
 from emulator.units import format_time
-from tools.table import format_table
 from emulator.input_paths import add_allow_path_argument
+from tools.table import format_table
 
 __all__ = ["main"]
 
