@@ -243,3 +243,10 @@ def test_compare_refuses_a_bundle_file_that_links_out_of_the_bundle(emu, outside
     (bundle / "actors.csv").symlink_to(outside / "secret.csv")
     p = emu("compare", bundle, bundle)
     refused(p, "actors.csv", "actors.csv", outside / "secret.csv")
+
+
+def test_profile_refuses_a_bundle_file_that_links_out_of_the_bundle(emu, outside_profile_bundle):
+    bundle, outside = outside_profile_bundle
+    (bundle / "scenario.resolved.yaml").unlink()
+    (bundle / "scenario.resolved.yaml").symlink_to(outside / "secret.yaml")
+    refused(emu("profile", bundle), "scenario.resolved.yaml", "scenario.resolved.yaml", outside / "secret.yaml")
