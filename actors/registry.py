@@ -16,6 +16,7 @@ from typing import Callable, Optional
 from pathlib import Path
 
 from emulator.errors import BuildError
+from emulator.input_paths import SHIPPED, confined_file, input_roots
 from emulator.schema import Map
 
 #: ASSUMPTION: the arrays a data-mode run generates and holds at once must fit
@@ -33,8 +34,9 @@ def format_bytes(n: int) -> str:
 
 def workload_file(value: str, system, key: str, what: str) -> Path:
     """The file a workload parameter names: absolute, or relative to the scenario file, the working directory
-    or the repository (in that order); else a BuildError at ``key`` saying where it looked (the bundle copies
-    such files, tools/run/bundle.py)."""
+    or the repository (in that order), the first of them under the scenario's input roots
+    (emulator/input_paths.py); else a BuildError at ``key`` saying where it looked, or that the file lies
+    outside the roots (the bundle copies such files, tools/run/bundle.py)."""
     p = Path(value)
     cands = [p] if p.is_absolute() else []
     scen = (system.scenario or {}).get("file")
@@ -42,9 +44,10 @@ def workload_file(value: str, system, key: str, what: str) -> Path:
         cands.append(Path(scen).resolve().parent / p)
     if not p.is_absolute():
         cands += [Path.cwd() / p, Path(__file__).resolve().parents[1] / p]
-    for c in cands:
-        if c.is_file():
-            return c
+    roots = (system.scenario or {}).get("input_roots") or input_roots(Path(scen).parent if scen else SHIPPED)
+    found = confined_file(cands, key, value, roots)
+    if found is not None:
+        return found
     raise BuildError(f"{key}: {what} {value!r} not found (looked in "
                      + ", ".join(dict.fromkeys(str(c.parent) for c in cands)) + ")")
 

@@ -15,6 +15,11 @@ A scenario is YAML::
     trace: {enabled: true, payloads: true, kinds: [send, deliver], actors: ["cube05/*"]}
     stop: {max_time: 1ms, wall_timeout: 60s}
     output: {dir: runs/reduce-demo}
+    inputs_root: ..                   # optional: files it names may lie anywhere under this folder
+
+Every file a scenario names (its profile, a profile's ``extends:``, workload
+input files) must lie under its folder, the shipped scenarios/ tree, an
+``--allow-path`` folder or ``inputs_root:`` (emulator/input_paths.py).
 
 Validation happens in layers, each against a schema (emulator/schema.py), and
 every error names the file, the line, the key path, what was expected and what
@@ -39,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 
+from emulator.input_paths import SHIPPED, check_inputs_root, confined_file, input_roots
 from emulator.units import WALL_TIME_MAX
 from emulator.schema import (AnyValue, Bool, Doc, Enum, Int, List, Map, Problem, Quantity, SchemaError, Str,
                              load_yaml, read_text, validate)
@@ -48,7 +54,7 @@ __all__ = ["Scenario", "load_scenario", "SCENARIO_SCHEMA", "find_profile", "appl
            "scenario_path"]
 
 ROOT = Path(__file__).resolve().parents[1]
-MACHINES_DIR = ROOT / "scenarios" / "machines"
+MACHINES_DIR = SHIPPED / "machines"
 
 
 def _fault_schema():
@@ -90,6 +96,9 @@ SCENARIO_SCHEMA = Map({
         "dir": Str(default=None, doc="result bundle directory (default runs/<name>)"),
         "plots": Bool(default=False, doc="write PNG plots into the bundle (also: emu run --plots)"),
     }, required=False),
+    "inputs_root": Str(default=None, doc="a folder (relative to the scenario, containing it: '..') under which "
+                                         "the files the scenario names may lie; default: the scenario's folder "
+                                         "(docs/scenario.md, \"Files a scenario names\")"),
 })
 
 
@@ -112,6 +121,7 @@ class Scenario:
     output: dict
     source: dict = field(default_factory=dict)   # the scenario as written (after --set)
     where: dict = field(default_factory=dict)    # key path -> (file or "--set ...", line) of what the file states
+    input_roots: dict = field(default_factory=dict)   # folder -> why: where the files it names may lie
 
     def locate(self, message: str) -> str:
         """``message`` (``"workload.params.C: ..."``, as build errors start) prefixed with where that key is set:
@@ -133,6 +143,7 @@ class Scenario:
                         "resolved": self.profile},
             "workload": {"kind": self.workload, "params": self.params},
             "faults": self.faults, "trace": self.trace, "stop": self.stop, "output": self.output,
+            "input_roots": self.input_roots,
         }
 
 
@@ -145,8 +156,12 @@ def scenario_path(path) -> Path:
     return p
 
 
-def find_profile(name: str, scenario_file: str) -> Path | None:
-    """Where profile ``name`` lives: a path (relative to the scenario) or scenarios/machines/<name>.yaml."""
+def find_profile(name: str, scenario_file: str, roots: dict | None = None, *, key: str = "machine.profile",
+                 where: tuple | None = None) -> Path | None:
+    """Where profile ``name`` lives: a path (relative to the scenario) or a name, looked up in ``machines/``
+    folders beside the scenario and up its parents, then in scenarios/machines/; the first file found must
+    lie under ``roots`` (default: the scenario's folder and the shipped tree), else a SchemaError at ``where``
+    naming ``key`` (emulator/input_paths.py)."""
     base = Path(scenario_file).resolve().parent
     candidates = []
     if name.endswith((".yaml", ".yml")) or "/" in name:
@@ -158,10 +173,8 @@ def find_profile(name: str, scenario_file: str) -> Path | None:
             if d == d.parent:
                 break
         candidates.append(MACHINES_DIR / f"{name}.yaml")
-    for c in candidates:
-        if c.is_file():
-            return c
-    return None
+    return confined_file(candidates, key, name, roots if roots is not None else input_roots(base),
+                         where or (str(scenario_file), None), first=True)
 
 
 def known_profiles() -> list[str]:
@@ -220,7 +233,7 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def read_profile(path: Path, _chain: tuple = ()) -> Doc:
+def read_profile(path: Path, _chain: tuple = (), roots: dict | None = None) -> Doc:
     """A machine profile document with its ``extends:`` chain resolved.
 
     A profile may name a parent (``extends: ahbm``, found like
@@ -228,7 +241,8 @@ def read_profile(path: Path, _chain: tuple = ()) -> Doc:
     merged over it, map by map, so a concrete profile states only what differs
     (gem5's parameter inheritance, SST's parameter-set layering). Every key
     keeps the file and line that set it, so an error in an inherited value names
-    the parent file.
+    the parent file.  The parent must lie under ``roots`` (those of the scenario that named this profile;
+    default: this profile's folder and the shipped tree).
     """
     doc = load_yaml(read_text(str(path)), str(path))
     if not isinstance(doc.value, dict):
@@ -239,7 +253,7 @@ def read_profile(path: Path, _chain: tuple = ()) -> Doc:
     where = doc.where(("extends",))
     if not isinstance(parent, str):
         raise SchemaError([Problem(*where, "extends", "a machine profile name or path", repr(parent))])
-    parent_path = find_profile(parent, str(path))
+    parent_path = find_profile(parent, str(path), roots, key="extends", where=where)
     if parent_path is None:
         close = difflib.get_close_matches(parent, known_profiles(), n=1)
         raise SchemaError([Problem(*where, "extends", "a machine profile name or path (known: "
@@ -249,7 +263,7 @@ def read_profile(path: Path, _chain: tuple = ()) -> Doc:
     if parent_path.resolve() in chain:
         raise SchemaError([Problem(*where, "extends", "a profile that does not extend itself",
                                    " -> ".join(p.stem for p in chain + (parent_path.resolve(),)))])
-    base = read_profile(parent_path, chain)
+    base = read_profile(parent_path, chain, roots)
     for key, line in base.lines.items():
         base.origins.setdefault(key, (base.file, line))
     base.value = _merge(base.value, doc.value, (), base.origins, doc, ())
@@ -299,10 +313,15 @@ class _Problems(list):
             return None
 
 
-def _profile_layer(doc: Doc, prof_name, file: str, registry, problems: _Problems):
+def _profile_layer(doc: Doc, prof_name, file: str, registry, problems: _Problems, roots: dict):
     """``(family module, family name, validated profile, profile path)``; parts are None where they are wrong."""
     family = family_name = profile = None
-    prof_path = find_profile(prof_name, file) if prof_name is not None else None
+    prof_path, known = None, len(problems)
+    if prof_name is not None:
+        prof_path = problems.attempt(lambda: find_profile(prof_name, file, roots,
+                                                          where=doc.where(("machine", "profile"))))
+        if len(problems) > known:
+            return family, family_name, profile, prof_path   # found, but outside the roots: said
     if prof_name is not None and prof_path is None:
         close = difflib.get_close_matches(prof_name, known_profiles(), n=1)
         problems.append(Problem(*doc.where(("machine", "profile")), "machine.profile",
@@ -310,7 +329,7 @@ def _profile_layer(doc: Doc, prof_name, file: str, registry, problems: _Problems
                                 repr(prof_name), f"did you mean {close[0]!r}?" if close else ""))
     if prof_path is None:
         return family, family_name, profile, prof_path
-    pdoc = problems.attempt(lambda: read_profile(prof_path))
+    pdoc = problems.attempt(lambda: read_profile(prof_path, roots=roots))
     if pdoc is None:
         return family, family_name, profile, prof_path
     family_name = pdoc.value.get("family")
@@ -359,8 +378,11 @@ def _faults_layer(doc: Doc, file: str, problems: _Problems) -> list:
                             lambda path: "faults" + (path if path.startswith("[") else "." + path if path else "")) or []
 
 
-def load_scenario(path: str, registry, sets: list[str] | None = None) -> Scenario:
+def load_scenario(path: str, registry, sets: list[str] | None = None, *, allow=()) -> Scenario:
     """Load and validate a scenario file; raises :class:`SchemaError` with every problem found.
+
+    ``allow``: folders (``--allow-path``) the files it names may lie under besides its own folder (or its
+    ``inputs_root:``) and the shipped scenarios/ tree (emulator/input_paths.py).
 
     Every layer is checked even when an earlier one has problems (the scenario's
     own keys, the profile with the overrides, the workload parameters and their
@@ -385,7 +407,8 @@ def load_scenario(path: str, registry, sets: list[str] | None = None) -> Scenari
     prof_name = sc["machine"]["profile"] if sc else _raw(written, "machine", "profile")
     kind = sc["workload"]["kind"] if sc else _raw(written, "workload", "kind")
     mode = sc["mode"] if sc else ("data" if _raw(written, "mode") == "data" else "timing")
-    family, family_name, profile, prof_path = _profile_layer(doc, prof_name, file, registry, problems)
+    roots = _input_roots(doc, file, allow, problems)
+    family, family_name, profile, prof_path = _profile_layer(doc, prof_name, file, registry, problems, roots)
     params = _workload_layer(doc, family, family_name, kind, profile, mode, file, problems)
     faults = _faults_layer(doc, file, problems)
     if problems:
@@ -397,5 +420,16 @@ def load_scenario(path: str, registry, sets: list[str] | None = None) -> Scenari
         file=file, name=sc["name"] or Path(file).stem, description=sc["description"], seed=sc["seed"],
         mode=sc["mode"], profile_name=prof_name, profile_file=str(prof_path), family=family_name, profile=profile,
         workload=kind, params=params, faults=faults, trace=sc["trace"], stop=sc["stop"], output=sc["output"],
-        source=source, where=where,
+        source=source, where=where, input_roots=roots,
     )
+
+
+def _input_roots(doc: Doc, file: str, allow, problems: _Problems) -> dict:
+    """The folders the scenario's files may lie under; a bad ``inputs_root:`` is a problem (and ignored)."""
+    value = _raw(doc.value, "inputs_root")
+    folder = None
+    if value is not None:
+        folder, expected, found = check_inputs_root(value, file)
+        if folder is None:
+            problems.append(Problem(*doc.where(("inputs_root",)), "inputs_root", expected, found))
+    return input_roots(Path(file).parent, allow=allow, inputs_root=folder)

@@ -24,7 +24,7 @@ from emulator.units import QUANTITY_RANGE, UNLIMITED, UnitError, format_quantity
 
 __all__ = [
     "Problem", "SchemaError", "Spec", "Map", "List", "Int", "Float", "Bool", "Str", "Enum", "Quantity",
-    "AnyValue", "OneOf", "load_yaml", "validate", "Doc",
+    "AnyValue", "OneOf", "load_yaml", "validate", "Doc", "quote",
 ]
 
 _MISSING = object()
@@ -232,6 +232,16 @@ def _fmt_path(path: tuple) -> str:
     return out
 
 
+#: the most characters of a file's content an error quotes: the offending field, never a whole line
+QUOTE_CHARS = 60
+
+
+def quote(value, limit: int = QUOTE_CHARS) -> str:
+    """``repr(value)``, cut to ``limit`` characters (``'...'`` marks the cut): how an error quotes a field."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _found(value) -> str:
     if value is _MISSING:
         return "nothing (the key is missing)"
@@ -239,10 +249,7 @@ def _found(value) -> str:
         return "null"
     kind = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "map"}.get(
         type(value), type(value).__name__)
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{kind} {text}" if kind not in ("list", "map") else kind
+    return f"{kind} {quote(value)}" if kind not in ("list", "map") else kind
 
 
 class _Ctx:

@@ -24,20 +24,22 @@ import traceback
 from emulator.errors import BuildError, EmulatorError
 from emulator.schema import Problem, SchemaError
 from emulator.units import format_time
+from emulator.input_paths import add_allow_path_argument
 from tools.table import format_table
 
 __all__ = ["main"]
 
 
-def _load(path: str, sets):
-    """The scenario at ``path``; a relative path missing here is looked up in the emulator's own tree (said)."""
+def _load(path: str, sets, allow=()):
+    """The scenario at ``path``; a relative path missing here is looked up in the emulator's own tree (said).
+    ``allow``: the ``--allow-path`` folders (emulator/input_paths.py)."""
     from actors import registry
     from emulator.scenario import load_scenario, scenario_path
 
     found = scenario_path(path)
     if str(found) != str(path):
         print(f"note: {path} is not in this directory; using the emulator's own {found}", file=sys.stderr)
-    return load_scenario(str(found), registry, sets)
+    return load_scenario(str(found), registry, sets, allow=allow)
 
 
 def cmd_schema(args) -> int:
@@ -55,7 +57,7 @@ def cmd_schema(args) -> int:
 
         from tools.run.components import describe_components, family_components, scenario_schema, schema_notes
 
-        sc = _load(args.scenario, args.set)
+        sc = _load(args.scenario, args.set, args.allow_path)
         family = registry.family(sc.family)
         classes = family_components(family)
         schema = scenario_schema(family.PROFILE_SCHEMA, family.WORKLOADS[sc.workload].params)
@@ -79,8 +81,8 @@ def cmd_validate(args) -> int:
     from tools.sweep.spec import looks_like_sweep
     if looks_like_sweep(args.scenario):
         from tools.sweep.command import validate_sweep
-        return validate_sweep(args.scenario)
-    sc = _load(args.scenario, args.set)
+        return validate_sweep(args.scenario, args.allow_path)
+    sc = _load(args.scenario, args.set, args.allow_path)
     from tools.run.runner import build_system   # every check short of running: build, resolve fault targets
     system, _ = build_system(sc)
     print(f"{args.scenario}: ok (machine {sc.profile_name} [{sc.family}], workload {sc.workload}, "
@@ -104,7 +106,7 @@ def cmd_explain(args) -> int:
     from tools.run.components import components_json, describe_components, scenario_schema
     from tools.run.runner import build_system
 
-    sc = _load(args.scenario, args.set)
+    sc = _load(args.scenario, args.set, args.allow_path)
     system, _ = build_system(sc)
     if args.faults:
         from emulator.faults import describe_matches
@@ -213,7 +215,7 @@ def _summary(res: dict) -> str:
 def cmd_run(args) -> int:
     from tools.run.runner import execute, plan_run
 
-    sc = _load(args.scenario, args.set)
+    sc = _load(args.scenario, args.set, args.allow_path)
     stop_at = _time_option("--stop-at", args.stop_at)
     plan = plan_run(sc, out=args.out, bundle=not args.no_bundle, trace_path=args.trace,
                     plots=True if args.plots else None, stop_at=stop_at,
@@ -321,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a scenario")
     r.add_argument("scenario")
     r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a scenario field")
+    add_allow_path_argument(r)
     r.add_argument("--json", action="store_true", help="print the result as one JSON object")
     r.add_argument("--compact", action="store_true", help="with --json: on one line")
     r.add_argument("--out", help="result bundle directory (default: runs/<scenario name>)")
@@ -341,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--schema", action="store_true",
                    help="print the scenario format (and, with a scenario, its profile's and workloads' parameters)")
     v.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    add_allow_path_argument(v)
     v.set_defaults(func=cmd_validate)
 
     e = sub.add_parser("explain", help="print the resolved machine: actors and links with their parameters")
@@ -348,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
     e.add_argument("--json", action="store_true")
     e.add_argument("--faults", action="store_true", help="list what each fault's target glob matches")
+    add_allow_path_argument(e)
     e.set_defaults(func=cmd_explain)
 
     b = sub.add_parser("bench", help="benchmarks (engine: emulator vs SimPy on the same model; machine: AHBM/pccx)")

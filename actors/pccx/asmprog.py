@@ -33,7 +33,7 @@ from actors.pccx.report import latency_table
 from actors.registry import workload_file
 from emulator.errors import BuildError
 from emulator.rng import stream as rng_stream
-from emulator.schema import Int, Map, Str, read_text
+from emulator.schema import Int, Map, Str, quote, read_text
 from emulator.units import parse_time
 from protocols import pccx_isa as isa
 
@@ -51,7 +51,7 @@ def _kv(tokens: list[str], where: str) -> dict:
     out = {}
     for t in tokens:
         if "=" not in t:
-            raise BuildError(f"{where}: expected key=value, found {t!r}")
+            raise BuildError(f"{where}: expected key=value, found {quote(t)}")
         k, v = t.split("=", 1)
         out[k] = v
     return out
@@ -61,7 +61,7 @@ def _int(v: str, where: str) -> int:
     try:
         return int(v, 0)
     except ValueError:
-        raise BuildError(f"{where}: expected an integer, found {v!r}") from None
+        raise BuildError(f"{where}: expected an integer, found {quote(v)}") from None
 
 
 def parse_program(text: str, profile: dict, *, seed: int, name: str = "<program>",

@@ -50,6 +50,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from actors.ahbm.costs import dispatch_ps
+from emulator.input_paths import add_allow_path_argument
 from emulator.units import format_time
 
 __all__ = ["LineProfiler", "profile_run", "pccx_profile", "format_lines", "format_pccx", "folded_lines",
@@ -405,23 +406,28 @@ def pccx_folded(p: dict) -> list[str]:
 
 
 # -- running ----------------------------------------------------------------------------------------------
-def _scenario_of(path: str, sets):
-    """(scenario, recorded digest or None) of a trace file, a bundle directory or a scenario file."""
+def _scenario_of(path: str, sets, allow=()):
+    """(scenario, recorded digest or None) of a trace file, a bundle directory or a scenario file.  A recorded
+    run is confined to its own folder: its files, and the files its scenario names, must lie under it (or the
+    shipped scenarios/, or ``allow``; emulator/input_paths.py)."""
     from actors import registry
+    from emulator.input_paths import bundle_file, input_roots
     from emulator.scenario import load_scenario, scenario_path
+    from emulator.schema import load_yaml, read_text
     from emulator.trace import iter_trace
     from tools.run.runner import scenario_from_resolved
 
     p = Path(path)
     if p.is_dir():
-        res = p / "result.json"
-        digest = json.loads(res.read_text()).get("digest") if res.exists() else None
+        roots = input_roots(p, allow=allow, own="the bundle's folder")
+        res = bundle_file(p, "result.json", roots)
+        digest = json.loads(res.read_text()).get("digest") if res else None
         if sets:
             raise ValueError("emu profile: --set applies to a scenario file, not to a recorded run")
-        if not (p / "scenario.resolved.yaml").exists():
+        resolved = bundle_file(p, "scenario.resolved.yaml", roots)
+        if resolved is None:
             raise ValueError(f"{path}: a bundle directory without scenario.resolved.yaml")
-        import yaml
-        return scenario_from_resolved(yaml.safe_load((p / "scenario.resolved.yaml").read_text())), digest
+        return scenario_from_resolved(load_yaml(read_text(str(resolved)), str(resolved)).value, roots), digest
     if p.suffix == ".emutrace":
         if sets:
             raise ValueError("emu profile: --set applies to a scenario file, not to a recorded trace")
@@ -433,15 +439,17 @@ def _scenario_of(path: str, sets):
         d = header.get("scenario_resolved") if isinstance(header, dict) else None
         if not d:
             raise ValueError(f"{path}: not a trace, or its header holds no scenario_resolved; profile the scenario file")
-        return scenario_from_resolved(d), footer.get("digest") if isinstance(footer, dict) else None
-    return load_scenario(str(scenario_path(str(p))), registry, sets), None
+        roots = input_roots(p.parent, allow=allow, own="the trace's folder")
+        return scenario_from_resolved(d, roots), footer.get("digest") if isinstance(footer, dict) else None
+    return load_scenario(str(scenario_path(str(p))), registry, sets, allow=allow), None
 
 
-def profile_run(path: str, sets=()) -> dict:
-    """Re-run ``path``'s scenario with the attribution installed; the profile and the digest check."""
+def profile_run(path: str, sets=(), allow=()) -> dict:
+    """Re-run ``path``'s scenario with the attribution installed; the profile and the digest check.
+    ``allow``: ``--allow-path`` folders (emulator/input_paths.py)."""
     from tools.run.runner import plan_run, _build, final_status
 
-    sc, digest = _scenario_of(path, list(sets))
+    sc, digest = _scenario_of(path, list(sets), allow)
     tmp = tempfile.TemporaryDirectory(prefix="emu-profile-") if sc.family == "pccx" else None
     plan = plan_run(sc, bundle=False, trace_path=str(Path(tmp.name) / "t.emutrace") if tmp else None)
     system, workload, context = _build(plan)
@@ -535,11 +543,12 @@ def add_parser(sub) -> None:
     p.add_argument("--folded", metavar="FILE", help="write a folded-stack file (flame graph of virtual time)")
     p.add_argument("--all-pes", action="store_true", help="AHBM: the table summed over every PE, not the critical PE")
     p.add_argument("--rows", type=int, default=15)
+    add_allow_path_argument(p)
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
-    out = profile_run(args.run, args.set)
+    out = profile_run(args.run, args.set, args.allow_path)
     folded = None
     if "kernel" in out:
         k = out["kernel"]

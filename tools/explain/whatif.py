@@ -42,6 +42,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from emulator.input_paths import add_allow_path_argument
 from emulator.units import format_time
 from tools.explain.limits import FAMILY_CLASSES
 from tools.run.components import value_at
@@ -225,14 +226,15 @@ class _Events:
 
 
 def run_whatif(path: str, sets=(), *, factor: float = 0.1, only=None, backend: str = "pool", jobs=None,
-               address=None, quiet: bool = True) -> dict:
-    """Baseline (with its critical path), every knob group at ``1 + factor`` and ``1 - factor`` speed, the table."""
+               address=None, quiet: bool = True, allow=()) -> dict:
+    """Baseline (with its critical path), every knob group at ``1 + factor`` and ``1 - factor`` speed, the table.
+    ``allow``: ``--allow-path`` folders (emulator/input_paths.py)."""
     from actors import registry
     from emulator.scenario import load_scenario, scenario_path
     from tools.run.runner import build_system, execute, plan_run
     from tools.sweep.backends import make_backend
 
-    sc = load_scenario(str(scenario_path(path)), registry, list(sets))
+    sc = load_scenario(str(scenario_path(path)), registry, list(sets), allow=allow)
     system, _ = build_system(sc)
     groups = all_groups = knob_groups(system, sc)
     del system
@@ -369,6 +371,7 @@ def add_parser(sub) -> None:
     p.add_argument("--address", help="a Ray cluster to join (--backend ray)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--plot", metavar="PNG", help="write a tornado chart")
+    add_allow_path_argument(p)
     p.set_defaults(func=main)
 
 
@@ -380,7 +383,7 @@ def main(args) -> int:
         from emulator.scenario import load_scenario, scenario_path
         from tools.run.runner import build_system
 
-        sc = load_scenario(str(scenario_path(args.scenario)), registry, list(args.set))
+        sc = load_scenario(str(scenario_path(args.scenario)), registry, list(args.set), allow=args.allow_path)
         system, _ = build_system(sc)
         groups = knob_groups(system, sc)
         partial = knob_coverage(groups, sc.family, {})["partial"]
@@ -391,7 +394,8 @@ def main(args) -> int:
             print(line[2:])
         return 0
     w = run_whatif(args.scenario, args.set, factor=args.factor, only=args.only or None, backend=args.backend,
-                   jobs=args.jobs, address=args.address, quiet=args.json or not sys.stderr.isatty())
+                   jobs=args.jobs, address=args.address, quiet=args.json or not sys.stderr.isatty(),
+                   allow=args.allow_path)
     if args.plot:
         plot_whatif(w, args.plot)
     if args.json:

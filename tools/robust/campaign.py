@@ -31,11 +31,11 @@ Written to ``--out`` (default ``runs/<scenario>-campaign``): ``outcomes.csv``
 (one row per plan), ``summary.txt`` (the tables printed), and for every plan
 that is not ``same`` a reproducer scenario ``repro/plan-<n>.yaml`` reduced to
 the fewest faults that still give the same outcome (faults are removed one at
-a time while the outcome holds).
+a time while the outcome holds); the files they name (the machine profile,
+workload inputs) are copied beside them, as in a result bundle.
 """
 from __future__ import annotations
 
-import copy
 import csv
 import fnmatch
 import json
@@ -50,6 +50,7 @@ import numpy as np
 import yaml
 
 from emulator.faults import KINDS
+from emulator.input_paths import add_allow_path_argument
 from emulator.units import format_time
 
 __all__ = ["run_campaign", "draw_plan", "classify", "add_parser", "OUTCOMES"]
@@ -150,7 +151,7 @@ def _run_one(job: dict) -> dict:
     from tools.run.runner import run_scenario
 
     try:
-        sc = load_scenario(job["scenario"], registry, job["sets"])
+        sc = load_scenario(job["scenario"], registry, job["sets"], allow=job.get("allow", ()))
         res, _, _ = run_scenario(sc)
     except (SchemaError, BuildError) as e:
         return {"outcome": "error", "status": "bad-input", "end_time_ps": None, "error": str(e).splitlines()[-1]}
@@ -210,30 +211,28 @@ def _sets(base_sets: list[str], faults: list[dict], max_time: str, wall: str) ->
                               f"stop.wall_timeout={wall}", "trace.enabled=false"]
 
 
-def _reproducer(sc, faults: list[dict], max_time: str) -> dict:
-    """A standalone scenario: the source with the plan's faults, file references made absolute."""
-    doc = copy.deepcopy(sc.source)
+def _reproducer(sc, faults: list[dict], max_time: str, repro: Path) -> dict:
+    """A standalone scenario: the source with the plan's faults; the files it names copied into ``repro``
+    like a bundle's (tools/run/bundle.py), so it runs confined to its own folder (emulator/input_paths.py)."""
+    from tools.run.bundle import runnable_scenario
+
+    doc = runnable_scenario(sc, repro)
     doc["faults"] = faults
     doc["stop"] = {**(doc.get("stop") or {}), "max_time": max_time}
-    doc.setdefault("machine", {})["profile"] = str(Path(sc.profile_file).resolve())
-    here = Path(sc.file).resolve().parent
-    params = (doc.get("workload") or {}).get("params") or {}
-    for key, value in params.items():
-        if isinstance(value, str) and (here / value).is_file():
-            params[key] = str((here / value).resolve())
     doc.pop("output", None)
     return doc
 
 
 def run_campaign(scenario_path: str, *, plans: int = 100, seed: int = 0, kinds=None, targets: str = "*",
                  jobs: int = 2, out: str | None = None, wall_timeout: float = 20.0, sets=None, max_faults: int = 3,
-                 minimise: bool = True, echo=print) -> dict:
-    """Run the campaign; returns ``{"rows": [...], "counts": Counter, "out": dir}`` and writes the files."""
+                 minimise: bool = True, echo=print, allow=()) -> dict:
+    """Run the campaign; returns ``{"rows": [...], "counts": Counter, "out": dir}`` and writes the files.
+    ``allow``: ``--allow-path`` folders (emulator/input_paths.py)."""
     from actors import registry
     from emulator.scenario import load_scenario
     from tools.run.runner import build_system
 
-    sc = load_scenario(scenario_path, registry, sets)
+    sc = load_scenario(scenario_path, registry, sets, allow=allow)
     system, _ = build_system(sc)
     actors = list(system.actors)
     links = [{"name": l.name, "bandwidth": l.bandwidth} for l in system.links]
@@ -242,7 +241,8 @@ def run_campaign(scenario_path: str, *, plans: int = 100, seed: int = 0, kinds=N
     wall = f"{wall_timeout:g}s"
     base_sets = list(sets or [])
     pool = _Pool(jobs, timeout=3 * wall_timeout + 30, progress=True)
-    (baseline,) = pool.map([{"scenario": scenario_path, "sets": _sets(base_sets, [], "1000s", wall)}])
+    job = {"scenario": scenario_path, "allow": list(allow)}
+    (baseline,) = pool.map([{**job, "sets": _sets(base_sets, [], "1000s", wall)}])
     if baseline.get("outcome") in ("crash", "hang") or baseline["end_time_ps"] is None:
         raise RuntimeError(f"the fault-free run failed: {baseline}")
     horizon = baseline["end_time_ps"]
@@ -252,16 +252,14 @@ def run_campaign(scenario_path: str, *, plans: int = 100, seed: int = 0, kinds=N
     rng = np.random.default_rng(seed)
     drawn = [draw_plan(rng, actors, links, horizon, kinds=kinds, targets=targets, max_faults=max_faults)
              for _ in range(plans)]
-    jobs_ = [{"scenario": scenario_path, "baseline": baseline, "sets": _sets(base_sets, plan, max_time, wall)}
-             for plan in drawn]
+    jobs_ = [{**job, "baseline": baseline, "sets": _sets(base_sets, plan, max_time, wall)} for plan in drawn]
     results = pool.map(jobs_)
     rows = []
     for i, (plan, res) in enumerate(zip(drawn, results)):
         kinds = "+".join(f"{f['kind']}/{'link' if 'link' in f else 'actor'}" for f in plan)
         rows.append({"plan": i, "faults": len(plan), "kinds": kinds,
                      "targets": " ".join(f.get("link") or f.get("actor") for f in plan), **res})
-    _write_reproducers(pool, sc, scenario_path, base_sets, rows, drawn, baseline, out_dir, max_time, wall,
-                       minimise)
+    _write_reproducers(pool, sc, job, base_sets, rows, drawn, baseline, out_dir, max_time, wall, minimise)
     counts = Counter(r["outcome"] for r in rows)
     text = summary_text(rows, drawn, counts)
     (out_dir / "summary.txt").write_text(text + "\n")
@@ -272,10 +270,10 @@ def run_campaign(scenario_path: str, *, plans: int = 100, seed: int = 0, kinds=N
     return {"rows": rows, "counts": counts, "out": str(out_dir), "baseline": baseline}
 
 
-def _write_reproducers(pool, sc, scenario_path, base_sets, rows, drawn, baseline, out_dir, max_time, wall,
+def _write_reproducers(pool, sc, job, base_sets, rows, drawn, baseline, out_dir, max_time, wall,
                        minimise: bool = True) -> None:
     """For each plan that is not 'same': the fewest of its faults that still give its outcome, as a scenario
-    (``minimise=False``: the whole plan)."""
+    (``minimise=False``: the whole plan); ``job``: the scenario and allowed folders every run gets."""
     repro = out_dir / "repro"
     repro.mkdir(exist_ok=True)
     for row in rows:
@@ -287,13 +285,12 @@ def _write_reproducers(pool, sc, scenario_path, base_sets, rows, drawn, baseline
         while changed and len(plan) > 1:
             changed = False
             trials = [plan[:j] + plan[j + 1:] for j in range(len(plan))]
-            jobs = [{"scenario": scenario_path, "baseline": baseline, "sets": _sets(base_sets, t, max_time, wall)}
-                    for t in trials]
+            jobs = [{**job, "baseline": baseline, "sets": _sets(base_sets, t, max_time, wall)} for t in trials]
             for t, res in zip(trials, pool.map(jobs)):
                 if res["outcome"] == row["outcome"]:
                     plan, changed = t, True
                     break
-        doc = _reproducer(sc, plan, max_time)
+        doc = _reproducer(sc, plan, max_time, repro)
         doc["name"] = f"{sc.name}-repro-{row['plan']}"
         doc["description"] = (f"emu faults campaign reproducer: plan {row['plan']} -> {row['outcome']} "
                               f"({row['status']}) {row['error'][:120]}").strip()
@@ -346,7 +343,8 @@ def cmd_campaign(args) -> int:
         with stop_signals_interrupt():
             result = run_campaign(args.scenario, plans=args.plans, seed=args.seed, kinds=kinds, targets=args.targets,
                                   jobs=args.jobs, out=args.out, wall_timeout=args.wall_timeout, sets=args.set,
-                                  max_faults=args.max_faults, minimise=not args.no_minimise)
+                                  max_faults=args.max_faults, minimise=not args.no_minimise,
+                                  allow=args.allow_path)
     except KeyboardInterrupt as e:
         why = f" ({e.args[0]})" if e.args else ""
         print(f"campaign interrupted{why}: no summary written", file=sys.stderr)
@@ -370,4 +368,5 @@ def add_parser(sub) -> None:
     c.add_argument("--out", help="output directory (default runs/<scenario>-campaign)")
     c.add_argument("--no-minimise", action="store_true", help="write reproducers of the whole plan (no shrinking)")
     c.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    add_allow_path_argument(c)
     c.set_defaults(func=cmd_campaign)

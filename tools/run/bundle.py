@@ -37,7 +37,8 @@ from pathlib import Path
 
 import yaml
 
-from emulator.errors import EmulatorError
+from emulator.errors import BuildError, EmulatorError
+from emulator.input_paths import confined_file
 from tools.run.energy import energy_columns, write_power
 from tools.run.power import run_power
 
@@ -165,7 +166,7 @@ def runnable_scenario(scenario, bundle_dir: Path) -> dict:
     base = Path(scenario.file).resolve().parent
     machine = src.setdefault("machine", {})
     if scenario.profile_file:
-        flat = read_profile(Path(scenario.profile_file)).value      # extends: merged, as the run read it
+        flat = read_profile(Path(scenario.profile_file), roots=scenario.input_roots or None).value   # extends: merged
         with open(bundle_dir / "profile.yaml", "w") as f:
             f.write(f"# machine profile {scenario.profile_name!r} as the run read it ({scenario.profile_file},\n"
                     "# extends: merged in); the scenario's machine.overrides apply on top\n")
@@ -174,9 +175,14 @@ def runnable_scenario(scenario, bundle_dir: Path) -> dict:
     params = (src.get("workload") or {}).get("params") or {}
     for key, value in params.items():
         if isinstance(value, str) and (base / value).is_file():
+            try:   # only a file under the scenario's input roots (emulator/input_paths.py): never ../../etc/passwd
+                path = confined_file([base / value], f"workload.params.{key}", value, scenario.input_roots)
+            except BuildError:
+                continue
             name = INPUT_PREFIX + Path(value).name
-            shutil.copyfile(base / value, bundle_dir / name)
+            shutil.copyfile(path, bundle_dir / name)
             params[key] = name
+    src.pop("inputs_root", None)    # the bundle holds its files: it is confined to its own folder
     src.setdefault("name", scenario.name)
     return src
 

@@ -69,7 +69,8 @@ def explain_energy(scenario, schema) -> list[str]:
         return []
     spec = schema.fields["energy"]
     shown = with_units(spec, e)
-    doc = read_profile(Path(scenario.profile_file)) if scenario.profile_file else None
+    doc = read_profile(Path(scenario.profile_file), roots=scenario.input_roots or None) if scenario.profile_file \
+        else None
     texts: dict[str, list[str]] = {}
 
     def origin(path):

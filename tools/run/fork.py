@@ -161,9 +161,12 @@ def main(args) -> int:
     from emulator.scenario import load_scenario
     from tools.run.runner import EXIT_CODES, execute, plan_run
 
+    from emulator.input_paths import bundle_file
     bundle = Path(args.bundle)
-    scen_file, res_file = bundle / "scenario.yaml", bundle / "result.json"
-    if not (scen_file.is_file() and res_file.is_file()):
+    if not bundle.is_dir():
+        raise ForkError(f"{bundle}: not a result bundle directory")
+    scen_file, res_file = bundle_file(bundle, "scenario.yaml"), bundle_file(bundle, "result.json")
+    if scen_file is None or res_file is None:
         raise ForkError(f"{bundle}: not a complete result bundle (scenario.yaml and result.json)")
     original = json.loads(res_file.read_text())
     from emulator.units import UnitError, parse_time
@@ -177,7 +180,7 @@ def main(args) -> int:
     if original.get("status") not in ("finished", "stopped", "deadlock", "killed", "error"):
         raise ForkError(f"{bundle}: the recorded run ended {original.get('status')!r}: it cannot be re-executed "
                         "to a time")
-    trace = bundle / "trace.emutrace"
+    trace = bundle_file(bundle, "trace.emutrace") or bundle / "trace.emutrace"
     marks = (original.get("checkpoints") or {}).get("marks") or []
     every = (original.get("checkpoints") or {}).get("every_ps")
     if not trace.is_file() and not (every and at % every == 0):

@@ -26,8 +26,9 @@ class InspectError(ValueError):
 
 def load_state(bundle: str) -> dict:
     """The snapshot of the bundle directory ``bundle`` (or of a ``state.json`` path)."""
+    from emulator.input_paths import bundle_file
     p = Path(bundle)
-    f = p / "state.json" if p.is_dir() else p
+    f = (bundle_file(p, "state.json") if p.is_dir() else p) or p / "state.json"   # (not a link out of the bundle)
     if not f.is_file():
         raise InspectError(f"{bundle}: no state.json: only a run stopped with emu run --stop-at TIME has a state "
                            "snapshot")

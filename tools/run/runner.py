@@ -110,7 +110,8 @@ def plan_run(scenario: Scenario, *, out: str | None = None, bundle: bool = True,
     enabled = _explicit(scenario, "trace", "enabled")
     path = trace_path or t.get("path")
     requested = bool(path) or enabled is True
-    notes = []
+    notes = [f"inputs_root: the files the scenario names may lie under {r}" for r, why in
+             scenario.input_roots.items() if why == "inputs_root"]
     if not path and out_dir is not None and enabled is not False:
         path = str(out_dir / "trace.emutrace")
     if enabled and not path:
@@ -158,14 +159,19 @@ def build_system(scenario: Scenario, *, trace_path: str | None = None) -> tuple[
     return system, workload
 
 
-def scenario_from_resolved(d: dict) -> Scenario:
-    """Rebuild a :class:`Scenario` from :meth:`Scenario.resolved` (e.g. a trace header's ``scenario_resolved``)."""
+def scenario_from_resolved(d: dict, input_roots: dict | None = None) -> Scenario:
+    """Rebuild a :class:`Scenario` from :meth:`Scenario.resolved` (e.g. a trace header's ``scenario_resolved``).
+
+    ``input_roots``: where the files it names may lie; give them for a recorded run (a trace, a bundle: its
+    own folder, emulator/input_paths.py), whose recorded roots are not to be trusted.  None: the recorded
+    ones (a sweep point resolved in this process)."""
     m = d["machine"]
     return Scenario(file=d.get("file", "<trace>"), name=d["name"], description="", seed=d["seed"], mode=d["mode"],
                     profile_name=m["profile"], profile_file=m.get("profile_file", ""), family=m["family"],
                     profile=m["resolved"], workload=d["workload"]["kind"], params=d["workload"]["params"],
                     faults=d.get("faults") or [], trace=d.get("trace") or {}, stop=d.get("stop") or {},
-                    output=d.get("output") or {}, source={})
+                    output=d.get("output") or {}, source={},
+                    input_roots=input_roots if input_roots is not None else d.get("input_roots") or {})
 
 
 def jsonable(x):

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import yaml
 
+from emulator.input_paths import add_allow_path_argument
 from tools.sweep.best import best_rows, write_best
 
 from tools.sweep.backends import default_jobs, make_backend
@@ -100,14 +101,15 @@ def _label(p: Point) -> str:
 
 def run_sweep(spec_path: str, out: str | None = None, *, backend: str = "pool", jobs: int | None = None,
               address: str | None = None, retry_failed: bool = False, quiet: bool = False,
-              plots: bool = True, only: list[str] | None = None, registry=None) -> SweepRun:
+              plots: bool = True, only: list[str] | None = None, registry=None, allow=()) -> SweepRun:
     """Run (or resume) a sweep: its spec, directory, rows, metric names and best choices.
 
     ``only`` (``["key=value", ...]``) restricts the run and the tables to the points with those varied values;
     the points run are the same as in the whole sweep (same keys), so a later full run reuses them.
+    ``allow``: ``--allow-path`` folders (emulator/input_paths.py).
     """
     be = make_backend(backend, jobs, address)
-    spec = load_sweep(spec_path, registry)
+    spec = load_sweep(spec_path, registry, allow)
     if only:
         spec.points = _select(spec, only)
     directory = Path(out) if out else Path("runs") / "sweeps" / spec.name
@@ -214,8 +216,8 @@ def _run_points(spec: SweepSpec, points: list[Point], directory: Path, be, retry
         progress.close()
 
 
-def validate_sweep(path: str) -> int:
-    spec = load_sweep(path, None)
+def validate_sweep(path: str, allow=()) -> int:
+    spec = load_sweep(path, None, allow)
     keys = ", ".join(spec.keys) or "nothing"
     print(f"{path}: ok (sweep {spec.name} over {spec.base}: {len(spec.points)} point(s), varying {keys})")
     return 0
@@ -229,7 +231,8 @@ def cmd_sweep(args) -> int:
         with stop_signals_interrupt():
             run = run_sweep(args.spec, args.out, backend=args.backend, jobs=args.jobs,
                             address=args.address, retry_failed=args.retry_failed,
-                            quiet=args.quiet or args.json, plots=not args.no_plots, only=args.only)
+                            quiet=args.quiet or args.json, plots=not args.no_plots, only=args.only,
+                            allow=args.allow_path)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -287,4 +290,5 @@ def add_parser(sub) -> None:
     s.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     s.add_argument("--json", action="store_true", help="print the rows as JSON lines instead of a table")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    add_allow_path_argument(s)
     s.set_defaults(func=cmd_sweep)

@@ -38,6 +38,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emulator.input_paths import check_inputs_root, confined_file, input_roots
 from emulator.scenario import ROOT, load_scenario
 from emulator.units import WALL_TIME_MAX
 from emulator.schema import (AnyValue, Bool, Doc, Int, List, Map, Problem, Quantity, SchemaError, Spec, Str,
@@ -107,7 +108,10 @@ _NUM = _Num()
 SWEEP_SCHEMA = Map({
     "name": Str(default=None, doc="defaults to the file name"),
     "description": Str(default=""),
-    "base": Str(doc="the base scenario file: relative to the sweep file, the working directory or the repository"),
+    "base": Str(doc="the base scenario file: relative to the sweep file, the working directory or the repository "
+                    "(under the sweep's folder, the shipped scenarios/, --allow-path or inputs_root)"),
+    "inputs_root": Str(default=None, doc="a folder containing the sweep file under which its base (and the files "
+                                         "the base names) may lie, like a scenario's inputs_root"),
     "set": Map(open=True, default={}, doc="key.path: value applied to every point (like emu run --set)"),
     "vary": Map(values=Axis(), default={}, doc="key.path: values; the points are the cartesian product"),
     "zip": List(Map(values=Axis()), default=[],
@@ -165,11 +169,12 @@ class SweepSpec:
     source: dict = field(default_factory=dict)
     confirm: list[str] | None = None   # --set items applied to each best point (confirm_points)
     registry: object = None
+    allow: tuple = ()            # folders the base scenario's files may lie under (--allow-path, inputs_root)
 
 
 def point_key(resolved: dict) -> str:
     """The identity of a point: sha256 of its resolved scenario minus where it came from and where it writes."""
-    ident = {k: v for k, v in resolved.items() if k not in ("file", "output")}
+    ident = {k: v for k, v in resolved.items() if k not in ("file", "output", "input_roots")}
     text = json.dumps(ident, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -183,11 +188,11 @@ def looks_like_sweep(path: str) -> bool:
     return isinstance(doc.value, dict) and bool(SWEEP_ONLY_KEYS & set(doc.value)) and "machine" not in doc.value
 
 
-def _find_base(base: str, sweep_file: str) -> Path | None:
-    for c in (Path(sweep_file).resolve().parent / base, Path(base), ROOT / base):
-        if c.is_file():
-            return c
-    return None
+def _find_base(base: str, sweep_file: str, roots: dict, where: tuple) -> Path | None:
+    """The base scenario: relative to the sweep file, the working directory or the repository, the first of
+    them under ``roots`` (a SchemaError at ``where`` when it exists only outside them)."""
+    return confined_file((Path(sweep_file).resolve().parent / base, Path(base), ROOT / base), "base", base, roots,
+                         where)
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -207,8 +212,10 @@ def _set_item(key: str, value) -> str:
     return f"{key}={json.dumps(value)}"
 
 
-def load_sweep(path: str, registry) -> SweepSpec:
-    """Load, validate and expand a sweep file; raises :class:`SchemaError` naming this file's lines."""
+def load_sweep(path: str, registry, allow=()) -> SweepSpec:
+    """Load, validate and expand a sweep file; raises :class:`SchemaError` naming this file's lines.
+
+    ``allow``: ``--allow-path`` folders, for its base and the files the base names (emulator/input_paths.py)."""
     file = str(path)
     if not os.path.isfile(file):
         raise SchemaError([Problem(file, None, "", "an existing sweep file", "no such file")])
@@ -219,7 +226,8 @@ def load_sweep(path: str, registry) -> SweepSpec:
         raise SchemaError([Problem(file, 1, "base", "a sweep file (base: SCENARIO, vary: ...)",
                                    "a scenario file", "run it with emu run, or name it as the base of a sweep")])
     spec = validate(SWEEP_SCHEMA, doc)
-    base_path = _find_base(spec["base"], file)
+    allow = tuple(allow) + _inputs_root(spec, doc, file)
+    base_path = _find_base(spec["base"], file, input_roots(Path(file).parent, allow=allow, own="the sweep file's folder"), doc.where(("base",)))
     if base_path is None:
         raise SchemaError([Problem(*doc.where(("base",)), "base", "an existing scenario file (relative to the "
                                    "sweep file, the working directory or the repository)", repr(spec["base"]))])
@@ -232,11 +240,11 @@ def load_sweep(path: str, registry) -> SweepSpec:
         raise SchemaError(problems)
     from actors import registry as default_registry
     registry = registry or default_registry
-    points = _points(spec, doc, axes, base_path, registry)
+    points = _points(spec, doc, axes, base_path, registry, allow)
     out = SweepSpec(file=file, name=spec["name"] or Path(file).stem, description=spec["description"],
                     base=str(base_path), keys=keys, points=points, metrics=spec["metrics"],
                     timeout_ps=spec["timeout"], point_plots=spec["point_plots"], best=best, panel=panel,
-                    source=doc.value, confirm=confirm, registry=registry)
+                    source=doc.value, confirm=confirm, registry=registry, allow=allow)
     if confirm and points:   # a bad confirm key or value is this file's error now, not after the grid ran
         try:
             confirm_points(out, points[:1])
@@ -244,6 +252,16 @@ def load_sweep(path: str, registry) -> SweepSpec:
             origin = {item: ("confirm", "set", k) for item, k in zip(confirm, _flatten(spec["confirm"]["set"]))}
             raise SchemaError([_to_sweep_problem(p, origin, doc) for p in e.problems]) from None
     return out
+
+
+def _inputs_root(spec: dict, doc, file: str) -> tuple:
+    """The sweep's ``inputs_root:`` folder as a one-folder tuple (empty without one); a bad one is an error."""
+    if spec["inputs_root"] is None:
+        return ()
+    folder, expected, found = check_inputs_root(spec["inputs_root"], file)
+    if folder is None:
+        raise SchemaError([Problem(*doc.where(("inputs_root",)), "inputs_root", expected, found)])
+    return (folder,)
 
 
 def _confirm(spec: dict, doc, best: dict | None, problems: list) -> list[str] | None:
@@ -267,7 +285,7 @@ def confirm_points(spec: SweepSpec, winners: list[Point]) -> list[Point]:
     """Each winning point with ``confirm.set`` applied (the same varied values; its own key, so it resumes)."""
     out = []
     for p in winners:
-        sc = load_scenario(spec.base, spec.registry, p.sets + spec.confirm)
+        sc = load_scenario(spec.base, spec.registry, p.sets + spec.confirm, allow=spec.allow)
         resolved = sc.resolved()
         out.append(Point(p.index, p.values, p.sets + spec.confirm, resolved, point_key(resolved)))
     return out
@@ -335,7 +353,7 @@ def _choices(spec: dict, doc, keys: list[str], problems: list) -> tuple[dict | N
     return best, panel
 
 
-def _points(spec: dict, doc, axes: list, base_path, registry) -> list[Point]:
+def _points(spec: dict, doc, axes: list, base_path, registry, allow: tuple) -> list[Point]:
     """Every point resolved through the scenario loader; a problem found in many points is reported once, at
     the line of the sweep file that set the value."""
     fixed = [_set_item(k, v) for k, v in _flatten(spec["set"]).items()]
@@ -352,7 +370,7 @@ def _points(spec: dict, doc, axes: list, base_path, registry) -> list[Point]:
                 sets.append(item)
                 origin[item] = w
         try:
-            sc = load_scenario(str(base_path), registry, sets)
+            sc = load_scenario(str(base_path), registry, sets, allow=allow)
         except SchemaError as e:
             for p in e.problems:
                 q = _to_sweep_problem(p, origin, doc)

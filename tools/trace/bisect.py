@@ -29,8 +29,9 @@ class BisectError(ValueError):
 
 
 def _load(path: str) -> dict:
+    from emulator.input_paths import bundle_file
     p = Path(path)
-    f = p / "result.json" if p.is_dir() else p
+    f = (bundle_file(p, "result.json") if p.is_dir() else p) or p / "result.json"   # (not a link out of the bundle)
     try:
         res = json.loads(f.read_text())
     except (OSError, ValueError) as e:

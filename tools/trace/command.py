@@ -16,6 +16,7 @@ import json
 import os
 import sys
 
+from emulator.input_paths import add_allow_path_argument
 from emulator.trace import KIND_CODES, read_trace
 from emulator.units import UnitError, parse_time
 
@@ -57,6 +58,7 @@ def add_parser(sub) -> None:
     r.add_argument("--actor", required=True, help="the actor's full name, e.g. cube05/pe0")
     r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="edit the original scenario before rebuilding the actor")
+    add_allow_path_argument(r)
 
 
 def _time(opt: str, value):
@@ -145,10 +147,13 @@ def cmd_diff(args) -> int:
 
 
 def cmd_replay(args) -> int:
+    from emulator.input_paths import input_roots
     from tools.trace.replay import ReplayError, replay_actor
 
+    roots = input_roots(os.path.dirname(os.path.abspath(args.trace)), allow=args.allow_path,
+                        own="the trace's folder")
     try:
-        res = replay_actor(_read(args.trace), args.actor, sets=args.set)
+        res = replay_actor(_read(args.trace), args.actor, sets=args.set, input_roots=roots)
     except ReplayError as e:     # the replay cannot be set up (unknown actor, ...): bad input
         raise _Usage(str(e)) from None
     print(res.text())

@@ -86,29 +86,31 @@ def _int(x) -> int:
 
 
 def _from_bundle(d: Path) -> RunRecord:
-    res_path = d / "result.json"
-    if not res_path.is_file():
+    """A bundle's record; its files must lie in its folder (no symlink out of it: emulator/input_paths.py)."""
+    from emulator.input_paths import bundle_file
+
+    res_path = bundle_file(d, "result.json")
+    if res_path is None:
         raise ValueError(f"{d}: not a result bundle (no result.json)")
     try:
         res = json.loads(res_path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{res_path}: not valid JSON ({e})") from None
     actors, links = {}, {}
-    if (d / "actors.csv").is_file():
-        for r in csv.DictReader(open(d / "actors.csv", newline="")):
+    if (path := bundle_file(d, "actors.csv")) is not None:
+        for r in csv.DictReader(open(path, newline="")):
             actors[r["actor"]] = {k: _int(r.get(k)) for k in ACTOR_METRICS}
-    if (d / "links.csv").is_file():
-        for r in csv.DictReader(open(d / "links.csv", newline="")):
+    if (path := bundle_file(d, "links.csv")) is not None:
+        for r in csv.DictReader(open(path, newline="")):
             links[r["link"]] = {k: _int(r.get(k)) for k in LINK_METRICS}
-    trace = d / "trace.emutrace"
-    if trace.is_file():
+    trace = bundle_file(d, "trace.emutrace")
+    if trace is not None:
         from emulator.trace import read_trace
 
         _add_flights(links, read_trace(str(trace)))
     record = {k: res.get(k) for k in RESULT_KEYS}
     record["energy_j"] = (res.get("energy") or {}).get("total_j")   # docs/energy.md
-    return RunRecord(str(d), record, actors, links,
-                     str(trace) if trace.is_file() else None)
+    return RunRecord(str(d), record, actors, links, str(d / "trace.emutrace") if trace is not None else None)
 
 
 def _from_trace(path: Path) -> RunRecord:

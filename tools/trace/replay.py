@@ -140,15 +140,17 @@ def _unparse(spec, value):
     return value
 
 
-def _load_scenario(trace: TraceFile, sets: list[str] | None):
+def _load_scenario(trace: TraceFile, sets: list[str] | None, roots: dict | None):
     """The recorded scenario; with ``sets``, the recorded scenario *as resolved* (so the edits the
-    recorded run itself was made with are kept) with the ``--set`` edits on top, validated again."""
+    recorded run itself was made with are kept) with the ``--set`` edits on top, validated again.  The files
+    it names (its profile, workload inputs) must lie under ``roots`` (None: the recorded ones)."""
     import tempfile
 
     import yaml
 
     from actors import registry
     from emulator.faults import FAULT_SCHEMA
+    from emulator.input_paths import confined_file
     from emulator.scenario import load_scenario
     from tools.run.runner import scenario_from_resolved
 
@@ -156,12 +158,14 @@ def _load_scenario(trace: TraceFile, sets: list[str] | None):
     if not isinstance(resolved, dict) or "machine" not in resolved:
         raise ReplayError("the trace header holds no resolved scenario (was it written by `emu run`?)")
     if not sets:
-        return scenario_from_resolved(resolved)
+        return scenario_from_resolved(resolved, roots)
+    roots = roots if roots is not None else resolved.get("input_roots") or {}
     m = resolved["machine"]
     profile_file = m.get("profile_file")
     if not profile_file or not os.path.isfile(profile_file):
         raise ReplayError(f"--set needs the machine profile file of the recorded run, {profile_file!r}, "
                           "which does not exist any more")
+    profile_file = confined_file([profile_file], "machine.profile_file", profile_file, roots)
     try:
         family = registry.family(m["family"])
         params_spec = family.WORKLOADS[resolved["workload"]["kind"]].params
@@ -178,8 +182,8 @@ def _load_scenario(trace: TraceFile, sets: list[str] | None):
         path = os.path.join(d, "recorded-scenario.yaml")
         with open(path, "w", encoding="utf-8") as f:
             yaml.safe_dump(doc, f, sort_keys=False)
-        sc = load_scenario(path, registry, sets)
-    sc.file = resolved.get("file", sc.file)
+        sc = load_scenario(path, registry, sets, allow=tuple(roots))
+    sc.file, sc.input_roots = resolved.get("file", sc.file), roots
     return sc
 
 
@@ -245,14 +249,14 @@ def _check_replayable(trace: TraceFile, name: str, rec: _Recording) -> None:
                           "record the actor to replay it")
 
 
-def _alone(trace: TraceFile, name: str, rec: _Recording, sets) -> tuple[System, object, list]:
+def _alone(trace: TraceFile, name: str, rec: _Recording, sets, roots) -> tuple[System, object, list]:
     """The actor rebuilt from the trace's scenario, taken out of its machine and wired to stand-ins: a feeder
     that delivers what it received at the recorded times, peers that take its messages at the recorded times.
     Returns the system, the actor and the list its trace events are tapped into."""
     from tools.run.runner import build_system
 
     links = trace.links
-    scenario = _load_scenario(trace, sets)
+    scenario = _load_scenario(trace, sets, roots)
     scenario.trace = {}
     old, _ = build_system(scenario)
     actor = old.actors.get(name)
@@ -340,8 +344,11 @@ def _differs(link: str, k: int, e, g, n_exp: int, n_got: int) -> tuple | None:
     return None
 
 
-def replay_actor(trace: TraceFile, name: str, *, sets: list[str] | None = None) -> ReplayResult:
-    """Replay actor ``name`` of ``trace`` alone; see the module docstring."""
+def replay_actor(trace: TraceFile, name: str, *, sets: list[str] | None = None,
+                 input_roots: dict | None = None) -> ReplayResult:
+    """Replay actor ``name`` of ``trace`` alone; see the module docstring.  ``input_roots``: where the files
+    the recorded scenario names may lie (``emu trace replay``: the trace's folder, emulator/input_paths.py);
+    None trusts the roots the trace records (a trace this process wrote)."""
     if name not in trace.actors:
         close = difflib.get_close_matches(name, trace.actors, n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
@@ -349,7 +356,7 @@ def replay_actor(trace: TraceFile, name: str, *, sets: list[str] | None = None) 
     links = trace.links
     rec = _recording(trace, name)
     _check_replayable(trace, name, rec)
-    system, actor, got = _alone(trace, name, rec, sets)
+    system, actor, got = _alone(trace, name, rec, sets, input_roots)
 
     status = trace.footer.get("status")
     end = trace.footer.get("end_time_ps")

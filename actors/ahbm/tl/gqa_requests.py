@@ -72,7 +72,7 @@ from actors.ahbm.tl.launcher import kernel_launches
 from actors.registry import HOST_DATA_BYTES, Workload, format_bytes, workload_file
 from emulator import numerics
 from emulator.errors import BuildError
-from emulator.schema import Enum, Int, List, Map, Quantity, Str, read_text
+from emulator.schema import QUOTE_CHARS, Enum, Int, List, Map, Quantity, Str, quote, read_text
 from emulator.units import UnitError, format_time, parse_time
 
 __all__ = ["PARAMS", "WORKLOAD", "Request", "arrivals", "percentile"]
@@ -130,9 +130,12 @@ def _trace_rows(path) -> list[Request]:
     text = read_text(str(path), what="a CSV arrival trace")
     rows = list(csv.reader(text.splitlines()))
     want = ["arrival", "context", "prefill", "steps"]
-    if not rows or [c.strip() for c in rows[0]] != want:
+    if not rows or [c.strip() for c in rows[0]] != want:   # quoted: the first wrong column, never the line
+        head = [c.strip() for c in rows[0]] if rows else []
+        bad = next((i for i, c in enumerate(head) if i >= len(want) or c != want[i]), len(head))
         raise BuildError(f"{K}: {path}:1: expected the header {','.join(want)}, found "
-                         f"{','.join(rows[0]) if rows else 'an empty file'}")
+                         + ("an empty file" if not rows else f"{quote(head[bad])} in column {bad + 1}"
+                            if bad < len(head) else f"{len(head)} column(s)"))
     out = []
     for line, row in enumerate(rows[1:], 2):
         if not row or not "".join(row).strip():
@@ -142,13 +145,14 @@ def _trace_rows(path) -> list[Request]:
         try:
             t = parse_time(row[0].strip())
         except UnitError as e:
-            raise BuildError(f"{K}: {path}:{line}: column 1 (arrival): {e}") from None
+            why = e if len(row[0]) <= QUOTE_CHARS else f"expected a time like 10ns, found {quote(row[0].strip())}"
+            raise BuildError(f"{K}: {path}:{line}: column 1 (arrival): {why}") from None
         vals = []
         for col, name, low in ((2, "context", 1), (3, "prefill", 0), (4, "steps", 0)):
             v = row[col - 1].strip()
             if not v.isdigit() or int(v) < low:
                 raise BuildError(f"{K}: {path}:{line}: column {col} ({name}): expected a whole number >= {low}, "
-                                 f"found {v!r}")
+                                 f"found {quote(v)}")
             vals.append(int(v))
         if vals[1] == vals[2] == 0:
             raise BuildError(f"{K}: {path}:{line}: a request with neither prefill nor decode steps")

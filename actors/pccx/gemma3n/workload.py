@@ -29,7 +29,8 @@ from collections import defaultdict
 from actors.pccx.builder import build_machine
 from actors.pccx.gemma3n.budget import BUDGET_TABLE, bounds, hp_idle_per_stage, design_budget
 from actors.pccx.gemma3n.compiler import STAGES, CompileError, Compiler
-from actors.pccx.gemma3n.config import load_config
+from actors.pccx.gemma3n.config import MODELS_DIR, load_config
+from actors.registry import workload_file
 from actors.pccx.gemma3n.phases import stage_time
 from emulator.errors import BuildError
 from emulator.schema import Bool, Enum, Float, Int, List, Map, Str
@@ -91,8 +92,11 @@ def build(system, profile: dict, p: dict) -> Context:
     data = system.mode == "data"
     if data and p["context"]:
         raise BuildError("workload gemma3n: data mode runs the prompt through the decode path: context must be 0")
+    model = p["model"]
+    if "/" in model or not (MODELS_DIR / f"{model}.yaml").is_file():   # a path: under the scenario's input roots
+        model = str(workload_file(model, system, "workload.params.model", "model config"))
     try:
-        c = load_config(p["model"], p["model_set"])
+        c = load_config(model, p["model_set"])
         comp = Compiler(c, profile, prefetch=p["prefetch"], ple_overlap=p["ple_overlap"], data=data,
                         seed=system.seed, prompt=p["prompt"],
                         sampling=p["sampling"])
