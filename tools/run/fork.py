@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -306,12 +305,5 @@ def add_parser(sub) -> None:
                         "math.fixed_cycles, cpu.dispatch_cycles.KIND); repeatable")
     p.add_argument("--out", help="the fork's bundle (default: runs/<scenario name>-fork)")
     p.add_argument("--json", action="store_true", help="print the fork's summary as JSON")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=main)   # its errors are ValueErrors: "error: ...", exit 2 (tools/cli.py)
 
-
-def _run(args) -> int:
-    try:
-        return main(args)
-    except ForkError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2

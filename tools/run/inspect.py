@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import sys
 from pathlib import Path
 
 from emulator.units import format_time
@@ -126,12 +125,5 @@ def add_parser(sub) -> None:
                    help="only the actors whose path matches (repeatable; e.g. 'sip0/cube00/pe0/*'); default: all")
     p.add_argument("--tree", action="store_true", help="group the actors by their place in the machine")
     p.add_argument("--json", action="store_true", help="print the (selected) snapshot as JSON")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=main)   # its errors are ValueErrors: "error: ...", exit 2 (tools/cli.py)
 
-
-def _run(args) -> int:
-    try:
-        return main(args)
-    except InspectError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import bisect as _bisect
 import json
-import sys
 from pathlib import Path
 
 from emulator.units import format_time
@@ -101,12 +100,5 @@ def add_parser(sub) -> None:
                        description=__doc__.split("\n\n")[1])
     p.add_argument("a", help="a run's bundle directory (or its result.json), recorded with --checkpoint-every")
     p.add_argument("b", help="the other run's, with the same checkpoint interval")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=main)   # its errors are ValueErrors: "error: ...", exit 2 (tools/cli.py)
 
-
-def _run(args) -> int:
-    try:
-        return main(args)
-    except BisectError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
