@@ -109,3 +109,27 @@ def test_bisect_finds_the_checkpoint_interval_where_a_fault_makes_two_runs_part(
     assert f"the runs part between {format_time(lo)} and {format_time(hi)}" in out, (out, send[1])
     r = emu("bisect", tmp_path / "a.json", tmp_path / "missing.json", check=2)
     assert "no readable result.json" in r.stderr
+
+
+def test_stop_on_a_condition_is_the_stop_at_its_time(emu, tmp_path):
+    """--stop-on stops at the end of the step where the event happens: the same state as --stop-at that time
+    (the reduction's first hop found in the full run's trace); #N counts matches; a condition that never
+    fires, or a malformed one, is a clear error."""
+    tf = _full_run(emu, tmp_path)
+    name, send, _ = _first_ipcq_hop(tf)
+    on = json.loads(emu("run", DECODE_SP, "--quiet", "--out", tmp_path / "on", "--json", "--compact",
+                        "--stop-on", "send IpcqData on *ipcq.tx_*", check=0).stdout)
+    at = json.loads(emu("run", DECODE_SP, "--quiet", "--out", tmp_path / "at", "--json", "--compact",
+                        "--stop-at", f"{send[1]}ps", check=0).stdout)
+    assert on["status"] == "stopped" and on["end_time_ps"] == send[1]
+    assert on["state"]["condition"]["matched"] == f"IpcqData #{send[3]} sent on {name}"
+    assert on["state"]["state_digest"] == at["state"]["state_digest"]
+    third = json.loads(emu("run", DECODE_SP, "--quiet", "--no-bundle", "--json", "--compact",
+                           "--stop-on", "busy */gemm 'gemm*' #3", check=0).stdout)
+    gemm_starts = sorted(e[1] for e in tf.events if e[0] == 3 and tf.header["actors"][e[2]].endswith("/gemm")
+                         and str(e[4]).startswith("gemm"))
+    assert third["end_time_ps"] == gemm_starts[2]
+    r = emu("run", DECODE_SP, "--quiet", "--no-bundle", "--stop-on", "fault", check=2)
+    assert "--stop-on 'fault' never happened: the run finished at 2.046us" in r.stderr
+    r = emu("run", DECODE_SP, "--quiet", "--no-bundle", "--stop-on", "send IpcqData at x", check=2)
+    assert "expected send KIND [on LINKGLOB]" in r.stderr and "Traceback" not in r.stderr

@@ -202,6 +202,8 @@ def _summary(res: dict) -> str:
         states = ", ".join(f"{n} {k}" for k, n in sorted(st["states"].items(), key=lambda kv: -kv[1]))
         lines.append(f"  stopped at     {format_time(st['t_ps'])}: {states or 'every actor at rest'}; "
                      f"{st['messages_in_flight']} message(s) in flight; state digest {st['state_digest']}")
+        if st.get("condition"):
+            lines.append(f"  stopped on     {st['condition']['text']}: {st['condition']['matched']}")
     if res.get("bundle"):
         lines.append(f"  bundle         {res['bundle']}")
     if res.get("limits"):
@@ -217,9 +219,16 @@ def cmd_run(args) -> int:
 
     sc = _load(args.scenario, args.set, args.allow_path)
     stop_at = _time_option("--stop-at", args.stop_at)
+    stop_on = None
+    if args.stop_on is not None:
+        from emulator.stop_condition import parse_condition
+        stop_on = parse_condition(args.stop_on)
     plan = plan_run(sc, out=args.out, bundle=not args.no_bundle, trace_path=args.trace,
                     plots=True if args.plots else None, stop_at=stop_at,
                     checkpoint_every=_time_option("--checkpoint-every", args.checkpoint_every))
+    if stop_on is not None:
+        import dataclasses
+        plan = dataclasses.replace(plan, stop_on=stop_on)
     from tools.run.bundle import check_trace_path, prepare_bundle
 
     bundle = None
@@ -294,6 +303,10 @@ def _report_run(args, plan, bundle, outcome) -> int:
         print(f"error: --stop-at {format_time(plan.stop_at)}: the run finished at {format_time(res['end_time_ps'])}, "
               "before it: no state to show (its bundle is the whole run's)", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if plan.stop_on is not None and outcome.state is None and res["status"] == "finished":
+        print(f"error: --stop-on {plan.stop_on.text!r} never happened: the run finished at "
+              f"{format_time(res['end_time_ps'])} (its bundle is the whole run's)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return EXIT_CODES.get(res["status"], 1)
 
 
@@ -334,6 +347,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--stop-at", metavar="TIME", help="break the run at this virtual time (a time with a unit: "
                    "2.3us) and write the machine's state there into the bundle (state.json; emu inspect BUNDLE); "
                    "default: run to the end")
+    r.add_argument("--stop-on", metavar="CONDITION", help="break the run at the end of the time step where "
+                   "CONDITION first happens and write the state there, as --stop-at: 'send KIND [on LINKGLOB]', "
+                   "'deliver KIND [on LINKGLOB]', 'busy ACTORGLOB [LABELGLOB]', 'done ACTORGLOB', "
+                   "'fault [TARGETGLOB]', 'mark NAME [on ACTORGLOB]', each with an optional #N (the N-th); "
+                   "docs/outputs.md; default: none")
     r.add_argument("--checkpoint-every", metavar="TIME", help="record the trace digest at every multiple of this "
                    "virtual time in result.json (checkpoints), so emu bisect A B finds where two runs part; "
                    "default: none")

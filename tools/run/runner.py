@@ -78,6 +78,7 @@ class RunPlan:
     stop_at: int | None = None       # break at this virtual time (ps) with a state snapshot (emu run --stop-at)
     checkpoint_every: int | None = None   # record the trace digest at every multiple of it (emu run --checkpoint-every)
     on_built: Any = None             # ``on_built(system)`` after the build, before the run (emu fork's hook)
+    stop_on: Any = None              # an emulator.stop_condition.StopCondition (emu run --stop-on)
 
 
 def _explicit(scenario: Scenario, *path) -> Any:
@@ -144,6 +145,8 @@ def _build(plan: RunPlan) -> tuple[System, Any, Any]:
         Path(plan.trace.path).parent.mkdir(parents=True, exist_ok=True)
     with building():   # the cyclic GC paused while the machine is built (emulator/system.py)
         system = System(sc.name, seed=sc.seed, mode=sc.mode, trace=plan.trace, scenario=sc.resolved())
+        if plan.stop_on is not None:
+            plan.stop_on.install(system)    # taps the events: before the actors bind the emitter
         try:
             context = plan.workload.build(system, sc.profile, sc.params)
         except BuildError as e:   # "workload.params.C: ..." -> "file.yaml:9: workload.params.C: ..."
@@ -229,6 +232,9 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
     snap: dict = {}
 
     def take_snapshot(reason: str) -> None:
+        cond = plan.stop_on
+        if cond is not None and cond.matched_at is None and plan.stop_at is None:
+            return                           # the limit was stop.max_time's, not the condition's
         if reason == "time-limit":           # at the break (not at a deadlock or an error before it)
             from emulator.snapshot import snapshot, state_digest
             snap.update(snapshot(system))
@@ -255,6 +261,8 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
             until = plan.max_time
             if plan.stop_at is not None and (until is None or plan.stop_at <= until):
                 until = plan.stop_at
+                system.on_decided = take_snapshot
+            if plan.stop_on is not None:
                 system.on_decided = take_snapshot
             with switch.soft(system.request_stop):
                 result = system.run(until=until, footer=False,
@@ -297,6 +305,10 @@ def execute(plan: RunPlan, *, progress=None, finish=None) -> RunOutcome:
         res["state"] = {"t_ps": snap["t_ps"], "state_digest": snap["state_digest"],
                         "trace_digest": snap["trace_digest"], "states": snap["states"],
                         "messages_in_flight": snap["messages_in_flight"]}
+        if plan.stop_on is not None and plan.stop_on.matched_at is not None:
+            snap["condition"] = res["state"]["condition"] = {"text": plan.stop_on.text,
+                                                             "matched": plan.stop_on.matched,
+                                                             "at_ps": plan.stop_on.matched_at}
     elif plan.stop_at is not None and result is not None and result.status not in ("time-limit",):
         notes.append(f"--stop-at {format_time(plan.stop_at)}: the run ended ({result.status}) at "
                      f"{format_time(result.end_time_ps)}, before it: no state snapshot")
