@@ -260,13 +260,14 @@ def binding_term(res: dict, profile: dict, params: dict, context=None, workload:
 
 def ratio_to_bound(res: dict, bound: dict | None) -> float | None:
     """How loose the bound is: the run's time over the bound's.  The workload's own ``ratio_to_bound`` (GQA:
-    latency / bound; many requests: the last request's end / bound); a per-token bound (Gemma 3N): a token's
+    latency / bound; many requests: the last request's end / bound; None when it has none, an unfinished
+    run); a per-token bound (Gemma 3N): a token's
     time over the bound's, ``tok_s_bound / tok_per_s``; else end time / ``bound_ps``."""
     if not bound:
         return None
-    r = res.get("ratio_to_bound")
-    if isinstance(r, (int, float)) and not isinstance(r, bool):
-        return r
+    if "ratio_to_bound" in res:   # the workload's own, None for a run it did not see finish (its partial metrics)
+        r = res["ratio_to_bound"]
+        return r if isinstance(r, (int, float)) and not isinstance(r, bool) else None
     if "tok_s_bound" in bound:
         return round(bound["tok_s_bound"] / res["tok_per_s"], 4) if res.get("tok_per_s") else None
     end = res.get("end_time_ps")
