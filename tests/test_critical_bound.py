@@ -76,3 +76,25 @@ def test_reduction_merges_while_o_is_in_flight():
     waits_for_o = (info["l2_depth"] * (3 * dispatch_ps("ipcq", prm) + chain + ipcq_model(o, prm))
                    + info["l1_depth"] * (3 * dispatch_ps("noc", prm) + chain + noc_model(o, 1, prm)))
     assert reduction < waits_for_o, (reduction, waits_for_o)
+
+
+def test_the_gemm_term_charges_the_tiles_the_kernel_sends():
+    """A composite is cut into the scheduler's tiles (gemm.tile_m/k/n = 32/64/32): on a 128-column array each
+    32-column tile still pays a whole pass, so a 4x wider array does not shrink the gemm term; a tl.dot is one
+    command and does use the width."""
+    from actors.ahbm.kernels.gqa_bound import gemm_core_cycles_sent
+    wide = Params.of(profile({"gemm": {"array_cols": 128}}))
+    kw = dict(M=8, d=128, tiles=[64, 64], kv_keys=128, l2_depth=0, l1_depth=0)
+    # per KV tile: Q·Kᵀ [8,128]@[128,64] = 2 N tiles x 2 K steps of 64; P·V [8,64]@[64,128] = 4 N tiles x 64
+    per_tile = 2 * 2 * 64 + 4 * 64
+    b = attention_bound(wide, **kw)
+    assert b["gemm_ps"] == wide.pe_clk.ps(2 * per_tile)
+    assert b["gemm_ps"] == attention_bound(Params.of(profile()), **kw)["gemm_ps"]   # the 32-column array's
+    assert "gemm.tile_n = 32 of the array's 128 columns" in b["note"]
+    assert "note" not in attention_bound(Params.of(profile()), **kw)
+    # dot: one command of the whole GEMM, ceil(64/128) = 1 pass of 128 K; ceil(128/128) = 1 pass of 64 K
+    assert gemm_core_cycles_sent(8, 128, 64, wide, "dot") == 128
+    assert attention_bound(wide, **kw, gemm="dot")["gemm_ps"] == wide.pe_clk.ps(2 * (128 + 64))
+    # tiles as wide as the array fill it: the term shrinks with it
+    full = Params.of(profile({"gemm": {"array_cols": 128, "tile_n": 128}}))
+    assert attention_bound(full, **kw)["gemm_ps"] == full.pe_clk.ps(2 * (2 * 64 + 64))

@@ -137,3 +137,65 @@ def test_a_default_trace_removed_by_the_size_policy_is_named_as_the_reason(tmp_p
     assert res["trace"] is None
     assert "over the size kept and removed" in res["limits"]["critical_path"]["missing"]
     assert "over the size kept" in res["limits"]["line"]
+
+
+#: Llama3-70B decode at 8K, one KV head (issue 38): its bound's gemm term binds, its critical path leads with MATH
+ONE_HEAD = ["--set", "workload.params.heads=1"]
+
+
+def _run_8k(emu, tmp_path, *sets):
+    p = emu("run", GQA, *ONE_HEAD, *sets, "--no-bundle", "--trace", tmp_path / "t.emutrace", "--json", "--quiet",
+            check=0)
+    return json.loads(p.stdout)
+
+
+def test_the_line_leads_with_the_path_then_the_ratio_then_the_binding_term_and_says_when_they_disagree(emu,
+                                                                                                       tmp_path):
+    """The 8K decode: the bound's binding term is its padded GEMM cycles, the run waits on MATH most (a 4x wider
+    MATH cuts the run 8.7 %, a 4x wider array nothing): the line must lead with MATH and say the gemm term is not
+    what the run waits on.  With math.lanes = 256 the GEMM array leads the path and the two agree."""
+    r = _run_8k(emu, tmp_path)
+    lim = r["limits"]
+    assert lim["leading"]["class"] == "MATH" and lim["leading"]["share"] == lim["critical_path"]["classes"]["MATH"]["share"]
+    assert lim["ratio_to_bound"] == r["ratio_to_bound"] == round(r["latency_ps"] / r["bound_ps"], 4)
+    assert lim["bound"]["classes"] == ["GEMM array"] and lim["agree"] is False
+    line = lim["line"]
+    order = [line.index(s) for s in ("critical path: MATH 40 %", "ratio to bound 2.01 (bound 1.5538us)",
+                                     "binding term gemm (padded rows: M = 8 of 32) 1.024us on the GEMM array",
+                                     "the bound's gemm term is not what the run waits on: the critical path leads with MATH")]
+    assert order == sorted(order) and order[0] == 0, line
+    r = _run_8k(emu, tmp_path, "--set", "machine.overrides.math.lanes=256")
+    lim = r["limits"]
+    assert lim["leading"]["class"] == "GEMM array" and lim["agree"] is True
+    assert "where the critical path spends most too" in lim["line"] and "not what the run waits on" not in lim["line"]
+
+
+def test_agreement_follows_the_declared_term_classes():
+    from tools.explain.limits import TERM_CLASSES, agreement, limits_line
+    b = {"binding": "reduction depth", "short": "reduction depth", "ps": 10, "bound_ps": 100,
+         "runner_up": {"name": "gemm", "ps": 5}, "classes": list(TERM_CLASSES["gqa_attention"]["reduction_ps"])}
+    assert agreement(b, {"class": "UCIe", "share": 0.5}) is True
+    assert agreement(b, {"class": "MATH", "share": 0.5}) is False
+    assert agreement({**b, "classes": []}, {"class": "MATH", "share": 0.5}) is None   # no resource's time
+    assert agreement(b, None) is None
+    lim = {"bound": b, "critical_path": {"missing": "no trace"}, "leading": None, "agree": None, "ratio_to_bound": 1.5}
+    assert limits_line(lim) == ("critical path not computed: no trace; ratio to bound 1.50 (bound 100ps); binding term"
+                                " reduction depth 10ps on the IPCQ, NOC or UCIe (next gemm 5ps)")
+    # no analytic bound: the path, then the words
+    assert limits_line({"bound": None, "critical_path": {"classes": {"links": {"ps": 1, "share": 1.0}}}}) == (
+        "critical path: links 100 %; no analytic bound")
+
+
+@pytest.mark.parametrize("sets, gemm_cycles", [
+    ([], 1024),
+    # 4x the columns, the kernel's tiles still 32 wide: every tile still a whole pass, the gemm term unchanged
+    (["--set", "machine.overrides.gemm.array_cols=128"], 1024),
+    # tiles as wide as the array: 2 KV tiles x (Q·Kᵀ 2 K steps of 64 + P·V 1 of 64) passes
+    (["--set", "machine.overrides.gemm.array_cols=128", "--set", "machine.overrides.gemm.tile_n=128"], 384),
+])
+def test_the_gqa_bound_stays_below_the_run_with_a_wider_array(emu, tmp_path, sets, gemm_cycles):
+    r = _run_8k(emu, tmp_path, *sets)
+    assert r["bound_terms"]["gemm_ps"] == gemm_cycles * 1000   # clock.pe 1 GHz
+    assert r["bound_ps"] <= r["latency_ps"], (r["bound_ps"], r["latency_ps"])
+    assert ("bound note: the kernel's composite tiles fill gemm.tile_n = 32 of the array's 128 columns"
+            in r["limits"]["line"]) == (len(sets) == 2)

@@ -2,7 +2,7 @@
 on the sweep pool, and the measured sensitivity agrees with the one-run critical-path estimate."""
 import pytest
 
-from tools.explain.whatif import format_whatif, knob_coverage, run_whatif, scaled_profile
+from tools.explain.whatif import format_whatif, knob_coverage, largest_error, run_whatif, scaled_profile
 
 SCENARIO = "scenarios/ahbm/gqa/decode_sp.yaml"
 
@@ -92,3 +92,38 @@ def test_a_class_on_the_path_without_a_row_of_its_own_is_listed():
     cov = knob_coverage(groups, "pccx", {"HP ports": 0.82, "DDR": 0.1, "SFU": 0.0, "GEMV lanes": 0.05})
     assert cov["partial"] == {}
     assert cov["none"] == {"HP ports": {"share": 0.82, "clock": "clocks.axi", "shared_with": []}}
+
+
+def test_every_measured_row_carries_its_estimate_error_and_the_largest_is_named(whatif):
+    """error = measured - estimated change (points of end time) per variant; the line under the table names the
+    largest."""
+    for r in whatif["rows"]:
+        for v in r["variants"].values():
+            assert v["error"] == round(v["measured"] - v["estimate"], 5)
+    errs = {(r["resource"], tag): abs(v["error"]) for r in whatif["rows"] for tag, v in r["variants"].items()}
+    big = whatif["largest_error"]
+    assert abs(big["error"]) == max(errs.values()) > 0 and errs[(big["resource"], big["variant"])] == abs(big["error"])
+    text = format_whatif(whatif)
+    assert text.splitlines()[1].split()[3:11] == ["faster:", "measured", "estimate", "error", "slower:", "measured",
+                                              "estimate", "error"]
+    assert f"largest estimate error: {100 * big['error']:+.2f}pt of the end time, {big['resource']} {big['variant']}" in text
+
+
+def test_the_error_column_and_a_failed_variant():
+    """A variant that did not finish has no error (nothing was measured) and is not the largest."""
+    def v(measured, estimate):
+        return {"speed": 1.1, "status": "finished" if measured is not None else "error", "measured": measured,
+                "estimate": estimate, "error": None if measured is None else round(measured - estimate, 5),
+                "changes": {}}
+    rows = [{"resource": "MATH", "critical_share": 0.4, "own_knob": "all",
+             "variants": {"faster": v(-0.0287, -0.0364), "slower": v(None, 0.0444)}},
+            {"resource": "HBM channels", "critical_share": 0.1, "own_knob": "all",
+             "variants": {"faster": v(-0.01, -0.0091), "slower": v(0.012, 0.0111)}}]
+    big = largest_error(rows)
+    assert (big["resource"], big["variant"], big["error"]) == ("MATH", "faster", 0.0077)
+    w = {"factor": 0.1, "scenario": "x", "end_time_ps": 1000, "rows": rows, "largest_error": big}
+    lines = format_whatif(w).splitlines()
+    assert lines[2].split()[1:5] == ["40.0%", "-2.87%", "-3.64%", "+0.77pt"]
+    assert lines[2].split()[5:7] == ["failed", "+4.44%"] and "pt" not in " ".join(lines[2].split()[6:])
+    assert lines[-1] == "  largest estimate error: +0.77pt of the end time, MATH faster (measured -2.87%, estimated -3.64%)"
+    assert largest_error([{**rows[0], "variants": {"slower": v(None, 0.04)}}]) is None

@@ -1,7 +1,16 @@
-"""What limits a run: the binding term of its analytic bound, and where its critical path spends the time.
+"""What limits a run: where its critical path spends the time, how loose its analytic bound is, and the bound's
+binding term.
 
 Two answers, one line (``emu run`` prints it as ``limits``; ``result.json`` holds ``limits``,
-docs/outputs.md "What limits it"):
+docs/outputs.md "What limits it").  **The line leads with the run**, not with the bound: the critical path's
+classes, largest first (``leading``: what the run waits on most), then ``ratio to bound`` (the run's time over
+the bound's, :func:`ratio_to_bound`), then the bound's binding term with its time and the resource classes it
+counts (:data:`TERM_CLASSES`, a declared table).  A bound term can bind the bound without limiting the run: the
+Llama3-70B 8K decode's bound is its padded GEMM cycles while its critical path spends most in MATH, and
+widening the MATH engine, not the array, is what shortens it.  So when the binding term's classes do not hold
+the path's leading class (``agree: false``) the line says so in words ("the bound's gemm term is not what the
+run waits on: the critical path leads with MATH"); a note the bound gives of itself (``bound_terms.note``: the
+GQA bound's tiling, kernels/gqa_bound.py) ends the line.
 
 * **the binding term** of the workload's own lower bound, named.  The bound is the one the
   workload reports (nothing is recomputed here):
@@ -22,8 +31,8 @@ docs/outputs.md "What limits it"):
     (``bound_terms.binding``: ``sharing``, the launches in turn on a CUBE Group's PEs, or
     ``arrival``, each request's launches in turn after it arrives); another workload that reports
     ``bound_ps`` with ``bound_terms`` gets its largest ``*_ps`` term;
-  - any other workload has no analytic bound: ``binding`` is None and the line names only the
-    critical path's largest class.
+  - any other workload has no analytic bound: ``bound`` is None and the line gives the critical
+    path's classes and says ``no analytic bound``.
 
 * **critical-path shares per resource class**: the run's critical path (tools/trace/summary.py,
   walked backwards from the last event through busy spans, own waits, message flights and
@@ -52,7 +61,8 @@ from tools.trace.compact import compact
 #: from this many trace events up, the printed line says what the critical-path walk cost (module docstring)
 WALK_NOTE_EVENTS = 1_000_000
 
-__all__ = ["run_limits", "binding_term", "path_classes", "classified_steps", "step_class", "limits_line", "CLASSES"]
+__all__ = ["run_limits", "binding_term", "path_classes", "classified_steps", "step_class", "limits_line", "leading",
+           "ratio_to_bound", "agreement", "CLASSES", "TERM_CLASSES"]
 
 #: resource class -> what it covers (docs/outputs.md has the same table)
 CLASSES = {
@@ -155,6 +165,16 @@ def path_classes(trace, family: str) -> dict:
 _GQA_NAMES = {"launch_ps": "launch", "first_access_ps": "first access", "kv_ps": "kv stream", "gemm_ps": "gemm",
               "reduction_ps": "reduction depth"}
 
+#: bound term -> the resource classes (:data:`CLASSES`) whose time it counts, per bound (module docstring): the
+#: line compares them with the class the critical path spends most in.  ``()``: a term that is no resource's time
+#: (a request's arrival), so there is nothing to compare.
+TERM_CLASSES = {
+    "gqa_attention": {"launch_ps": ("host",), "first_access_ps": ("DMA", "HBM channels"), "kv_ps": ("HBM channels",),
+                      "gemm_ps": ("GEMM array",), "reduction_ps": ("IPCQ", "NOC", "UCIe")},
+    "gemma3n": {"weight_stream": ("HP ports",), "macs": ("GEMV lanes",), "ddr": ("DDR",)},
+    "gqa_requests": {"sharing_ps": ("HBM channels", "GEMM array"), "arrival_ps": ()},
+}
+
 
 def _gqa_rows(params: dict, res: dict) -> int:
     """The GEMMs' row count M of the GQA kernel (gqa_workload._bound: decode G, prefill G x T_q, ring G x q_tile)."""
@@ -177,10 +197,14 @@ def _gqa_binding(res: dict, profile: dict, params: dict) -> dict:
     names = dict(_GQA_NAMES)
     if g.get("charge_padded") and M % R:
         names["gemm_ps"] = f"gemm (padded rows: M = {M} of {-(-M // R) * R})"
-    return {"binding": names[key], "term": key, "ps": t[key], "bound_ps": bound,
-            "share_of_bound": round(t[key] / bound, 4) if bound else None,
-            "runner_up": {"term": pair[1], "name": names[pair[1]], "ps": t[pair[1]]},
-            "terms": {names[k]: t[k] for k in _GQA_NAMES}, "source": "bound_terms (actors/ahbm/kernels/gqa_bound.py)"}
+    out = {"binding": names[key], "term": key, "short": _GQA_NAMES[key], "ps": t[key], "bound_ps": bound,
+           "share_of_bound": round(t[key] / bound, 4) if bound else None,
+           "runner_up": {"term": pair[1], "name": names[pair[1]], "ps": t[pair[1]]},
+           "terms": {names[k]: t[k] for k in _GQA_NAMES}, "classes": list(TERM_CLASSES["gqa_attention"][key]),
+           "source": "bound_terms (actors/ahbm/kernels/gqa_bound.py)"}
+    if t.get("note"):   # what the bound says of itself (gqa_bound.tiling_note: tiles narrower than the array)
+        out["note"] = t["note"]
+    return out
 
 
 def _gemma_binding(res: dict, ports: list | None) -> dict:
@@ -191,9 +215,11 @@ def _gemma_binding(res: dict, ports: list | None) -> dict:
     per_tok = {names[k]: round(1e12 / v) if v else None for k, v in tok.items()}   # ps a token needs at least
     key = b["binding"]
     others = sorted((k for k in names if k != key), key=lambda k: tok[k])
-    return {"binding": names[key], "term": key, "ps": per_tok[names[key]], "tok_s_bound": b["tok_s_bound"],
+    return {"binding": names[key], "term": key, "short": {"weight_stream": "weight stream"}.get(key, names[key]),
+            "ps": per_tok[names[key]], "tok_s_bound": b["tok_s_bound"],
             "runner_up": {"term": others[0], "name": names[others[0]], "ps": per_tok[names[others[0]]]},
-            "terms": per_tok, "source": "bounds (actors/pccx/gemma3n/budget.py), ps per token"}
+            "terms": per_tok, "classes": list(TERM_CLASSES["gemma3n"][key]),
+            "source": "bounds (actors/pccx/gemma3n/budget.py), ps per token"}
 
 
 #: gqa_requests (actors/ahbm/tl/gqa_requests.py work_bound): its two bounds' names
@@ -201,64 +227,115 @@ _REQUEST_NAMES = {"sharing": "Group sharing (launches in turn on a CUBE Group's 
                   "arrival": "request arrivals (each request's launches in turn after it arrives)"}
 
 
-def _named_binding(res: dict) -> dict:
+def _named_binding(res: dict, workload: str) -> dict:
     """A bound that names its binding term itself (``bound_terms.binding``: gqa_requests), or else the largest
-    ``*_ps`` term."""
+    ``*_ps`` term; its classes from :data:`TERM_CLASSES` under ``workload`` (none for a workload not there)."""
     t = res["bound_terms"]
     terms = {k[:-3]: v for k, v in t.items() if k.endswith("_ps") and isinstance(v, (int, float))}
     key = t.get("binding") if t.get("binding") in terms else max(terms, key=terms.get)
     names = {k: _REQUEST_NAMES.get(k, k.replace("_", " ")) for k in terms}
     others = sorted((k for k in terms if k != key), key=lambda k: -terms[k])
-    out = {"binding": names[key], "term": f"{key}_ps", "ps": terms[key], "bound_ps": res["bound_ps"],
-           "share_of_bound": round(terms[key] / res["bound_ps"], 4),
-           "terms": {names[k]: v for k, v in terms.items()}, "source": "bound_terms"}
+    out = {"binding": names[key], "term": f"{key}_ps", "short": key.replace("_", " "), "ps": terms[key],
+           "bound_ps": res["bound_ps"], "share_of_bound": round(terms[key] / res["bound_ps"], 4),
+           "terms": {names[k]: v for k, v in terms.items()},
+           "classes": list(TERM_CLASSES.get(workload, {}).get(f"{key}_ps", ())), "source": "bound_terms"}
     out["runner_up"] = ({"term": f"{others[0]}_ps", "name": names[others[0]], "ps": terms[others[0]]}
                         if others else {"term": None, "name": "none", "ps": 0})
     return out
 
 
-def binding_term(res: dict, profile: dict, params: dict, context=None) -> dict | None:
+def binding_term(res: dict, profile: dict, params: dict, context=None, workload: str = "") -> dict | None:
     """The bound's binding term (module docstring); None for a workload without an analytic bound."""
     t = res.get("bound_terms")
     if isinstance(t, dict) and res.get("bound_ps"):
         if {"kv_ps", "gemm_ps", "launch_ps", "first_access_ps", "reduction_ps"} <= t.keys():
             return _gqa_binding(res, profile, params)
         if any(k.endswith("_ps") for k in t):
-            return _named_binding(res)
+            return _named_binding(res, workload)
     if isinstance(res.get("bounds"), dict) and "binding" in res["bounds"]:
         comp = getattr(context, "compiler", None)
         return _gemma_binding(res, list(getattr(comp, "ports", []) or []))
     return None
 
 
+def ratio_to_bound(res: dict, bound: dict | None) -> float | None:
+    """How loose the bound is: the run's time over the bound's.  The workload's own ``ratio_to_bound`` (GQA:
+    latency / bound; many requests: the last request's end / bound; None when it has none, an unfinished
+    run); a per-token bound (Gemma 3N): a token's
+    time over the bound's, ``tok_s_bound / tok_per_s``; else end time / ``bound_ps``."""
+    if not bound:
+        return None
+    if "ratio_to_bound" in res:   # the workload's own, None for a run it did not see finish (its partial metrics)
+        r = res["ratio_to_bound"]
+        return r if isinstance(r, (int, float)) and not isinstance(r, bool) else None
+    if "tok_s_bound" in bound:
+        return round(bound["tok_s_bound"] / res["tok_per_s"], 4) if res.get("tok_per_s") else None
+    end = res.get("end_time_ps")
+    return round(end / bound["bound_ps"], 4) if end and bound.get("bound_ps") else None
+
+
+def leading(cp: dict) -> dict | None:
+    """The class the critical path spends most in, ``{"class", "share"}``; None without a path."""
+    classes = cp.get("classes") or {}
+    if not classes:
+        return None
+    cls, v = next(iter(classes.items()))
+    return {"class": cls, "share": v["share"]}
+
+
+def agreement(bound: dict | None, lead: dict | None) -> bool | None:
+    """Whether the bound's binding term is about the class the critical path leads with (:data:`TERM_CLASSES`);
+    None when there is nothing to compare (no bound, no path, or a term that is no resource's time)."""
+    if not bound or not lead or not bound.get("classes"):
+        return None
+    return lead["class"] in bound["classes"]
+
+
+def _path_part(cp: dict) -> str:
+    if "classes" not in cp:
+        return f"critical path not computed: {cp.get('missing', 'no trace')}"
+    top = list(cp["classes"].items())[:4]
+    walk, cost = cp.get("walk") or {}, ""
+    if walk.get("events", 0) >= WALK_NOTE_EVENTS:
+        share = f", {100 * walk['share_of_run']:.0f} % of the run's wall time" if walk.get("share_of_run") else ""
+        cost = f" ({walk['events'] / 1e6:.1f} M events walked in {walk['wall_s']:.1f} s{share})"
+    return f"critical path{cost}: " + ", ".join(f"{c} {100 * v['share']:.0f} %" for c, v in top)
+
+
 def limits_line(lim: dict) -> str:
-    """The one printed line: ``gemm (...) binds the bound (4.096us of 4.577us; kv stream 1.28us);
-    critical path: GEMM array 47 %, ...``."""
-    parts = []
+    """The one printed line, what the run waits on first (docs/explain.md "What limits it"): the critical path's
+    classes, largest first; how loose the bound is; the bound's binding term with its time and classes; and,
+    when the two disagree, a sentence that says so:
+    ``critical path: MATH 40 %, GEMM array 27 %, ...; ratio to bound 2.01 (bound 1.5538us); binding term gemm
+    (...) 1.024us on the GEMM array (next kv stream 320ns); the bound's gemm term is not what the run waits on:
+    the critical path leads with MATH``."""
+    parts = [_path_part(lim.get("critical_path") or {})]
     b = lim.get("bound")
-    if b:
-        of = f" of {format_time(b['bound_ps'])}" if "bound_ps" in b else " a token"
-        parts.append(f"{b['binding']} binds the bound ({format_time(b['ps'])}{of}; next {b['runner_up']['name']} "
-                     f"{format_time(b['runner_up']['ps'])})")
-    else:
+    if not b:
         parts.append("no analytic bound")
-    cp = lim.get("critical_path") or {}
-    if "classes" in cp:
-        top = list(cp["classes"].items())[:4]
-        walk, cost = cp.get("walk") or {}, ""
-        if walk.get("events", 0) >= WALK_NOTE_EVENTS:
-            share = f", {100 * walk['share_of_run']:.0f} % of the run's wall time" if walk.get("share_of_run") else ""
-            cost = f" ({walk['events'] / 1e6:.1f} M events walked in {walk['wall_s']:.1f} s{share})"
-        parts.append(f"critical path{cost}: " + ", ".join(f"{c} {100 * v['share']:.0f} %" for c, v in top))
-    else:
-        parts.append(f"critical path not computed: {cp.get('missing', 'no trace')}")
+        return "; ".join(parts)
+    per_token = "bound_ps" not in b
+    ratio = lim.get("ratio_to_bound")
+    of = f"{format_time(b['ps'])} a token" if per_token else format_time(b["bound_ps"])
+    parts.append(f"ratio to bound {ratio:.2f} (bound {of})" if ratio is not None else f"bound {of}")
+    cls = b.get("classes") or []
+    where = f" on the {', '.join(cls[:-1])} or {cls[-1]}" if len(cls) > 1 else f" on the {cls[0]}" if cls else ""
+    agree = lim.get("agree")
+    also = ", where the critical path spends most too" if agree else ""
+    parts.append(f"binding term {b['binding']} {format_time(b['ps'])}{'' if not per_token else ' a token'}{where}"
+                 f" (next {b['runner_up']['name']} {format_time(b['runner_up']['ps'])}){also}")
+    if agree is False:
+        parts.append(f"the bound's {b.get('short', b['binding'])} term is not what the run waits on: the critical "
+                     f"path leads with {lim['leading']['class']}")
+    if b.get("note"):
+        parts.append(f"bound note: {b['note']}")
     return "; ".join(parts)
 
 
 def run_limits(scenario, res: dict, trace_path: str | None, context=None, *, trace_dropped: bool = False) -> dict:
     """The ``limits`` entry of result.json for one run (module docstring); ``trace_dropped``: the run recorded its
     default trace and the size policy removed it (tools/run/runner.py), so there is none to walk."""
-    out: dict = {"bound": binding_term(res, scenario.profile, scenario.params, context)}
+    out: dict = {"bound": binding_term(res, scenario.profile, scenario.params, context, scenario.workload)}
     if trace_path:
         try:
             t0 = time.perf_counter()
@@ -276,5 +353,8 @@ def run_limits(scenario, res: dict, trace_path: str | None, context=None, *, tra
     else:
         out["critical_path"] = {"missing": "no trace was recorded (--no-bundle without --trace, or "
                                            "trace.enabled: false)"}
+    out["leading"] = leading(out["critical_path"])
+    out["ratio_to_bound"] = ratio_to_bound(res, out["bound"])
+    out["agree"] = agreement(out["bound"], out["leading"])
     out["line"] = limits_line(out)
     return out

@@ -22,7 +22,10 @@ share ``c`` of the end time; if that class's time scales by ``1/s`` and the path
 changes by ``c (1/s - 1)``; for a clock, ``c`` is the sum over the classes that clock drives.  The estimate is
 first order: it ignores work that moves on or off the path, and it assumes the group's keys are all of the
 class's time (a class whose main cost has no exclusive knob, the AHBM GEMM array's core cycles at ``clock.pe``,
-is over-estimated by its own row; the ``clock.pe`` row covers it).
+is over-estimated by its own row; the ``clock.pe`` row covers it).  How far off it was is part of every measured
+row: ``error`` = measured minus estimated change, in points of the end time (a column beside each estimate),
+and the line under the table names the largest (``largest_error``), so a reader sees at once where the one-run
+reading of the critical path cannot be trusted.
 
 **Coverage** (:func:`knob_coverage`, printed under the table, ``coverage`` in ``--json``).  The output says
 which classes the what-if cannot speed up by themselves: a class of :data:`PARTIAL_KNOBS` (its main cost
@@ -47,7 +50,8 @@ from emulator.units import format_time
 from tools.explain.limits import FAMILY_CLASSES
 from tools.run.components import value_at
 
-__all__ = ["knob_groups", "scaled_profile", "run_whatif", "format_whatif", "add_parser", "main", "SECTION_CLASS"]
+__all__ = ["knob_groups", "scaled_profile", "run_whatif", "format_whatif", "largest_error", "add_parser", "main",
+           "SECTION_CLASS"]
 
 #: speed units: scaled by s (a rate) or by 1/s (a time)
 RATE_UNITS = ("B/s", "MAC/clk", "clock")
@@ -274,10 +278,11 @@ def run_whatif(path: str, sets=(), *, factor: float = 0.1, only=None, backend: s
         tag = "faster" if s > 1 else "slower"
         share = row["critical_share"]
         ok = r.get("status") == "finished"
+        measured, estimate = (round(r["end_time_ps"] / end - 1, 5) if ok else None), round(share * (1 / s - 1), 5)
         row["variants"][tag] = {
-            "speed": s, "status": r.get("status"), "end_time_ps": r.get("end_time_ps"),
-            "measured": round(r["end_time_ps"] / end - 1, 5) if ok else None,
-            "estimate": round(share * (1 / s - 1), 5), "changes": changes}
+            "speed": s, "status": r.get("status"), "end_time_ps": r.get("end_time_ps"), "measured": measured,
+            "estimate": estimate, "error": None if measured is None else round(measured - estimate, 5),
+            "changes": changes}
         if not ok:
             row["variants"][tag]["error"] = r.get("error")
         row["keys"] = {k: c["speed"] for k, c in changes.items()}
@@ -288,25 +293,44 @@ def run_whatif(path: str, sets=(), *, factor: float = 0.1, only=None, backend: s
     for r in order:
         r["own_knob"] = "part" if r["resource"] in coverage["partial"] else "all"
     return {"scenario": sc.name, "end_time_ps": end, "factor": factor, "backend": backend,
-            "critical_path": shares, "rows": order, "coverage": coverage}
+            "critical_path": shares, "rows": order, "coverage": coverage, "largest_error": largest_error(order)}
+
+
+def largest_error(rows: list) -> dict | None:
+    """The measured variant whose one-run estimate is furthest off: ``{"resource", "variant", "error",
+    "measured", "estimate"}`` (fractions of the end time); None if no variant was measured."""
+    errs = [(abs(v["error"]), r["resource"], tag, v) for r in rows for tag, v in r["variants"].items()
+            if v.get("error") is not None]
+    if not errs:
+        return None
+    _, res, tag, v = max(errs, key=lambda e: (e[0], e[1], e[2]))
+    return {"resource": res, "variant": tag, "error": v["error"], "measured": v["measured"], "estimate": v["estimate"]}
 
 
 def format_whatif(w: dict) -> str:
     f = w["factor"]
     out = [f"what if each resource were {100 * f:g} % faster / slower: {w['scenario']}, baseline end "
            f"{format_time(w['end_time_ps'])}",
-           f"  {'resource':<16} {'path share':>10} {'faster: measured':>17} {'estimate':>9} {'slower: measured':>17} "
-           f"{'estimate':>9}  keys (actual speed factor when faster)"]
+           f"  {'resource':<16} {'path share':>10} {'faster: measured':>17} {'estimate':>9} {'error':>8} "
+           f"{'slower: measured':>17} {'estimate':>9} {'error':>8}  keys (actual speed factor when faster)"]
 
     def pct(x):
         return "  failed" if x is None else f"{100 * x:+8.2f}%" if abs(x) >= 5e-5 else "    0.00%"
+
+    def pts(x):   # measured - estimate, in points of the end time
+        return "" if x is None else f"{100 * x:+.2f}pt" if abs(x) >= 5e-5 else "0.00pt"
 
     for r in w["rows"]:
         fa, sl = r["variants"].get("faster", {}), r["variants"].get("slower", {})
         keys = ", ".join(f"{k} x{c['speed']}" for k, c in fa.get("changes", {}).items())
         name = r["resource"] + (" *" if r.get("own_knob") == "part" else "")
         out.append(f"  {name:<16} {100 * r['critical_share']:9.1f}% {pct(fa.get('measured')):>17} "
-                   f"{pct(fa.get('estimate')):>9} {pct(sl.get('measured')):>17} {pct(sl.get('estimate')):>9}  {keys}")
+                   f"{pct(fa.get('estimate')):>9} {pts(fa.get('error')):>8} {pct(sl.get('measured')):>17} "
+                   f"{pct(sl.get('estimate')):>9} {pts(sl.get('error')):>8}  {keys}")
+    big = w.get("largest_error")
+    if big:
+        out.append(f"  largest estimate error: {pts(big['error'])} of the end time, {big['resource']} {big['variant']}"
+                   f" (measured {pct(big['measured']).strip()}, estimated {pct(big['estimate']).strip()})")
     out.extend(coverage_lines(w.get("coverage") or {}))
     return "\n".join(out)
 

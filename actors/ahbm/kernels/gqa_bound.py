@@ -9,9 +9,18 @@ by a sweep.  Every term is a time no schedule can beat on the modelled machine:
 * ``kv``: the K/V bytes the busiest-path rank must read, at the usable HBM
   bandwidth of one PE, ``pcs_per_pe x pc_bandwidth x efficiency`` (costs.pc_ps:
   8 x 32 GB/s x 0.8 = 204.8 GB/s by default);
-* ``gemm``: the padded MAC-array cycles of its GEMMs, ``ceil(m/R) ceil(n/C) k`` per
-  GEMM as the engine charges them (costs.gemm_core_cycles, ``charge_padded``), without
-  the fill/drain (a lower bound for any tiling: back-to-back commands overlap it);
+* ``gemm``: the MAC-array core cycles of the GEMM commands the kernel really sends the
+  engine, each charged as the engine charges it (costs.gemm_core_cycles: ``ceil(m/R)
+  ceil(n/C) k`` with ``charge_padded``), without the fill/drain (back-to-back commands
+  overlap it).  A ``tl.dot`` is one command of the whole ``[m, k] @ [k, n]``; a
+  ``tl.composite`` is cut by the PE scheduler into the tiles of its plan (tiles.plan,
+  ``gemm.tile_m x tile_k x tile_n``), one command each (:func:`gemm_core_cycles_sent`).
+  The cut matters when a tile is narrower than the array: a composite tile of
+  ``tile_n = 32`` columns on a 128-column array pays a whole array pass for 32 columns,
+  and the 96 others do no work, so charging the GEMM as one ``ceil(n/128)`` pass would
+  put the bound below what the run can do.  ``gemm_tiling`` names the rule used, and
+  ``note`` says when the tiles leave array rows or columns idle (tools/explain/limits.py
+  shows it on the ``limits`` line);
 * ``reduction``: per Level-2 tree level one IPCQ hop carrying ``O`` (``ipcq.fixed_overhead``
   + O bytes / ``ipcq.bandwidth``), per Level-1 level one CUBE-to-CUBE crossing
   (intra-SIP UCIe ``2 x port_latency + link`` + O bytes / UCIe bandwidth); a chunked-O ring level
@@ -55,17 +64,42 @@ from emulator.units import transfer_ps
 from actors.ahbm.closed_forms import ipcq_model, noc_model
 from actors.ahbm.costs import dispatch_ps, dma_ps, gemm_core_cycles, gemm_cycles, math_ps, stripe
 from actors.ahbm.kernels.merge import lse_merge
+from actors.ahbm.pipeline import plan_cached
 
-__all__ = ["attention_bound", "critical_path_bound", "merge_ops", "hop1_ps", "hop2_ps"]
+__all__ = ["attention_bound", "critical_path_bound", "gemm_core_cycles_sent", "tiling_note", "merge_ops", "hop1_ps",
+           "hop2_ps"]
+
+
+def gemm_core_cycles_sent(m: int, k: int, n: int, prm, gemm: str) -> int:
+    """Core cycles the engine charges for ``[m, k] @ [k, n]`` as the kernel sends it (module docstring): one
+    command (``gemm="dot"``) or one per tile of the PE scheduler's plan (``"composite"``)."""
+    if gemm == "dot":
+        return gemm_core_cycles(m, k, n, prm)
+    return sum(gemm_core_cycles(s.tm, s.tk, s.tn, prm) for s in plan_cached(m, k, n, tuple(prm.tile)))
+
+
+def tiling_note(prm, gemm: str) -> str | None:
+    """What the composite tiles leave unused of the array (module docstring), or None."""
+    if gemm == "dot":
+        return None
+    (tm, _, tn), R, C = prm.tile, prm.array_rows, prm.array_cols
+    idle = [f"{key} = {t} of the array's {a} {name}" for key, t, a, name in
+            (("tile_m", tm, R, "rows"), ("tile_n", tn, C, "columns")) if t % a]
+    if not idle:
+        return None
+    return (f"the kernel's composite tiles fill gemm.{' and gemm.'.join(idle)}: the gemm term charges each tile"
+            f" a whole array pass, as the engine does")
 
 
 def attention_bound(prm, *, M: int, d: int, tiles: list[int], kv_keys: int, l2_depth: int, l1_depth: int,
-                    l2_chunks: int = 1, l1_chunks: int = 1) -> dict:
+                    l2_chunks: int = 1, l1_chunks: int = 1, gemm: str = "composite") -> dict:
     """Terms and total (ps) for one rank sweeping ``tiles`` (keys per KV tile, M query rows) over ``kv_keys``
-    keys of K and V, followed by ``l2_depth`` IPCQ and ``l1_depth`` CUBE-NOC reduction levels."""
+    keys of K and V, followed by ``l2_depth`` IPCQ and ``l1_depth`` CUBE-NOC reduction levels; ``gemm``: how the
+    kernel issues its two GEMMs a tile (``composite`` or ``dot``, the workload's ``gemm`` parameter)."""
     kv_bytes = 2 * kv_keys * d * 2
     hbm_bw = prm.pcs * prm.pc_bw_eff
-    cycles = sum(gemm_core_cycles(M, d, n, prm) + gemm_core_cycles(M, n, d, prm) for n in tiles)   # the engine's own
+    cycles = sum(gemm_core_cycles_sent(M, d, n, prm, gemm) + gemm_core_cycles_sent(M, n, d, prm, gemm)
+                 for n in tiles)   # Q·Kᵀ [M, d] @ [d, n] and P·V [M, n] @ [n, d], as the engine is sent them
     o_bytes = M * d * 4
     hop2, hop1 = hop2_ps(o_bytes // l2_chunks, prm), hop1_ps(o_bytes // l1_chunks, prm)
     terms = {"launch_ps": prm.launch_latency, "first_access_ps": prm.dma_setup + prm.hbm_latency,
@@ -74,6 +108,11 @@ def attention_bound(prm, *, M: int, d: int, tiles: list[int], kv_keys: int, l2_d
     terms["bound_ps"] = (terms["launch_ps"] + terms["first_access_ps"] + max(terms["kv_ps"], terms["gemm_ps"])
                          + terms["reduction_ps"])
     terms["kv_bytes_per_rank"] = kv_bytes
+    terms["gemm_tiling"] = ("dot: one command a GEMM" if gemm == "dot" else
+                            f"composite: tiles of {'x'.join(map(str, prm.tile))} (gemm.tile_m/k/n)")
+    note = tiling_note(prm, gemm)
+    if note:
+        terms["note"] = note
     return terms
 
 
@@ -139,9 +178,10 @@ def _chain_ps(ops: list[tuple[str, int]], prm) -> int:
 
 
 def critical_path_bound(prm, *, M: int, d: int, tiles: list[int], kv_keys: int, l2_depth: int,
-                        l1_depth: int) -> dict:
+                        l1_depth: int, gemm: str = "composite") -> dict:
     """The issue's bound (:func:`attention_bound`) plus the dependent tail terms of the module docstring."""
-    terms = attention_bound(prm, M=M, d=d, tiles=tiles, kv_keys=kv_keys, l2_depth=l2_depth, l1_depth=l1_depth)
+    terms = attention_bound(prm, M=M, d=d, tiles=tiles, kv_keys=kv_keys, l2_depth=l2_depth, l1_depth=l1_depth,
+                            gemm=gemm)
     last = tiles[-1] if tiles else 0
     o_bytes = M * d * 4
     per_pc = [sum(n for _, n in pc) for pc in stripe(0, 1, o_bytes, o_bytes, prm.burst, prm.pcs)]

@@ -388,16 +388,17 @@ def kv_loads(system, coords) -> tuple[int, int]:
 
 def _bound(ctx) -> dict:
     p, prm = ctx.params, ctx.prm
-    G, d, S, R = p["G"], p["d"], p["context"], p["C"] * p["P"]
+    G, d, S, R, gemm = p["G"], p["d"], p["context"], p["C"] * p["P"], p["gemm"]   # gemm: how the GEMMs are sent
     if p["case"] == "decode":
         keys = S // R   # the shortest slice: a lower bound for the deepest leaf
         tiles = [n for _, n in decode_tiles(keys, p["tile"])]
         info = ctx.layout.info
         if info["l2_chunks"] == info["l1_chunks"] == 1:   # tree / chain / mesh: one lse merge per level
             return critical_path_bound(prm, M=G, d=d, tiles=tiles, kv_keys=keys, l2_depth=info["l2_depth"],
-                                       l1_depth=info["l1_depth"])
+                                       l1_depth=info["l1_depth"], gemm=gemm)
         return attention_bound(prm, M=G, d=d, tiles=tiles, kv_keys=keys, l2_depth=info["l2_depth"],
-                               l1_depth=info["l1_depth"], l2_chunks=info["l2_chunks"], l1_chunks=info["l1_chunks"])
+                               l1_depth=info["l1_depth"], l2_chunks=info["l2_chunks"], l1_chunks=info["l1_chunks"],
+                               gemm=gemm)
     if R == 1:
         T_q = p["T_q"]
         tiles, keys = [], 0
@@ -406,10 +407,10 @@ def _bound(ctx) -> dict:
             ts, _ = prefill_tiles(S, p["tile"], qs, qs + T_q)
             tiles += [n for _, n, _ in ts]
             keys += sum(n for _, n, _ in ts)
-        return attention_bound(prm, M=G * T_q, d=d, tiles=tiles, kv_keys=keys, l2_depth=0, l1_depth=0)
+        return attention_bound(prm, M=G * T_q, d=d, tiles=tiles, kv_keys=keys, l2_depth=0, l1_depth=0, gemm=gemm)
     B, t, pc = S // R, ctx.layout.info["q_tile"], ctx.layout.info["piece"]   # ring: the busiest rank's folds
     folds = max((ring_folds(r, R, B, p["ring_order"], t, pc) for r in range(R)), key=sum)
-    return attention_bound(prm, M=G * t, d=d, tiles=folds, kv_keys=B, l2_depth=0, l1_depth=0)
+    return attention_bound(prm, M=G * t, d=d, tiles=folds, kv_keys=B, l2_depth=0, l1_depth=0, gemm=gemm)
 
 
 def work_macs(ctx) -> int:
