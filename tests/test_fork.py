@@ -84,3 +84,22 @@ def test_what_cannot_be_forked_is_refused_and_nothing_is_written(emu, tmp_path, 
                                           else text + "seed: 12345\n")
     r = emu("fork", edited, "--at", "1.3us", "--out", out, check=2)
     assert "is not the recorded run before 1.3us" in r.stderr and not out.exists()
+
+
+def test_forks_from_one_prefix_fan_out_over_the_pool(emu, tmp_path, original):
+    bundle, res = original
+    (tmp_path / "v.yaml").write_text('- name: same\n'
+                                     '- name: late-ipcq\n  delay: {link: "sip0/cube00/pe4/ipcq.tx_N->*", delay: 50ns}\n'
+                                     '- name: wide\n  set: machine.overrides.gemm.array_rows=64\n')
+    r = emu("fork", bundle, "--at", "1.3us", "--variants", tmp_path / "v.yaml", "--out", tmp_path / "forks",
+            "--json", "-j", "2", check=1)                 # one variant is refused: not every fork finished
+    table, _, records = r.stdout.partition("\n{")
+    records = json.loads("{" + records)
+    assert records["0"]["digest"] == res["digest"] and records["0"]["first_divergence_ps"] is None
+    assert records["1"]["end_time_ps"] > res["end_time_ps"] and records["1"]["first_divergence_ps"] >= 1_300_000
+    assert records["2"]["status"] == "refused" and "array_rows" in records["2"]["error"]
+    assert "none (same digest)" in table and "late-ipcq" in table and "refused" in table
+    assert (tmp_path / "forks" / "late-ipcq" / "result.json").is_file()
+    (tmp_path / "bad.yaml").write_text("- name: a\n  colour: red\n")
+    r = emu("fork", bundle, "--at", "1.3us", "--variants", tmp_path / "bad.yaml", check=2)
+    assert "unknown key 'colour'" in r.stderr

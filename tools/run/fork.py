@@ -23,6 +23,11 @@ What can change from ``T`` on:
   tiling, is refused naming the field).  It is applied at the start of time step ``T``: every service time
   computed from ``T`` on uses the new value.
 
+``--variants FILE`` forks every variant of a YAML list (``{name, fault, delay, set}``) from the same time,
+each in a worker of the sweep backends (tools/sweep/backends.py: the process pool, or Ray with
+``--backend ray``; on a cluster of several hosts each fork's bundle stays on the host that ran it), and
+prints one row per variant: status, end time, change, first divergence, bundle.
+
 The comparison: end time, digests, the numeric metrics both runs report, and for each actor whose events
 differ the first differing event (time, what each run did), earliest first.  The fork's own bundle (``--out``,
 default ``runs/<scenario>-fork``) holds its result with a ``fork`` key (``at_ps``, ``changes``, ``prefix``,
@@ -112,9 +117,9 @@ def _describe(ev) -> str:
     return f"{name} at {format_time(ev[1])} " + " ".join(parts)
 
 
-def _faults(args, at: int) -> list[dict]:
+def _faults(fault_texts, delay_texts, at: int) -> list[dict]:
     out = []
-    for opt, text in [("--fault", t) for t in args.fault] + [("--delay", t) for t in args.delay]:
+    for opt, text in [("--fault", t) for t in fault_texts] + [("--delay", t) for t in delay_texts]:
         try:
             f = yaml.safe_load(text)
         except yaml.YAMLError as e:
@@ -134,34 +139,36 @@ def _faults(args, at: int) -> list[dict]:
     return out
 
 
-def _live_sets(args, family, scenario_file: str, scenario, registry):
+def _live_sets(sets, family, scenario_file: str, scenario, registry):
     """(changes, apply) for the --set options: each must be a machine parameter the family can change mid-run."""
-    if not args.set:
+    if not sets:
         return [], None
-    bad = [s for s in args.set if not s.startswith("machine.overrides.")]
+    bad = [s for s in sets if not s.startswith("machine.overrides.")]
     if bad:
         raise ForkError(f"--set {bad[0]}: a fork changes machine parameters (machine.overrides.KEY=VALUE) from "
                         "its time on; the workload and the rest of the scenario are fixed by its prefix")
     hook = getattr(family, "live_change", None)
     if hook is None:
-        raise ForkError(f"--set {args.set[0]}: the {scenario.family} family declares no parameter that can change "
+        raise ForkError(f"--set {sets[0]}: the {scenario.family} family declares no parameter that can change "
                         "mid-run (faults can: --fault, --delay)")
     from emulator.scenario import load_scenario
-    changed = load_scenario(scenario_file, registry, args.set)
+    changed = load_scenario(scenario_file, registry, list(sets))
     try:
         fields, apply = hook(scenario.profile, changed.profile)
     except ValueError as e:
-        raise ForkError(f"--set {' '.join(args.set)}: {e}") from None
-    return [{"set": s} for s in args.set] + [{"fields": fields}], apply
+        raise ForkError(f"--set {' '.join(sets)}: {e}") from None
+    return [{"set": s} for s in sets] + [{"fields": fields}], apply
 
 
-def main(args) -> int:
+def fork_run(bundle: str, at_text: str, *, faults=(), delays=(), sets=(), out: str | None = None):
+    """One fork (module docstring): ``(original result, the fork's result with its fork key, the first
+    divergent event per actor)``; a :class:`ForkError` for a fork that cannot be made, nothing written."""
     from actors import registry
     from emulator.scenario import load_scenario
-    from tools.run.runner import EXIT_CODES, execute, plan_run
+    from tools.run.runner import execute, plan_run
 
     from emulator.input_paths import bundle_file
-    bundle = Path(args.bundle)
+    bundle = Path(bundle)
     if not bundle.is_dir():
         raise ForkError(f"{bundle}: not a result bundle directory")
     scen_file, res_file = bundle_file(bundle, "scenario.yaml"), bundle_file(bundle, "result.json")
@@ -170,9 +177,9 @@ def main(args) -> int:
     original = json.loads(res_file.read_text())
     from emulator.units import UnitError, parse_time
     try:
-        at = parse_time(args.at)
+        at = parse_time(at_text)
     except (UnitError, ValueError):
-        raise ForkError(f"--at {args.at!r}: expected a time with a unit, like 2.3us") from None
+        raise ForkError(f"--at {at_text!r}: expected a time with a unit, like 2.3us") from None
     if not 0 < at < original["end_time_ps"]:
         raise ForkError(f"--at {format_time(at)}: the recorded run lasts {format_time(original['end_time_ps'])}; "
                         "a fork time lies inside it")
@@ -188,8 +195,8 @@ def main(args) -> int:
                         "--checkpoint-every a divisor of the fork time")
     base = load_scenario(str(scen_file), registry)
     family = registry.family(base.family)
-    faults = _faults(args, at)
-    changes, apply = _live_sets(args, family, str(scen_file), base, registry)
+    faults = _faults(faults, delays, at)
+    changes, apply = _live_sets(sets, family, str(scen_file), base, registry)
     sets = [f"faults={yaml.safe_dump(base.faults + faults, default_flow_style=True, width=10**9).strip()}"] \
         if faults else []
     forked = load_scenario(str(scen_file), registry, sets)
@@ -210,7 +217,7 @@ def main(args) -> int:
                 inner(t)
         system.on_step = on_step
 
-    out = Path(args.out) if args.out else Path("runs") / f"{base.name}-fork"
+    out = Path(out) if out else Path("runs") / f"{base.name}-fork"
     if out.resolve() == bundle.resolve():
         raise ForkError(f"--out {out}: that is the original bundle; choose another directory")
     plan = dataclasses.replace(plan_run(forked, out=str(out), bundle=True), on_built=at_fork,
@@ -250,12 +257,112 @@ def main(args) -> int:
         divergence = first_divergence_per_actor(str(trace), outcome.trace_path, prefix["events"])
     res["fork"]["first_divergence"] = divergence
     (out / "result.json").write_text(json.dumps(res, indent=1))
+    return original, res, divergence
+
+
+def main(args) -> int:
+    from tools.run.runner import EXIT_CODES
+
+    if args.variants:
+        return fan_out(args)
+    original, res, divergence = fork_run(args.bundle, args.at, faults=args.fault, delays=args.delay,
+                                         sets=args.set, out=args.out)
     if args.json:
         print(json.dumps(res["fork"] | {"end_time_ps": res["end_time_ps"], "digest": res["digest"],
                                         "status": res["status"]}, indent=1))
         return EXIT_CODES.get(res["status"], 1)
     print(_comparison(original, res, divergence))
     return EXIT_CODES.get(res["status"], 1)
+
+
+def _variants(path: str) -> list[dict]:
+    """The variants file: a YAML list of ``{name, fault: MAP or [MAP], delay: MAP or [MAP], set: TEXT or
+    [TEXT]}``, each a fork from the same time; a clear error naming the entry otherwise."""
+    from emulator.schema import read_text
+    try:
+        doc = yaml.safe_load(read_text(path))
+    except yaml.YAMLError as e:
+        raise ForkError(f"--variants {path}: not YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(doc, list) or not doc:
+        raise ForkError(f"--variants {path}: expected a list of variants ({{name: ..., delay: {{...}}}}), found "
+                        f"{type(doc).__name__}")
+    out, names = [], set()
+    for i, v in enumerate(doc):
+        where = f"--variants {path}: entry {i}"
+        if not isinstance(v, dict) or not isinstance(v.get("name"), str) or not v["name"]:
+            raise ForkError(f"{where}: expected a map with a name")
+        name = v["name"]
+        if not all(c.isalnum() or c in "-_." for c in name) or name in names:
+            raise ForkError(f"{where}: name {name!r} must be unique, of letters, digits, -, _ and .")
+        names.add(name)
+        extra = set(v) - {"name", "fault", "delay", "set"}
+        if extra:
+            raise ForkError(f"{where} ({name}): unknown key {sorted(extra)[0]!r} (known: name, fault, delay, set)")
+        as_list = lambda x: [] if x is None else x if isinstance(x, list) else [x]   # noqa: E731
+        out.append({"name": name, "fault": [yaml.safe_dump(f, default_flow_style=True).strip()
+                                            for f in as_list(v.get("fault"))],
+                    "delay": [yaml.safe_dump(f, default_flow_style=True).strip() for f in as_list(v.get("delay"))],
+                    "set": [str(x) for x in as_list(v.get("set"))]})
+    return out
+
+
+def _fork_point(task: dict) -> dict:
+    """One variant of a fan-out, in a worker (a process of the pool or a Ray task): its summary."""
+    try:
+        original, res, div = fork_run(task["bundle"], task["at"], faults=task["fault"], delays=task["delay"],
+                                      sets=task["set"], out=task["out"])
+    except ForkError as e:
+        return {"result": {"status": "refused", "error": str(e)}}
+    return {"result": {"status": res["status"], "end_time_ps": res["end_time_ps"], "digest": res["digest"],
+                       "original_end_ps": original["end_time_ps"], "original_digest": original["digest"],
+                       "first_divergence_ps": div[0]["t_ps"] if div else None, "bundle": res["bundle"],
+                       "prefix_events": res["fork"]["prefix"]["events"]}}
+
+
+class _Collect:
+    def __init__(self):
+        self.records: dict = {}
+
+    def running(self, n: int) -> None:
+        pass
+
+    def done(self, task: dict, record: dict) -> None:
+        self.records[task["index"]] = record.get("result", {})
+
+
+def fan_out(args) -> int:
+    """Every variant of ``--variants`` forked from the same time, on the sweep backends (pool or Ray): a table."""
+    from tools.sweep.backends import PoolBackend, RayBackend
+    from tools.table import format_table
+
+    variants = _variants(args.variants)
+    out = Path(args.out) if args.out else Path("runs") / f"{Path(args.bundle).name}-forks"
+    tasks = [{"index": i, "label": v["name"], "bundle": str(args.bundle), "at": args.at, "fault": v["fault"],
+              "delay": v["delay"], "set": v["set"], "out": str(out / v["name"])} for i, v in enumerate(variants)]
+    if args.backend == "ray":
+        backend = RayBackend(args.jobs, args.address, work=_fork_point)
+    else:
+        backend = PoolBackend(args.jobs, work=_fork_point, preload=("tools.run.fork",))
+    events = _Collect()
+    backend.run(tasks, events)
+    rows = []
+    for t in tasks:
+        r = events.records.get(t["index"], {})
+        if r.get("status") in (None, "refused", "error") and "end_time_ps" not in r:
+            rows.append({"variant": t["label"], "status": r.get("status", "lost"), "end time": "",
+                         "change": "", "first divergence": "", "note": (r.get("error") or "")[:100]})
+            continue
+        e0, e1 = r["original_end_ps"], r["end_time_ps"]
+        rows.append({"variant": t["label"], "status": r["status"], "end time": format_time(e1),
+                     "change": f"{(e1 - e0) / e0 * 100:+.3f} %",
+                     "first divergence": format_time(r["first_divergence_ps"]) if r["first_divergence_ps"]
+                     else ("none (same digest)" if r["digest"] == r["original_digest"] else ""),
+                     "note": r["bundle"]})
+    print(format_table(f"forks of {args.bundle} at {args.at} ({backend.name})", rows))
+    if args.json:
+        print(json.dumps(events.records, indent=1))
+    return 0 if all(r.get("status") == "finished" for r in events.records.values()) and \
+        len(events.records) == len(tasks) else 1
 
 
 def _metrics(res: dict) -> dict:
@@ -303,7 +410,15 @@ def add_parser(sub) -> None:
                    help="a machine parameter the family can change mid-run (AHBM: hbm.pc_bandwidth, "
                         "hbm.efficiency, hbm.access_latency, dma.setup_cycles, gemm.fill_drain_cycles, "
                         "math.fixed_cycles, cpu.dispatch_cycles.KIND); repeatable")
-    p.add_argument("--out", help="the fork's bundle (default: runs/<scenario name>-fork)")
+    p.add_argument("--out", help="the fork's bundle (default: runs/<scenario name>-fork); with --variants the "
+                   "folder of the variants' bundles (default: runs/<bundle name>-forks)")
     p.add_argument("--json", action="store_true", help="print the fork's summary as JSON")
+    p.add_argument("--variants", metavar="FILE", help="fork every variant of this YAML list ({name, fault, delay, "
+                   "set} each) from the same time, in parallel on the sweep backends; default: one fork")
+    p.add_argument("--backend", choices=["pool", "ray"], default="pool",
+                   help="with --variants: where the forks run (default: pool)")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="with --variants: forks at once (default: the cores)")
+    p.add_argument("--address", default=None, help="with --backend ray: an existing cluster to join "
+                   "(default: start a local Ray)")
     p.set_defaults(func=main)   # its errors are ValueErrors: "error: ...", exit 2 (tools/cli.py)
 

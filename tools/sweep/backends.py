@@ -108,9 +108,10 @@ class PoolBackend:
 class RayBackend:
     name = "ray"
 
-    def __init__(self, jobs: int | None = None, address: str | None = None):
+    def __init__(self, jobs: int | None = None, address: str | None = None, work=None):
         self.jobs = jobs or default_jobs()
         self.address = address
+        self.work = work          # ``work(task) -> record`` (default: a sweep point with its bundle's files)
 
     def run(self, tasks: list[dict], events) -> None:
         import logging
@@ -127,7 +128,7 @@ class RayBackend:
                 ray.init(num_cpus=self.jobs, include_dashboard=False, log_to_driver=False,
                          logging_level=logging.WARNING)
         try:
-            remote = ray.remote(num_cpus=1, max_retries=0)(run_point_collect)
+            remote = ray.remote(num_cpus=1, max_retries=0)(self.work or run_point_collect)
             refs = {remote.remote(task): task for task in tasks}
             cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
             pending = list(refs)
