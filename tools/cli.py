@@ -333,17 +333,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    r = sub.add_parser("run", help="run a scenario")
-    r.add_argument("scenario")
-    r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="override a scenario field")
+    from tools.cli_help import add_help_command, add_set_argument, finish
+
+    r = sub.add_parser("run", help="run a scenario", description="Run a scenario: build the machine, run the "
+                       "workload on virtual time, check it, print the summary and write the result bundle "
+                       "(docs/outputs.md).")
+    r.add_argument("scenario", help="the scenario file (a relative path missing here is looked up in the "
+                   "emulator's own scenarios/)")
+    add_set_argument(r)
     add_allow_path_argument(r)
     r.add_argument("--json", action="store_true", help="print the result as one JSON object")
     r.add_argument("--compact", action="store_true", help="with --json: on one line")
     r.add_argument("--out", help="result bundle directory (default: runs/<scenario name>)")
     r.add_argument("--no-bundle", action="store_true", help="write no result bundle")
-    r.add_argument("--trace", help="write the binary trace to this file")
-    r.add_argument("--plots", action="store_true", help="also write PNG plots into the bundle")
-    r.add_argument("--quiet", action="store_true", help="no progress display")
+    r.add_argument("--trace", metavar="FILE", help="write the binary trace to FILE, whatever its size (default: "
+                   "the bundle's trace.emutrace, kept up to 256 MB; docs/trace-format.md)")
+    r.add_argument("--plots", action="store_true", help="also write PNG plots into the bundle (utilisation, "
+                   "queues, power, requests)")
+    r.add_argument("--quiet", action="store_true", help="no progress display and no notes on stderr")
     r.add_argument("--stop-at", metavar="TIME", help="break the run at this virtual time (a time with a unit: "
                    "2.3us) and write the machine's state there into the bundle (state.json; emu inspect BUNDLE); "
                    "default: run to the end")
@@ -357,26 +364,35 @@ def build_parser() -> argparse.ArgumentParser:
                    "default: none")
     r.set_defaults(func=cmd_run)
 
-    v = sub.add_parser("validate", help="check a scenario without running it (--schema: print the format)")
-    v.add_argument("scenario", nargs="?")
+    v = sub.add_parser("validate", help="check a scenario without running it (--schema: print the format)",
+                       description="Check a scenario or sweep file and build its machine without running it; "
+                       "--schema prints the scenario format and every parameter with its default.")
+    v.add_argument("scenario", nargs="?", help="the scenario or sweep file (with --schema: optional, adds its "
+                   "profile's and workloads' parameters)")
     v.add_argument("--schema", action="store_true",
                    help="print the scenario format (and, with a scenario, its profile's and workloads' parameters)")
-    v.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    add_set_argument(v)
     add_allow_path_argument(v)
     v.set_defaults(func=cmd_validate)
 
-    e = sub.add_parser("explain", help="print the resolved machine: actors and links with their parameters")
-    e.add_argument("scenario")
-    e.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
-    e.add_argument("--json", action="store_true")
+    e = sub.add_parser("explain", help="print the resolved machine: actors and links with their parameters",
+                       description="Print the resolved machine of a scenario: its parameters with their units, "
+                       "the energy coefficients, every actor and link, each component class's declared ports "
+                       "and parameters (docs/components.md).")
+    e.add_argument("scenario", help="the scenario file")
+    add_set_argument(e)
+    e.add_argument("--json", action="store_true", help="print the same as one JSON object")
     e.add_argument("--faults", action="store_true", help="list what each fault's target glob matches")
     add_allow_path_argument(e)
     e.set_defaults(func=cmd_explain)
 
-    b = sub.add_parser("bench", help="benchmarks (engine: emulator vs SimPy on the same model; machine: AHBM/pccx)")
-    b.add_argument("what", choices=["engine", "machine"])
-    b.add_argument("--json", action="store_true")
-    b.add_argument("--repeats", type=int, default=5)
+    b = sub.add_parser("bench", help="benchmarks (engine: emulator vs SimPy on the same model; machine: AHBM/pccx)",
+                       description="Benchmarks, measured as ratios against a peer in the same run: engine (the "
+                       "emulator against SimPy on the same three models), machine (AHBM and pccx runs per CPU "
+                       "second).")
+    b.add_argument("what", choices=["engine", "machine"], help="engine or machine")
+    b.add_argument("--json", action="store_true", help="print the table as JSON")
+    b.add_argument("--repeats", type=int, default=5, help="runs of each workload; the best is kept")
     b.add_argument("--scale", type=float, default=1.0, help="multiply workload sizes")
     b.add_argument("--full", action="store_true", help="machine: also the 128-rank decode on 4 SIPs, the Llama3-70B 8K Ring prefill and 128K decode (once each)")
     b.set_defaults(func=cmd_bench)
@@ -395,12 +411,14 @@ def build_parser() -> argparse.ArgumentParser:
     explain_profile.add_parser(sub)   # emu profile (tools/explain/)
     from tools.explain import whatif
     whatif.add_parser(sub)            # emu whatif
+    add_help_command(sub, p)          # emu help [TOPIC]
     from tools.run import inspect as inspect_state
     inspect_state.add_parser(sub)     # emu inspect: the state where --stop-at stopped a run
     from tools.trace import bisect
     bisect.add_parser(sub)            # emu bisect: the first checkpoint interval where two runs part
     from tools.run import fork
     fork.add_parser(sub)              # emu fork: re-run to a time, change something, compare the futures
+    finish(p)                         # the help layout and every command's examples (tools/cli_help.py)
     return p
 
 

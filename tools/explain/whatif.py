@@ -385,15 +385,16 @@ def plot_whatif(w: dict, path: str) -> None:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("whatif", help="scale each resource's speed, run the variants, compare with the one-run estimate")
-    p.add_argument("scenario")
-    p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    p.add_argument("scenario", help="the scenario file")
+    from tools.cli_help import add_set_argument
+    add_set_argument(p)
     p.add_argument("--factor", type=float, default=0.1, help="speed change (default 0.1: 10 %% faster and slower)")
     p.add_argument("--only", action="append", default=[], metavar="RESOURCE", help="only this resource (repeatable)")
     p.add_argument("--list", action="store_true", help="list the resources and the profile keys each scales; run nothing")
-    p.add_argument("--backend", default="pool", choices=["pool", "ray"])
-    p.add_argument("-j", "--jobs", type=int, default=None)
+    p.add_argument("--backend", default="pool", choices=["pool", "ray"], help="where the variants run")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="variants at once (default: the cores)")
     p.add_argument("--address", help="a Ray cluster to join (--backend ray)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the table as JSON")
     p.add_argument("--plot", metavar="PNG", help="write a tornado chart")
     add_allow_path_argument(p)
     p.set_defaults(func=main)

@@ -357,7 +357,7 @@ def add_parser(sub) -> None:
     f = sub.add_parser("faults", help="fault tools (campaign: random fault plans, outcomes classified)")
     fsub = f.add_subparsers(dest="faults_cmd", required=True)
     c = fsub.add_parser("campaign", help="run N seeded random fault plans and classify each run's outcome")
-    c.add_argument("scenario")
+    c.add_argument("scenario", help="the scenario the fault plans are drawn for")
     c.add_argument("--plans", type=int, default=50, help="number of fault plans (default 50)")
     c.add_argument("--seed", type=int, default=0, help="seed of the plan draw")
     c.add_argument("--kinds", help="comma-separated fault kinds to draw from (default: all)")
@@ -367,6 +367,7 @@ def add_parser(sub) -> None:
     c.add_argument("--wall-timeout", type=float, default=20.0, help="wall-clock guard per run, seconds")
     c.add_argument("--out", help="output directory (default runs/<scenario>-campaign)")
     c.add_argument("--no-minimise", action="store_true", help="write reproducers of the whole plan (no shrinking)")
-    c.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    from tools.cli_help import add_set_argument
+    add_set_argument(c)
     add_allow_path_argument(c)
     c.set_defaults(func=cmd_campaign)

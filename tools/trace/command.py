@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
     ts = t.add_subparsers(dest="trace_cmd", required=True)
 
     p = ts.add_parser("perfetto", help="export for ui.perfetto.dev: Perfetto protobuf (default) or trace-event JSON")
-    p.add_argument("trace")
+    p.add_argument("trace", help="a binary trace (.emutrace)")
     p.add_argument("-o", "--out", help="output file (default: TRACE with .pftrace, or .json with --format json)")
     p.add_argument("--format", choices=["proto", "json"], default=None,
                    help="proto: native Perfetto protobuf, names interned (default; .json outputs default to json)")
@@ -43,18 +43,18 @@ def add_parser(sub) -> None:
     p.add_argument("--trim", action="store_true", help="at the size cap, keep the first events instead of refusing")
 
     s = ts.add_parser("summary", help="utilisation, link traffic, longest waits, critical path")
-    s.add_argument("trace")
+    s.add_argument("trace", help="a binary trace (.emutrace)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.add_argument("--top", type=int, default=10, help="how many longest waits (default 10)")
     s.add_argument("--rows", type=int, default=15, help="rows per table in the text output (default 15)")
 
     d = ts.add_parser("diff", help="compare two traces: 'identical' or the first diverging event")
-    d.add_argument("a")
-    d.add_argument("b")
+    d.add_argument("a", help="the first trace")
+    d.add_argument("b", help="the second trace")
     d.add_argument("--context", type=int, default=3, help="events shown around the divergence (default 3)")
 
     r = ts.add_parser("replay", help="replay one actor alone against its recorded inputs and check its sends")
-    r.add_argument("trace")
+    r.add_argument("trace", help="the recorded run's trace (.emutrace, recorded with payloads)")
     r.add_argument("--actor", required=True, help="the actor's full name, e.g. cube05/pe0")
     r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="edit the original scenario before rebuilding the actor")

@@ -1,0 +1,186 @@
+"""What ``emu ... --help`` says, in one place: the help layout, the shared ``--set`` option, every command's
+examples, and ``emu help [TOPIC]`` (the docs page for a topic).
+
+Why one place: the help is the first document a user reads, and it goes stale when each command writes
+its own.  Every option's help says what it does and, by the :class:`Formatter`, its default; every
+command's ``--help`` ends with real examples from :data:`EXAMPLES`, which ``tests/test_cli_help.py`` runs in
+a fresh directory beside the shipped ``scenarios/`` (the README's docs runner, tests/docrun.py), so an
+example that stops working fails the suite.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import sys
+from pathlib import Path
+
+__all__ = ["Formatter", "add_set_argument", "EXAMPLES", "finish", "add_help_command", "parsers", "DOCS"]
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the examples' lines; adds ``(default: ...)`` to an option whose help does not say its default."""
+
+    def _get_help_string(self, action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default is argparse.SUPPRESS or not action.option_strings:
+            return text
+        d = action.default
+        if isinstance(action, argparse._StoreTrueAction):
+            shown = "off"
+        elif d is None:
+            shown = "none"
+        elif isinstance(d, list):
+            shown = "none" if not d else ", ".join(map(str, d))
+        else:
+            shown = "%(default)s"
+        return f"{text} (default: {shown})"
+
+
+SET_HELP = ("override one key of the scenario, e.g. workload.params.context=1024 or "
+            "machine.overrides.hbm.pc_bandwidth=32GB/s (repeatable); the keys: emu validate --schema SCENARIO "
+            "(the format and every parameter with its default), emu explain SCENARIO (the values in force)")
+
+
+def add_set_argument(parser, *, what: str = "scenario") -> None:
+    """The ``--set KEY.PATH=VALUE`` option, the same on every command that loads a scenario."""
+    parser.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                        help=SET_HELP.replace("the scenario", f"the {what}"))
+
+
+#: command path -> its examples: (command line, what it shows, exit status).  Each runs in a fresh
+#: directory holding a link to the shipped scenarios/ (tests/test_cli_help.py), within seconds.
+EXAMPLES: dict[str, list[tuple[str, str, int]]] = {
+    "": [("emu run scenarios/demo/reduce.yaml", "the default scenario: a 2-level reduce-to-root", 0),
+         ("emu help", "the topics and the docs page of each", 0)],
+    "run": [("emu run scenarios/demo/reduce.yaml", "run, print the summary, write runs/reduce-demo/", 0),
+            ("emu run scenarios/ahbm/gqa/decode.yaml --set workload.params.context=1024 --no-bundle --quiet",
+             "one knob changed, no bundle", 0),
+            ("emu run scenarios/ahbm/gqa/decode_sp.yaml --stop-on 'send IpcqData on *ipcq.tx_*' --out runs/stop",
+             "break at the reduction's first hop; then emu inspect runs/stop", 0)],
+    "validate": [("emu validate scenarios/ahbm/gqa/decode.yaml", "check a scenario without running it", 0),
+                 ("emu validate --schema scenarios/ahbm/gqa/decode.yaml", "the format, every key and default", 0)],
+    "explain": [("emu explain scenarios/demo/reduce.yaml", "every actor and link with its parameters", 0),
+                ("emu explain scenarios/faults/delay.yaml --faults", "what each fault's target glob matches", 0)],
+    "bench": [("emu bench engine --scale 0.05 --repeats 1", "emulator vs SimPy, a small scale", 0),
+              ("emu bench machine --repeats 1", "whole machines per CPU second", 0)],
+    "trace": [("emu trace summary runs/ex/trace.emutrace", "after: emu run scenarios/demo/ring.yaml --out runs/ex", 0)],
+    "trace perfetto": [("emu trace perfetto runs/ex/trace.emutrace", "a .pftrace for ui.perfetto.dev", 0)],
+    "trace summary": [("emu trace summary runs/ex/trace.emutrace", "utilisation, traffic, critical path", 0)],
+    "trace diff": [("emu trace diff runs/ex/trace.emutrace runs/ex/trace.emutrace", "identical traces", 0)],
+    "trace replay": [("emu trace replay runs/ex/trace.emutrace --actor ring/n3", "one actor against its inputs", 0)],
+    "compare": [("emu compare runs/ex runs/ex", "two bundles' end times, links and actors side by side", 0)],
+    "sweep": [("emu sweep scenarios/sweeps/reduce-grid.yaml --out runs/grid -q", "a grid, resumable", 0),
+              ("emu validate scenarios/sweeps/reduce-grid.yaml", "check a sweep file and count its points", 0)],
+    "faults": [("emu faults campaign scenarios/demo/reduce.yaml --plans 3 --out runs/camp",
+                "random fault plans, each must end in a result, an error or a deadlock report", 0)],
+    "faults campaign": [("emu faults campaign scenarios/demo/reduce.yaml --plans 3 --out runs/camp",
+                         "three seeded fault plans", 0)],
+    "pccx": [("emu pccx disasm 0x0", "decode a 64-bit instruction word", 0)],
+    "pccx disasm": [("emu pccx disasm 0x0", "decode one 64-bit instruction word", 0)],
+    "pccx asm": [("emu pccx disasm 0x0 | emu pccx asm -", "the text form back to the word", 0)],
+    "pccx compile": [("emu pccx compile scenarios/pccx/gemma3n/models/tiny.yaml -o tiny.pasm",
+                      "the Gemma 3N instruction stream of a model config", 0)],
+    "profile": [("emu profile runs/gqa", "after: emu run scenarios/ahbm/gqa/decode.yaml --out runs/gqa", 0),
+                ("emu profile runs/gqa --rows 5", "the five costliest kernel lines", 0)],
+    "whatif": [("emu whatif scenarios/demo/reduce.yaml -j 2", "each resource 10 % faster and slower", 0),
+               ("emu whatif --list scenarios/ahbm/gqa/decode.yaml", "the knobs per resource", 0)],
+    "inspect": [("emu inspect runs/stop --tree", "after: emu run scenarios/ahbm/gqa/decode_sp.yaml --stop-at 1.35us "
+                 "--out runs/stop", 0)],
+    "bisect": [("emu bisect runs/c1 runs/c2", "after two runs with --checkpoint-every 200ns --out runs/c1 / c2", 0)],
+    "fork": [("emu fork runs/sp --at 1.3us", "after: emu run scenarios/ahbm/gqa/decode_sp.yaml --out runs/sp; "
+              "no change: the same digest", 0),
+             ("emu fork runs/sp --at 1.3us --delay '{link: \"sip0/cube00/pe4/ipcq.tx_N->*\", delay: 50ns}' "
+              "--out runs/sp-fork", "a delayed link from 1.3us on, compared", 0)],
+    "help": [("emu help", "the topics", 0), ("emu help faults", "docs/faults.md's sections", 0),
+             ("emu help run", "emu run's help", 0)],
+}
+
+#: what an example needs run before it, in the same directory (the bundles and traces it reads)
+SETUP = {
+    "trace": "emu run scenarios/demo/ring.yaml --out runs/ex --quiet",
+    "compare": "emu run scenarios/demo/ring.yaml --out runs/ex --quiet",
+    "profile": "emu run scenarios/ahbm/gqa/decode.yaml --out runs/gqa --quiet",
+    "inspect": "emu run scenarios/ahbm/gqa/decode_sp.yaml --stop-at 1.35us --out runs/stop --quiet",
+    "bisect": "emu run scenarios/demo/reduce.yaml --checkpoint-every 200ns --out runs/c1 --quiet && "
+              "emu run scenarios/demo/reduce.yaml --checkpoint-every 200ns --out runs/c2 --quiet",
+    "fork": "emu run scenarios/ahbm/gqa/decode_sp.yaml --out runs/sp --quiet",
+}
+
+
+def parsers(parser, path=()):
+    """``(command path, parser)`` of ``parser`` and every sub-command below it, depth first."""
+    yield " ".join(path), parser
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sp in a.choices.items():
+                yield from parsers(sp, (*path, name))
+
+
+def _epilog(path: str) -> str | None:
+    ex = EXAMPLES.get(path)
+    if not ex:
+        return None
+    width = max(len(cmd) for cmd, _, _ in ex)
+    lines = [f"  {cmd}" + (" " * (width - len(cmd)) + f"   # {what}" if width <= 72 else f"\n      # {what}")
+             for cmd, what, _ in ex]
+    return "examples:\n" + "\n".join(lines) + "\n\ndocs: emu help TOPIC, or docs/README.md (the index)"
+
+
+def finish(parser) -> None:
+    """Every parser of the tree gets the :class:`Formatter` and its examples as epilog."""
+    for path, p in parsers(parser):
+        p.formatter_class = Formatter
+        epilog = _epilog(path)
+        if epilog:
+            p.epilog = (p.epilog + "\n\n" if p.epilog else "") + epilog
+
+
+# -- emu help -------------------------------------------------------------------------------------------------------
+def _pages() -> dict[str, tuple[str, list[str]]]:
+    """docs page stem -> (its title, its section headings)."""
+    out = {}
+    for f in sorted(DOCS.glob("*.md")):
+        if f.stem == "README":
+            continue
+        lines = f.read_text().splitlines()
+        title = next((l.lstrip("# ").strip() for l in lines if l.startswith("# ")), f.stem)
+        out[f.stem] = (title, [l.lstrip("# ").strip() for l in lines if re.match(r"^##+ ", l)])
+    return out
+
+
+def _help(args, parser) -> int:
+    pages = _pages()
+    commands = {path: p for path, p in parsers(parser) if path}
+    topic = " ".join(args.topic)
+    if not topic:
+        print("emu help TOPIC: a docs page (its title, file and sections) or a command (its --help)")
+        print("docs pages:")
+        for stem, (title, _) in pages.items():
+            print(f"  {stem:<16} {title}  (docs/{stem}.md)")
+        print("commands: " + ", ".join(p for p in commands if " " not in p))
+        return 0
+    if topic in pages:
+        title, sections = pages[topic]
+        print(f"{title}\n  docs/{topic}.md (in the emulator's source tree: {DOCS / (topic + '.md')})")
+        for s in sections:
+            print(f"  - {s}")
+        return 0
+    if topic in commands:
+        commands[topic].print_help()
+        return 0
+    close = difflib.get_close_matches(topic, list(dict.fromkeys([*pages, *commands])), n=3)
+    print(f"error: emu help {topic!r}: no such docs page or command"
+          + (f" (did you mean {', '.join(close)}?)" if close else "") + "; emu help lists them", file=sys.stderr)
+    return 2
+
+
+def add_help_command(sub, parser) -> None:
+    h = sub.add_parser("help", help="the docs page for a topic, or a command's help (emu help lists the topics)",
+                       description="Where to read about TOPIC: a docs page's title, file and sections, or a "
+                                   "command's --help.")
+    h.add_argument("topic", nargs="*", help="a docs page (faults, scenario, outputs, sweep, ...) or a command "
+                   "(run, trace summary, ...); none: list them")
+    h.set_defaults(func=lambda args: _help(args, parser))
