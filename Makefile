@@ -61,7 +61,7 @@ sweep-demo: $(STAMP)
 
 # A two-node Ray cluster on this machine (its own port, token and temporary directory), a sweep on it and on the
 # process pool, the comparison printed, the cluster stopped (docs/sweep.md "A Ray cluster"). SPEC: the sweep file.
-SPEC ?= scenarios/sweeps/ring-with-deadlock.yaml
+SPEC ?= scenarios/sweeps/reduce-cluster.yaml
 sweep-ray-cluster: $(STAMP)
 	$(BIN)/python -m tools.sweep.local_cluster $(SPEC)
 

@@ -161,8 +161,7 @@ class RayBackend:
                 ready, pending = ray.wait(pending, num_returns=1, timeout=0.5)
                 for ref in ready:
                     try:
-                        record = ray.get(ref)
-                        record["result"]["node"] = self._node_name(ray, record["result"]["node"])
+                        record = self._named_node(ray, ray.get(ref))
                     except Exception as e:  # noqa: BLE001 -- a lost worker fails its point only
                         record = _failure("error", f"the Ray task failed: {type(e).__name__}: {e}")
                     events.done(refs[ref], record)
@@ -171,12 +170,18 @@ class RayBackend:
             if started_here:
                 ray.shutdown()
 
-    def _node_name(self, ray, node_id: str) -> str:
-        """``IP/first 8 hex digits of the node id``: the address the node joined with (``ray.nodes()``; a
-        worker's own view of its IP is the host's default address, not the ``--node-ip-address`` given)."""
+    def _named_node(self, ray, record: dict) -> dict:
+        """The record's node id (stamped by :func:`_ray_point`) as ``IP/first 8 hex digits of the id``, the IP
+        the node registered with (``ray.nodes()``, asked again when a node is new); a record of other work
+        without one is left as it is."""
+        result = record.get("result") if isinstance(record, dict) else None
+        if not (isinstance(result, dict) and result.get("node")):
+            return record
+        node_id = result["node"]
         if node_id not in self._ips:
             self._ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
-        return f"{self._ips.get(node_id, '?')}/{node_id[:8]}"
+        result["node"] = f"{self._ips.get(node_id, '?')}/{node_id[:8]}"
+        return record
 
 
 def make_backend(name: str, jobs: int | None, address: str | None):

@@ -1,8 +1,8 @@
 """A Ray cluster of several nodes on this one machine, for trying ``emu sweep --backend ray --address``.
 
 ``python -m tools.sweep.local_cluster [SPEC]`` (``make sweep-ray-cluster``) starts a head and a second
-node, runs the sweep ``SPEC`` (default ``scenarios/sweeps/ring-with-deadlock.yaml``, which writes a
-``best.csv``) on the process pool and on the cluster through the ``emu`` command, prints the comparison
+node, runs the sweep ``SPEC`` (default ``scenarios/sweeps/reduce-cluster.yaml``: points of a second, so that
+every node gets some, and a ``best.csv``) on the process pool and on the cluster through the ``emu`` command, prints the comparison
 (rows without the host columns, per-point digests, ``best.csv``, the nodes that ran points) and stops the
 cluster.  Exit status 0 when the two runs agree and every node ran a point.
 
@@ -18,7 +18,8 @@ Why each option of ``ray start`` (docs/sweep.md "A Ray cluster"):
 * token authentication (``RAY_AUTH_MODE=token``, the token in a file of the temporary directory) for every
   process, the sweep's included: Ray's servers listen on every interface of the host;
 * ``--num-cpus 1`` per node, so points cannot all fit on one node, and the sweep spreads its tasks
-  (tools.sweep.backends).
+  (tools.sweep.backends).  Ray's spreading is best effort: points of a millisecond can all end on one
+  node (its view of the other node's free CPU lags), points of a second do not.
 
 The workers import the project their node's Python has (``make`` installs this checkout into .venv);
 ``pythonpath`` puts a tree first for checkouts that are not the installed one (a git worktree).
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m tools.sweep.local_cluster", description=__doc__.split("\n")[0])
-    ap.add_argument("spec", nargs="?", default=str(ROOT / "scenarios/sweeps/ring-with-deadlock.yaml"))
+    ap.add_argument("spec", nargs="?", default=str(ROOT / "scenarios/sweeps/reduce-cluster.yaml"))
     ap.add_argument("--nodes", type=int, default=2)
     args = ap.parse_args(argv)
     emu = [sys.executable, "-m", "tools.cli", "sweep", args.spec, "--no-plots", "-q"]
