@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-all test-slow bench bench-machine bench-instructions bench-ab clean fuzz-campaign gqa-llama gqa-llama-long gqa-llama-128k gqa-ring-sweep sweep-demo llama70b llama70b-multi gemma3n-e4b
+.PHONY: run test test-all test-slow bench bench-machine bench-instructions bench-ab clean fuzz-campaign gqa-llama gqa-llama-long gqa-llama-128k gqa-ring-sweep sweep-demo sweep-ray-cluster llama70b llama70b-multi gemma3n-e4b
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -58,6 +58,12 @@ fuzz-campaign: $(STAMP)
 
 sweep-demo: $(STAMP)
 	$(BIN)/emu sweep scenarios/sweeps/reduce-grid.yaml --out runs/sweeps/reduce-grid
+
+# A two-node Ray cluster on this machine (its own port, token and temporary directory), a sweep on it and on the
+# process pool, the comparison printed, the cluster stopped (docs/sweep.md "A Ray cluster"). SPEC: the sweep file.
+SPEC ?= scenarios/sweeps/reduce-cluster.yaml
+sweep-ray-cluster: $(STAMP)
+	$(BIN)/python -m tools.sweep.local_cluster $(SPEC)
 
 # The Llama3-70B milestone bench (docs/sweep.md "The Llama3-70B milestone bench"): every case x context searched
 # on 1 SIP with one KV head, each best point confirmed on 4 SIPs with all eight, four for the 32K Ring (83 min

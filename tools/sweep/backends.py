@@ -16,16 +16,26 @@ still running ``kill_after_s`` after it started is killed and recorded as
 
 **Ray.** Each point is a Ray task (``num_cpus=1``; ``max_retries=0`` so a failing
 point is reported, not re-run; workers are reused, and the point resets the
-peak-memory counter, see tools.sweep.point).  Without ``address`` a local Ray instance
+peak-memory counter, see tools.sweep.point).  The tasks are spread over the
+cluster's nodes (``scheduling_strategy="SPREAD"``): Ray's default packs tasks on
+the node that submits them until it is busy, so a sweep of short points could
+leave the other nodes idle.  Without ``address`` a local Ray instance
 with ``jobs`` CPUs is started (and shut down at the end); with ``address`` the
 sweep joins that cluster.  A task returns its bundle's files, so the workers
 need no shared file system -- only the project installed.  An already
 initialised Ray (e.g. by a test) is used as it is.
+
+**Where a point ran.** Each backend stamps the point's result with ``node`` (the
+pool: the host name; Ray: the node's IP address and the first 8 hex digits of its
+node id, as ``ray status`` lists them -- two nodes on one host differ by the id)
+and ``project`` (the directory the worker imported the emulator from), so a
+cluster run shows that every node took part and ran the intended checkout.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import socket
 import time
 from multiprocessing.connection import wait
 
@@ -43,9 +53,25 @@ def _failure(status: str, error: str) -> dict:
     return {"result": {"status": status, "error": error}}
 
 
+def _ran_on(record: dict, node: str) -> dict:
+    """``record`` with where its point ran: ``node`` and ``project`` in its result (host facts, not results)."""
+    import tools
+    record["result"]["node"] = node
+    record["result"]["project"] = os.path.dirname(os.path.dirname(os.path.abspath(tools.__file__)))
+    return record
+
+
 def _sweep_point(task: dict) -> dict:
     from tools.sweep.point import run_point
-    return run_point(task, task["dir"])
+    return _ran_on(run_point(task, task["dir"]), socket.gethostname())
+
+
+def _ray_point(task: dict) -> dict:
+    """A sweep point as a Ray task: the bundle's files come back with the record (no shared file system)."""
+    import ray
+
+    from tools.sweep.point import run_point_collect
+    return _ran_on(run_point_collect(task), ray.get_runtime_context().get_node_id())
 
 
 def _child(work, task: dict, conn) -> None:
@@ -112,13 +138,12 @@ class RayBackend:
         self.jobs = jobs or default_jobs()
         self.address = address
         self.work = work          # ``work(task) -> record`` (default: a sweep point with its bundle's files)
+        self._ips: dict[str, str] = {}      # Ray node id -> its IP address
 
     def run(self, tasks: list[dict], events) -> None:
         import logging
 
         import ray
-
-        from tools.sweep.point import run_point_collect
 
         started_here = not ray.is_initialized()
         if started_here:
@@ -128,7 +153,7 @@ class RayBackend:
                 ray.init(num_cpus=self.jobs, include_dashboard=False, log_to_driver=False,
                          logging_level=logging.WARNING)
         try:
-            remote = ray.remote(num_cpus=1, max_retries=0)(self.work or run_point_collect)
+            remote = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(self.work or _ray_point)
             refs = {remote.remote(task): task for task in tasks}
             cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
             pending = list(refs)
@@ -137,7 +162,7 @@ class RayBackend:
                 ready, pending = ray.wait(pending, num_returns=1, timeout=0.5)
                 for ref in ready:
                     try:
-                        record = ray.get(ref)
+                        record = self._named_node(ray, ray.get(ref))
                     except Exception as e:  # noqa: BLE001 -- a lost worker fails its point only
                         record = _failure("error", f"the Ray task failed: {type(e).__name__}: {e}")
                     events.done(refs[ref], record)
@@ -145,6 +170,19 @@ class RayBackend:
         finally:
             if started_here:
                 ray.shutdown()
+
+    def _named_node(self, ray, record: dict) -> dict:
+        """The record's node id (stamped by :func:`_ray_point`) as ``IP/first 8 hex digits of the id``, the IP
+        the node registered with (``ray.nodes()``, asked again when a node is new); a record of other work
+        without one is left as it is."""
+        result = record.get("result") if isinstance(record, dict) else None
+        if not (isinstance(result, dict) and result.get("node")):
+            return record
+        node_id = result["node"]
+        if node_id not in self._ips:
+            self._ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+        result["node"] = f"{self._ips.get(node_id, '?')}/{node_id[:8]}"
+        return record
 
 
 def make_backend(name: str, jobs: int | None, address: str | None):

@@ -2,9 +2,10 @@
 
 One row per point, in point order: ``point`` (its index in the expansion), the
 varied values (one column per varied key), ``status``, the metrics, ``digest``,
-the host measurements ``wall_s``, ``events_per_s``, ``peak_rss_mib`` (the only
-columns that differ between two runs of the same sweep), and ``bundle`` (the
-point's result bundle, relative to the sweep directory).  ``results.jsonl``
+the host measurements ``wall_s``, ``events_per_s``, ``peak_rss_mib`` and ``node``
+(the machine, or the Ray node, that ran the point: tools.sweep.backends) -- the
+only columns that differ between two runs of the same sweep -- and ``bundle``
+(the point's result bundle, relative to the sweep directory).  ``results.jsonl``
 holds the same rows with values as JSON and the point's ``error`` when it
 failed; ``results.csv`` writes lists as JSON text and a missing value as an empty
 cell.
@@ -26,12 +27,13 @@ from tools.sweep.energy_metrics import ENERGY_METRICS, energy_metric
 __all__ = ["HOST_COLUMNS", "metric_value", "default_metrics", "make_row", "write_results", "format_rows",
            "varying_metrics", "constant_summary", "short_names", "metric_label", "time_scale"]
 
-HOST_COLUMNS = ("wall_s", "events_per_s", "peak_rss_mib")
+HOST_COLUMNS = ("wall_s", "events_per_s", "peak_rss_mib", "node")
 
 # keys every result.json has (tools.run.runner); anything else at the top level came from the workload's check
 RUNNER_KEYS = {"scenario", "file", "status", "digest", "seed", "mode", "end_time_ps", "messages", "events",
                "time_steps", "wall_s", "build_s", "events_per_s", "peak_rss_mib", "actors", "links", "reports",
-               "faults", "versions", "deadlock", "error", "bundle", "tables", "traceback", "energy"}
+               "faults", "versions", "deadlock", "error", "bundle", "tables", "traceback", "energy", "node",
+               "project"}
 
 _MISSING = object()
 
@@ -184,11 +186,14 @@ def _show(column: str, v) -> str:
 
 def format_rows(rows: list[dict], keys: list[str], metrics: list[str] | None = None) -> list[dict]:
     """Rows for the printed table: the varied keys by their short names, status, the metrics that vary
-    (``metrics`` given: the others go to :func:`constant_summary`), a short digest, wall seconds; times
-    with units, counts with separators, every cell a string.  results.csv keeps every column, raw."""
+    (``metrics`` given: the others go to :func:`constant_summary`), a short digest, wall seconds, and the
+    node that ran each point when the points ran on more than one; times with units, counts with
+    separators, every cell a string.  results.csv keeps every column, raw."""
     short = short_names(keys)
     shown = varying_metrics(rows, metrics) if metrics is not None else None
     drop = {"bundle", "events_per_s", "peak_rss_mib"}
+    if len({r.get("node") for r in rows}) < 2:
+        drop.add("node")
     out = []
     for r in rows:
         t = {}
