@@ -150,7 +150,7 @@ class RayBackend:
             if self.address:
                 ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
             else:
-                ray.init(num_cpus=self.jobs, include_dashboard=False, log_to_driver=False,
+                ray.init(address="local", num_cpus=self.jobs, include_dashboard=False, log_to_driver=False,
                          logging_level=logging.WARNING)
         try:
             remote = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(self.work or _ray_point)
