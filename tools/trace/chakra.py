@@ -150,6 +150,10 @@ class _Exporter:
         self.dtypes: dict = {}                    # (pe, buf) -> dtype
         self.noc: dict = {}                       # packet id -> [send node, recv node]
         self.ipcq_tx: dict = {}                   # (ipcq actor, dir) -> peer ipcq actor
+        self.open: dict = {}                      # scheduler actor -> [(number, CompositeCmd)] taken, not done
+        self.owner: dict = {}                     # (scheduler, buffer) -> the composite number that last wrote it
+        self.a_slot: dict = {}                    # composite number -> the A buffer its GEMMs read
+        self.composites = 0
         self._classify()
 
     # -- links ---------------------------------------------------------------------------------
@@ -165,6 +169,10 @@ class _Exporter:
                 role = "cmd"
             elif same and s[1] in _ENGINES and d[1] in ("cpu", "sched") and l["dst_port"] in ("done", "ipcq_resp"):
                 role = "done"
+            elif same and d[1] == "sched" and l["dst_port"] == "cmd":
+                role = "composite"
+            elif same and s[1] == "sched" and d[1] == "cpu" and l["dst_port"] == "done":
+                role = "sched_done"
             elif s is not None and s[1] == "cpu" and l["src_port"] == "noc_out":
                 role = "noc_out"
             elif d is not None and d[1] == "cpu" and l["dst_port"] == "noc_in":
@@ -223,7 +231,13 @@ class _Exporter:
                                             "(recorded with payloads off?)")
                 if r == "done":
                     self._done(li, t, self._decode(payload, li))
-                elif r == "cmd" or r == "noc_in":
+                elif r == "sched_done":
+                    done = self._decode(payload, li)
+                    opened = self.open.get(links[li]["src"], [])
+                    ids = [c.id for _, c in opened]
+                    if done.id in ids:
+                        del opened[ids.index(done.id)]
+                elif r == "cmd" or r == "noc_in" or r == "composite":
                     self.payload[(li, seq)] = self._decode(payload, li)
                 elif r == "noc_out":
                     self._noc_send(li, t, self._decode(payload, li))
@@ -237,6 +251,9 @@ class _Exporter:
                     self._cmd(li, t, self.payload.pop((li, seq)), fr or {})
                 elif r == "noc_in":
                     self._noc_recv(li, t, self.payload.pop((li, seq)))
+                elif r == "composite":
+                    self.composites += 1
+                    self.open.setdefault(links[li]["dst"], []).append((self.composites, self.payload.pop((li, seq))))
                 if fr:
                     self._merge(links[li]["dst"], fr)
         self.end_ps = int(self.stream.footer.get("end_time_ps", 0))
@@ -279,11 +296,52 @@ class _Exporter:
                                     f"map (known: GemmCmd, MathCmd, DmaCmd, DmaGather, IpcqCmd; the pipeline "
                                     f"fidelity's batches are not exported)")
         n.cmd = cmd
+        sched = self.links[li]["src"]
+        if pe_of(sched)[1] == "sched" and self.open.get(sched):
+            g, c = self._composite_of(sched, kind, cmd)
+            n.attrs.update(composite=(g, "int64_val"), composite_mkn=([c.m, c.k, c.n], "int64_list"),
+                           composite_dtype=(c.dtype, "string_val"),
+                           composite_epilogue=([f"{op}:{x!r}" for op, x in c.epilogue], "string_list"),
+                           composite_operands=(["tcm" if c.a_buf else "hbm", "tcm" if c.b_buf else "hbm",
+                                                "tcm" if c.c_buf else "hbm"], "string_list"))
         key = (eng, self.links[li]["src"], cmd.id)          # ids are per dispatcher (the CPU, the scheduler)
         if key in self.pending:
             raise ChakraExportError(f"{self.path}: {eng} took command id {cmd.id} from {key[1]} twice before "
                                     "completing it")
         self.pending[key] = n
+
+    def _composite_of(self, sched: str, kind: str, cmd) -> tuple:
+        """The composite a scheduler step belongs to.  The scheduler takes the next composite ahead while the
+        current one computes (scheduler.py), so "the one it took last" is not it: a DMA belongs to the open
+        composite whose operand or result range holds its address, a GEMM to the oldest open composite whose A
+        slot (the scheduler's copy of A, one per composite in flight) it reads, a MATH epilogue step to the
+        composite whose GEMM last wrote its source; else the oldest open one."""
+        opened = self.open[sched]
+        g = None
+        if kind == "dma":
+            addr = cmd.addr
+            for num, c in opened:
+                size = np.dtype(c.dtype).itemsize
+                ranges = ((c.a_addr, c.m * c.k), (c.b_addr, c.k * c.n)) if cmd.op == "load" else ((c.c_addr, c.m * c.n),)
+                if any(lo <= addr < lo + n * size for lo, n in ranges):
+                    g = num
+                    break
+            bufs_out = []
+        elif kind == "gemm":                   # each composite's GEMMs read its own A slot (sched/a0, a1, ...)
+            for num, _ in opened:
+                slot = self.a_slot.setdefault(num, cmd.a)
+                if slot == cmd.a:
+                    g = num
+                    break
+            bufs_out = [cmd.out]
+        else:
+            g = next((self.owner[(sched, b)] for b in cmd.srcs if (sched, b) in self.owner), None)
+            bufs_out = [cmd.out]
+        found = next((x for x in opened if x[0] == g), opened[0])
+        for b in bufs_out:
+            if b:
+                self.owner[(sched, b)] = found[0]
+        return found
 
     def _done(self, li: int, t: int, msg):
         eng = self.links[li]["src"]
