@@ -404,7 +404,7 @@ def _layout(prm, p) -> KernelLayout:
 
 def _metrics(ctx, system, out) -> dict:
     g = ctx.layout.info
-    return {"ranks": len(g["coords"]), "nodes": g["nodes"], "messages": g["messages"]}
+    return {"graph_ranks": len(g["coords"]), "graph_nodes": g["nodes"], "graph_messages": g["messages"]}
 
 
 HOOKS = KernelHooks("chakra", "a Chakra execution graph (one ET file per rank) on the PEs, node by node",
