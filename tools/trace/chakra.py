@@ -240,7 +240,7 @@ class _Exporter:
                 elif r == "cmd" or r == "noc_in" or r == "composite":
                     self.payload[(li, seq)] = self._decode(payload, li)
                 elif r == "noc_out":
-                    self._noc_send(li, t, self._decode(payload, li))
+                    self._noc(li, t, self._decode(payload, li), 0)
                 if carry[li]:
                     self.carried[(li, seq)] = dict(self.known.get(links[li]["src"], ()))
             elif k == TAKE:
@@ -250,7 +250,7 @@ class _Exporter:
                 if r == "cmd":
                     self._cmd(li, t, self.payload.pop((li, seq)), fr or {})
                 elif r == "noc_in":
-                    self._noc_recv(li, t, self.payload.pop((li, seq)))
+                    self._noc(li, t, self.payload.pop((li, seq)), 1)
                 elif r == "composite":
                     self.composites += 1
                     self.open.setdefault(links[li]["dst"], []).append((self.composites, self.payload.pop((li, seq))))
@@ -365,21 +365,15 @@ class _Exporter:
             n.comm["size"] = _nbytes(shape, dtype)
             self.dtypes[(n.pe, n.cmd.buf)] = dtype
 
-    def _noc_send(self, li: int, t: int, pkt):
-        cpu = self.links[li]["src"]
+    def _noc(self, li: int, t: int, pkt, side: int):
+        """A NOC packet a PE CPU sent (``side`` 0: at its SEND) or took (1: at its TAKE): an instant node."""
+        cpu = self.links[li]["src" if side == 0 else "dst"]
         pe = pe_of(cpu)[0]
-        n = self._new(pe, pe + "/noc", pb.COMM_SEND_NODE, f"noc send {pkt.dst}", t, self.known.get(cpu, {}))
+        typ, what = (pb.COMM_SEND_NODE, f"noc send {pkt.dst}") if side == 0 else (pb.COMM_RECV_NODE, f"noc recv {pkt.src}")
+        n = self._new(pe, pe + "/noc", typ, what, t, self.known.get(cpu, {}))
         n.comm = {"via": "noc", "size": _tensor_bytes(pkt.payload.t), "pkt": pkt.id}
         self._complete(n, t)
-        self.noc.setdefault((tuple(pkt.src), pkt.id), [None, None])[0] = n
-
-    def _noc_recv(self, li: int, t: int, pkt):
-        cpu = self.links[li]["dst"]
-        pe = pe_of(cpu)[0]
-        n = self._new(pe, pe + "/noc", pb.COMM_RECV_NODE, f"noc recv {pkt.src}", t, self.known.get(cpu, {}))
-        n.comm = {"via": "noc", "size": _tensor_bytes(pkt.payload.t), "pkt": pkt.id}
-        self._complete(n, t)
-        self.noc.setdefault((tuple(pkt.src), pkt.id), [None, None])[1] = n
+        self.noc.setdefault((tuple(pkt.src), pkt.id), [None, None])[side] = n
 
     # -- pairing and output --------------------------------------------------------------------
     def pairs(self) -> list[tuple[_Node, _Node]]:
