@@ -300,3 +300,16 @@ def test_import_errors(emu, tmp_path):
     g = _graph(tmp_path, lambda r: [_n(0, pb.COMM_COLL_NODE, comm_type=pb.ALL_TO_ALL, comm_size=64)])
     assert "collective ALL_TO_ALL is not decomposed here" in _refused(emu, tmp_path, g)
     assert "not a rank-0 Chakra ET file" in _refused(emu, tmp_path, str(tmp_path / "s.yaml"))
+
+
+def test_bundle_reruns_the_graph(emu, tmp_path):
+    """A bundle carries every rank's file, so its scenario runs the same graph anywhere (same digest)."""
+    import json
+    import shutil
+
+    emu("run", EXAMPLE, "--out", tmp_path / "b", check=0)
+    assert sorted(p.name for p in (tmp_path / "b").glob("*.et")) == [f"input.chakra.{r}.et" for r in range(4)]
+    shutil.copytree(tmp_path / "b", tmp_path / "moved")
+    emu("run", tmp_path / "moved" / "scenario.yaml", "--out", tmp_path / "c", check=0)
+    digest = [json.loads((tmp_path / d / "result.json").read_text())["digest"] for d in ("b", "c")]
+    assert digest[0] == digest[1]

@@ -175,10 +175,23 @@ def runnable_scenario(scenario, bundle_dir: Path) -> dict:
     for key, value in params.items():
         if isinstance(value, str) and (base / value).is_file():
             name = INPUT_PREFIX + Path(value).name
-            shutil.copyfile(base / value, bundle_dir / name)
+            for src_file, dst_name in _with_ranks(base / value, name):
+                shutil.copyfile(src_file, bundle_dir / dst_name)
             params[key] = name
     src.setdefault("name", scenario.name)
     return src
+
+
+def _with_ranks(path: Path, name: str) -> list[tuple[Path, str]]:
+    """``path`` copied as ``name``; a Chakra rank-0 file ``PREFIX.0.et`` brings its other ranks ``PREFIX.1.et``,
+    ... along (the ``chakra`` workload names only rank 0's file)."""
+    out = [(path, name)]
+    if path.name.endswith(".0.et"):
+        stem, r = path.name[:-len(".0.et")], 1
+        while (path.parent / f"{stem}.{r}.et").is_file():
+            out.append((path.parent / f"{stem}.{r}.et", f"{name[:-len('.0.et')]}.{r}.et"))
+            r += 1
+    return out
 
 
 def table_slug(title: str) -> str:
