@@ -66,7 +66,6 @@ def read_et(path: str) -> tuple["pb.GlobalMetadata", list]:
     return msgs[0], msgs[1:]
 
 
-#: the value field an attribute of each Python type is written in (the converters' and feeder's kinds)
 def attr(name: str, value, kind: str | None = None) -> "pb.AttributeProto":
     """An AttributeProto: ``kind`` names the value field (``int32_val``...); by default bool -> bool_val,
     int -> int64_val, float -> double_val, str -> string_val, a list of ints -> int64_list."""

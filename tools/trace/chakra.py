@@ -123,7 +123,8 @@ def _nbytes(shape, dtype) -> int:
 
 
 def _tensor_bytes(t) -> int:
-    return int(t.nbytes)        # an ndarray (data mode) or a TensorDesc (timing mode)
+    """Bytes of a message's tensor: an ndarray (data mode) or a TensorDesc (timing mode)."""
+    return int(t.nbytes)
 
 
 class _Exporter:
@@ -287,9 +288,7 @@ class _Exporter:
         elif kind == "ipcq" and name == "IpcqCmd":
             typ = pb.COMM_SEND_NODE if cmd.op == "send" else pb.COMM_RECV_NODE
             n = self._new(pe, eng, typ, f"ipcq {cmd.op} {cmd.dir}", t, fr)
-            peer = self.ipcq_tx.get((eng, cmd.dir)) if cmd.op == "send" else None
-            n.comm = {"via": "ipcq", "dir": cmd.dir, "peer": pe_of(peer)[0] if peer else None,
-                      "size": _nbytes(cmd.shape, cmd.dtype) if hasattr(cmd, "shape") else None}
+            n.comm = {"via": "ipcq", "dir": cmd.dir, "size": None}   # the receive's response gives the size (_done)
             n.attrs.update(dir=(cmd.dir, "string_val"))
         else:
             raise ChakraExportError(f"{self.path}: {eng} took a {name} command, which the Chakra export does not "
