@@ -38,7 +38,7 @@ import protocols.ahbm  # noqa: F401 -- registers the AHBM records for decode
 import protocols.ahbm_tl  # noqa: F401
 from emulator.trace import SEND, TAKE, TraceStream
 from protocols.chakra.io import attr, pb, write_et
-from protocols.codec import ProtocolError, TensorDesc, decode
+from protocols.codec import ProtocolError, decode
 
 __all__ = ["ChakraExportError", "ExportStats", "export_chakra", "trace_path", "pe_of", "SCHEMA_VERSION",
            "et_name"]
