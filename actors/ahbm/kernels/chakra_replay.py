@@ -20,7 +20,8 @@ its commands in order, so a dependency on the same engine needs no wait, as when
 queued them back to back).  Operands are one TCM tensor per shape, filled by the CPU before the first
 node (a fill between two dependent nodes would delay the second);
 results live until their last dependant is issued and they are complete (``tl.scratch_scope`` frees
-them then, without a wait).
+them then, without a wait); results nothing depends on live to the kernel's end (a scope's end would
+wait for them: a receive no node reads would block the CPU until its message came).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def chakra_replay(ops, store_addr=0, *, tl):
     """Issue ``ops`` (module docstring) in order; the kernel's end waits for what is still in flight."""
     operands: dict = {}            # (shape, dtype) -> the TCM tensor every op of that shape reads
     live: dict = {}                # key -> result handle still awaited by a later op
+    leaves: list = []              # results nothing waits for: kept, so no scope's end waits for them
     engine: dict = {}              # key -> the engine it ran on
     remaining: dict = {}
     for op in ops:
@@ -43,7 +45,7 @@ def chakra_replay(ops, store_addr=0, *, tl):
         _operand(tl, operands, shape, dtype)
     for op in ops:
         with tl.scratch_scope():
-            _issue(tl, op, operands, live, engine, remaining, store_addr)
+            _issue(tl, op, operands, live, leaves, engine, remaining, store_addr)
 
 
 def operand_shapes(ops) -> list:
@@ -73,7 +75,7 @@ def _operand(tl, operands: dict, shape, dtype: str):
     return operands[key]
 
 
-def _issue(tl, op, operands, live, engine, remaining, store_addr) -> None:
+def _issue(tl, op, operands, live, leaves, engine, remaining, store_addr) -> None:
     key, kind, deps, *args = op
     mine = "noc" if kind in ("send", "recv") and not isinstance(args[0], str) else ENGINE_OF[kind]
     for d in deps:
@@ -113,5 +115,8 @@ def _issue(tl, op, operands, live, engine, remaining, store_addr) -> None:
         peer, shape, dtype = args
         out = tl.recv_async(peer, shape, dtype)
     engine[key] = mine
-    if out is not None and remaining.get(key):
-        live[key] = out
+    if out is not None:
+        if remaining.get(key):
+            live[key] = out
+        else:
+            leaves.append(out)
