@@ -142,8 +142,9 @@ def test_every_recv_has_its_send(exported):
 
 
 def test_chakra_package_reads_the_files(exported, tmp_path):
-    """Optional: the MLCommons Chakra tools' own classes.  Chakra is not published on PyPI (its package
-    metadata depends on a git URL, which PyPI refuses), so this runs only where it was installed from source."""
+    """Optional: the MLCommons Chakra tools' own classes.  Chakra is not published on PyPI (no
+    ``mlcommons-chakra``; ``chakra`` there is an unrelated package; its metadata depends on a git URL, which
+    PyPI refuses), so this runs only where it was installed from its repository."""
     real = pytest.importorskip("chakra.schema.protobuf.et_def_pb2",
                                reason="the MLCommons Chakra package is not on PyPI; install it from its repository")
     _, graphs = exported
