@@ -299,6 +299,8 @@ def _ops(prm, rk: _Rank, order: list[int], coords: list[tuple], colls: list) -> 
             if i == members[0]:                       # the composite, issued where its first step was
                 key, next_key = next_key, next_key + 1
                 inside = set(members)
+                # the steps' outside dependencies; one on a node issued after this point (a later step
+                # waited for it) is not waited for: the composite, like the original's, is already issued
                 deps = [d for j in members for d in deps_of(rk.nodes[j]) if d not in inside]
                 ops.append([key, "composite", list(dict.fromkeys(deps)), *_composite(rk, i)])
                 last = max(members, key=lambda j: (int(rk.attrs[j].get("start_ps") or 0) +
