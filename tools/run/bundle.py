@@ -38,7 +38,7 @@ from pathlib import Path
 import yaml
 
 from emulator.errors import BuildError, EmulatorError
-from emulator.input_paths import confined_file
+from emulator.input_paths import admits, confined_file
 from tools.run.energy import energy_columns, write_power
 from tools.run.power import run_power
 
@@ -180,11 +180,25 @@ def runnable_scenario(scenario, bundle_dir: Path) -> dict:
             except BuildError:
                 continue
             name = INPUT_PREFIX + Path(value).name
-            shutil.copyfile(path, bundle_dir / name)
+            for src_file, dst_name in _with_ranks(path, name):
+                if admits(scenario.input_roots, src_file.resolve()):    # a rank file linked out of the tree: not
+                    shutil.copyfile(src_file, bundle_dir / dst_name)
             params[key] = name
     src.pop("inputs_root", None)    # the bundle holds its files: it is confined to its own folder
     src.setdefault("name", scenario.name)
     return src
+
+
+def _with_ranks(path: Path, name: str) -> list[tuple[Path, str]]:
+    """``path`` copied as ``name``; a Chakra rank-0 file ``PREFIX.0.et`` brings its other ranks ``PREFIX.1.et``,
+    ... along (the ``chakra`` workload names only rank 0's file)."""
+    out = [(path, name)]
+    if path.name.endswith(".0.et"):
+        stem, r = path.name[:-len(".0.et")], 1
+        while (path.parent / f"{stem}.{r}.et").is_file():
+            out.append((path.parent / f"{stem}.{r}.et", f"{name[:-len('.0.et')]}.{r}.et"))
+            r += 1
+    return out
 
 
 def table_slug(title: str) -> str:

@@ -1,4 +1,4 @@
-"""``emu trace``: tools over binary traces (perfetto, summary, diff, replay).
+"""``emu trace``: tools over binary traces (perfetto, chakra, summary, diff, replay).
 
 This module only parses the command line and prints; the work is done in
 ``tools/trace/perfetto.py``, ``tools/trace/summary.py``, ``tools/trace/diff.py`` and
@@ -24,7 +24,7 @@ __all__ = ["add_parser", "main"]
 
 
 def add_parser(sub) -> None:
-    t = sub.add_parser("trace", help="tools over traces: perfetto, summary, diff, replay")
+    t = sub.add_parser("trace", help="tools over traces: perfetto, chakra, summary, diff, replay")
     t.set_defaults(func=main)
     ts = t.add_subparsers(dest="trace_cmd", required=True)
 
@@ -52,6 +52,10 @@ def add_parser(sub) -> None:
     d.add_argument("a", help="the first trace")
     d.add_argument("b", help="the second trace")
     d.add_argument("--context", type=int, default=3, help="events shown around the divergence (default 3)")
+
+    c = ts.add_parser("chakra", help="export as Chakra execution traces (one ET file per PE) for ASTRA-sim")
+    c.add_argument("trace", help="a .emutrace or a run bundle directory")
+    c.add_argument("--out", required=True, help="directory for chakra.<rank>.et")
 
     r = ts.add_parser("replay", help="replay one actor alone against its recorded inputs and check its sends")
     r.add_argument("trace", help="the recorded run's trace (.emutrace, recorded with payloads)")
@@ -160,7 +164,18 @@ def cmd_replay(args) -> int:
     return 0 if res.ok else 1
 
 
-COMMANDS = {"perfetto": cmd_perfetto, "summary": cmd_summary, "diff": cmd_diff, "replay": cmd_replay}
+def cmd_chakra(args) -> int:
+    from tools.trace.chakra import export_chakra
+
+    stats = export_chakra(args.trace, args.out)      # a ChakraExportError (a ValueError) reaches tools/cli.py
+    print(stats.text())
+    if stats.unmatched:
+        print(f"warning: {stats.unmatched} send/receive node(s) without a partner (the run ended with messages "
+              "in flight)", file=sys.stderr)
+    return 0
+
+
+COMMANDS = {"chakra": cmd_chakra, "perfetto": cmd_perfetto, "summary": cmd_summary, "diff": cmd_diff, "replay": cmd_replay}
 
 
 def main(args) -> int:

@@ -653,6 +653,16 @@ class Tl:
             raise self.error(f"{what}: only the last axis is supported (row reductions of the MATH engine),"
                              f" found axis={axis!r} for shape {x.shape}")
 
+    def math(self, op: str, *srcs: TensorHandle, scalar: float = 0.0, out_dtype: str = F32) -> TensorHandle:
+        """One MATH command by its engine name (``costs.MATH_OPS``: exp, rowmax, add, cast, ...), non-blocking,
+        dispatched as a MATH op: for code that replays ops by name (kernels/chakra_replay.py)."""
+        if op not in MATH_OPS:
+            raise self.error(f"math op {op!r}: expected one of {', '.join(sorted(MATH_OPS))}")
+        if not srcs:
+            raise self.error(f"math {op}: needs at least one source tensor")
+        shapes = [self._live(x, op).shape for x in srcs]
+        return self._math(op, list(srcs), self._result_shape(op, shapes), scalar=float(scalar), out_dtype=out_dtype)
+
     def max(self, x: TensorHandle, axis: int = -1) -> TensorHandle:
         """Row max over the last axis, keepdims: ``[..., n] -> [..., 1]``."""
         self._axis(x, axis, "max")

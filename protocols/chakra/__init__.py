@@ -1,0 +1,1 @@
+"""The MLCommons Chakra execution-trace schema (generated classes) and its file framing (io.py)."""
