@@ -41,14 +41,14 @@ def test_the_help_says_defaults_and_how_to_list_the_keys(capsys):
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES), ids=lambda p: p or "emu")
 def test_every_example_of_the_help_runs_as_written(path):
-    top = path.split(" ")[0]
-    commands = ([docrun.Command(SETUP[top]), docrun.Command("echo $?")] if top in SETUP else [])
+    setup = SETUP.get(path) or SETUP.get(path.split(" ")[0])
+    commands = [docrun.Command(setup), docrun.Command("echo $?")] if setup else []
     for cmd, _, _ in EXAMPLES[path]:
         commands += [docrun.Command(cmd), docrun.Command("echo $?")]
     block = docrun.Block(Path(docrun.ROOT / "tools" / "cli_help.py"), 0, {}, commands)
     with tempfile.TemporaryDirectory(prefix="emu-help-") as d:
         outs = docrun.run_block(block, Path(d))
-    expected = ([0] if top in SETUP else []) + [status for _, _, status in EXAMPLES[path]]
+    expected = ([0] if setup else []) + [status for _, _, status in EXAMPLES[path]]
     got = [int(o[0]) for o in outs[1::2]]
     assert got == expected, "\n".join(f"$ {c.line}\n" + "\n".join(o[-8:]) for c, o in zip(commands[::2], outs[::2]))
 

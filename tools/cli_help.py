@@ -25,7 +25,8 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action) -> str:
         text = action.help or ""
-        if "default" in text or action.default is argparse.SUPPRESS or not action.option_strings:
+        if ("default" in text or action.default is argparse.SUPPRESS or not action.option_strings
+                or action.required):
             return text
         d = action.default
         if isinstance(action, argparse._StoreTrueAction):
@@ -70,6 +71,8 @@ EXAMPLES: dict[str, list[tuple[str, str, int]]] = {
     "trace perfetto": [("emu trace perfetto runs/ex/trace.emutrace", "a .pftrace for ui.perfetto.dev", 0)],
     "trace summary": [("emu trace summary runs/ex/trace.emutrace", "utilisation, traffic, critical path", 0)],
     "trace diff": [("emu trace diff runs/ex/trace.emutrace runs/ex/trace.emutrace", "identical traces", 0)],
+    "trace chakra": [("emu trace chakra runs/ex-sp --out runs/ex-sp/chakra",
+                      "one Chakra execution trace per PE, after: emu run scenarios/ahbm/gqa/decode_sp.yaml --out runs/ex-sp", 0)],
     "trace replay": [("emu trace replay runs/ex/trace.emutrace --actor ring/n3", "one actor against its inputs", 0)],
     "compare": [("emu compare runs/ex runs/ex", "two bundles' end times, links and actors side by side", 0)],
     "sweep": [("emu sweep scenarios/sweeps/reduce-grid.yaml --out runs/grid -q", "a grid, resumable", 0),
@@ -98,9 +101,11 @@ EXAMPLES: dict[str, list[tuple[str, str, int]]] = {
              ("emu help run", "emu run's help", 0)],
 }
 
-#: what an example needs run before it, in the same directory (the bundles and traces it reads)
+#: what an example needs run before it, in the same directory (the bundles and traces it reads): by command
+#: path, else by its first word
 SETUP = {
     "trace": "emu run scenarios/demo/ring.yaml --out runs/ex --quiet",
+    "trace chakra": "emu run scenarios/ahbm/gqa/decode_sp.yaml --out runs/ex-sp --quiet",
     "compare": "emu run scenarios/demo/ring.yaml --out runs/ex --quiet",
     "profile": "emu run scenarios/ahbm/gqa/decode.yaml --out runs/gqa --quiet",
     "inspect": "emu run scenarios/ahbm/gqa/decode_sp.yaml --stop-at 1.35us --out runs/stop --quiet",
