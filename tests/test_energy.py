@@ -241,7 +241,7 @@ def test_power_profile_in_the_bundle_and_the_perfetto_counter_tracks(tmp_path):
 def test_the_energy_line_says_what_one_unit_of_work_is(emu):
     """token/J of an attention layer is not tokens of the model (issue 39): the energy line and result.json
     say which unit is counted -- a token of the one attention layer the AHBM scenario runs, a launch of a
-    layer's kernel, a token of the whole Gemma model on pccx."""
+    layer's kernel, a token of the whole Gemma model on pccx (tests/test_energy_pccx.py)."""
     from conftest import ROOT
 
     from actors.ahbm.energy import energy_per as ahbm_per
@@ -249,8 +249,8 @@ def test_the_energy_line_says_what_one_unit_of_work_is(emu):
     from tools.cli import energy_line
 
     cases = [("scenarios/ahbm/requests/trace.yaml", "token", "tokens of this attention layer, not of the whole model"),
-             ("scenarios/ahbm/gqa/decode.yaml", "kernel", "kernel launches: one layer's kernel, not a model token"),
-             ("scenarios/pccx/gemma3n/tiny-timing.yaml", "token", "tokens of the whole model")]
+             ("scenarios/ahbm/gqa/decode.yaml", "kernel", "kernel launches: one layer's kernel, not a model token")]
+    # (a Gemma 3N token is one of the whole model: tests/test_energy_pccx.py checks its line)
     for scen, unit, what in cases:
         r = emu("run", f"{ROOT}/{scen}", "--json", "--compact", "--no-bundle", "--quiet", check=0)
         en = json.loads(r.stdout)["energy"]

@@ -63,7 +63,8 @@ def test_gemma3n_cli_energy(tmp_path):
     assert en["per_token_j"] == pytest.approx(en["total_j"] / res["tokens"])
     assert en["tokens_per_j"] == pytest.approx(res["tokens"] / en["total_j"])
     assert en["actions"]["energy.host.active"]["count"] > 0
-    assert "  energy " in r.stdout and "token/J" in r.stdout
+    assert "  energy " in r.stdout and "token/J, tokens of the whole model)" in r.stdout     # not one layer's
+    assert en["per_unit"] == {"unit": "token", "count": res["tokens"], "what": "tokens of the whole model"}
     # tokens per joule inside the budget table, under tok/s: in result.json's budget, its table and the printout
     from actors.pccx.gemma3n.budget import BUDGET_TABLE
     for table in (res["budget"], res["tables"][BUDGET_TABLE]):
