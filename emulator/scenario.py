@@ -49,7 +49,7 @@ from emulator.units import WALL_TIME_MAX
 from emulator.schema import (AnyValue, Bool, Doc, Enum, Int, List, Map, Problem, Quantity, SchemaError, Str,
                              load_yaml, read_text, validate)
 from emulator.trace import KIND_CODES
-from emulator.uncertainty import check_uncertainty, split_uncertainty
+from emulator.uncertainty import KEY as UNCERTAINTY, check_uncertainty, split_uncertainty
 
 __all__ = ["Scenario", "load_scenario", "SCENARIO_SCHEMA", "find_profile", "apply_set", "deep_merge", "load_profile",
            "scenario_path"]
@@ -271,9 +271,29 @@ def read_profile(path: Path, _chain: tuple = (), roots: dict | None = None) -> D
     base = read_profile(parent_path, chain, roots)
     for key, line in base.lines.items():
         base.origins.setdefault(key, (base.file, line))
+    declared = doc.value.pop(UNCERTAINTY, None)
     base.value = _merge(base.value, doc.value, (), base.origins, doc, ())
+    _replace_entries(base, doc, declared)
     base.file, base.lines = doc.file, doc.lines      # unplaced problems name the concrete profile
     return base
+
+
+def _replace_entries(base: Doc, doc: Doc, declared) -> None:
+    """A child profile's ``uncertainty:`` entries replace the parent's whole (a ``spread`` is not merged
+    with an inherited ``range``), each keeping the child's lines (emulator/uncertainty.py)."""
+    if declared is None:
+        return
+    inherited = base.value.get(UNCERTAINTY)
+    if not isinstance(declared, dict) or not isinstance(inherited, dict):
+        base.value[UNCERTAINTY] = declared          # a wrong shape is reported by check_uncertainty
+        base.origins[(UNCERTAINTY,)] = doc.where((UNCERTAINTY,))
+        return
+    for key, entry in declared.items():
+        inherited[key] = entry
+        here = (UNCERTAINTY, key)
+        for path in [p for p in base.origins if p[:2] == here]:
+            del base.origins[path]
+        base.origins.update({p: (doc.file, line) for p, line in doc.lines.items() if p[:2] == here})
 
 
 def load_profile(name: str, schema, overrides: dict | None = None) -> dict:
