@@ -49,7 +49,7 @@ from emulator.units import WALL_TIME_MAX
 from emulator.schema import (AnyValue, Bool, Doc, Enum, Int, List, Map, Problem, Quantity, SchemaError, Str,
                              load_yaml, read_text, validate)
 from emulator.trace import KIND_CODES
-from emulator.uncertainty import KEY as UNCERTAINTY, check_uncertainty, split_uncertainty
+from emulator.uncertainty import KEY as UNCERTAINTY, check_uncertainty, leaf_paths, split_uncertainty
 
 __all__ = ["Scenario", "load_scenario", "SCENARIO_SCHEMA", "find_profile", "apply_set", "deep_merge", "load_profile",
            "scenario_path"]
@@ -378,18 +378,11 @@ def _profile_layer(doc: Doc, prof_name, file: str, registry, problems: _Problems
     return family, family_name, profile, prof_path, declared
 
 
-def _leaf_paths(node: dict, prefix: str = "") -> list[str]:
-    out = []
-    for k, v in node.items():
-        out += _leaf_paths(v, f"{prefix}{k}.") if isinstance(v, dict) and v else [f"{prefix}{k}"]
-    return out
-
-
 def _pinned(raw, overrides: dict, doc: Doc, problems: _Problems) -> set:
     """The declared keys the scenario fixes: set by ``machine.overrides`` (or a key above or below one) or
     named in ``interval.pin`` (which must name declared keys)."""
     declared = [str(k) for k, v in raw.items() if v is not None] if isinstance(raw, dict) else []
-    over = _leaf_paths(overrides)
+    over = leaf_paths(overrides)
 
     def overlaps(a: str, b: str) -> bool:
         return a == b or a.startswith(b + ".") or b.startswith(a + ".")
@@ -402,8 +395,8 @@ def _pinned(raw, overrides: dict, doc: Doc, problems: _Problems) -> set:
         else:
             close = difflib.get_close_matches(str(key), declared, n=1)
             problems.append(Problem(*doc.where(("interval", "pin", i)), f"interval.pin[{i}]",
-                                    "a key the profile declares uncertain (its uncertainty: map; known: "
-                                    + (", ".join(declared) or "none") + ")", repr(key),
+                                    f"a key the profile declares uncertain ({len(declared)} in its uncertainty: "
+                                    "map, listed by emu explain)", repr(key),
                                     f"did you mean {close[0]!r}?" if close else ""))
     return pinned
 

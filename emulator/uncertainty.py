@@ -25,13 +25,15 @@ inherited entry).  A key the scenario sets (``machine.overrides``, ``--set``) or
 """
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass
 
 from emulator.schema import Doc, Float, Int, Map, Problem, Quantity, SchemaError, Spec, _Ctx, _fmt_path, quote
+from emulator.units import format_quantity
 
-__all__ = ["Uncertain", "split_uncertainty", "check_uncertainty", "param_spec", "KEY"]
+__all__ = ["Uncertain", "split_uncertainty", "check_uncertainty", "param_spec", "leaf_paths", "KEY"]
 
 KEY = "uncertainty"
 _SPREAD = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
@@ -77,6 +79,14 @@ def param_spec(schema: Spec, key: str):
     return spec
 
 
+def leaf_paths(node: dict, prefix: str = "") -> list[str]:
+    """The dotted key paths of the leaves of a nested map (``{"a": {"b": 1}}`` -> ``["a.b"]``)."""
+    out = []
+    for k, v in node.items():
+        out += leaf_paths(v, f"{prefix}{k}.") if isinstance(v, dict) and v else [f"{prefix}{k}"]
+    return out
+
+
 def _value_at(profile: dict, key: str):
     node = profile
     for part in key.split("."):
@@ -114,7 +124,9 @@ def check_uncertainty(raw, pdoc: Doc, schema: Spec, profile: dict, pinned=frozen
         spec = param_spec(schema, str(key))
         value = _value_at(profile, str(key))
         if spec is None or value is None and not isinstance(spec, (Int, Float, Quantity)):
-            fail(path, "the key path of a parameter of this profile", quote(key), "unknown key path")
+            close = difflib.get_close_matches(str(key), leaf_paths(profile), n=1)
+            fail(path, "the key path of a parameter of this profile", quote(key),
+                 f"did you mean {close[0]!r}?" if close else "unknown key path")
             continue
         if not isinstance(spec, (Int, Float, Quantity)) or not _number(value):
             fail(path, "a numeric parameter (an integer, a number or a quantity)", quote(key),
@@ -143,6 +155,7 @@ def check_uncertainty(raw, pdoc: Doc, schema: Spec, profile: dict, pinned=frozen
                 continue
             low, high = (spec.check(v, (KEY, key, "range", i), ctx) for i, v in enumerate(rng))
             if len(ctx.problems) > before:
+                problems.extend(ctx.problems[before:])     # in file order, with this entry's other problems
                 continue
             if not low < high:
                 fail(path + ("range",), "low < high", f"{rng[0]} >= {rng[1]} (an inverted or empty range)")
@@ -162,14 +175,14 @@ def check_uncertainty(raw, pdoc: Doc, schema: Spec, profile: dict, pinned=frozen
                 continue
         is_pinned = str(key) in pinned
         if not is_pinned and not low <= value <= high:
-            shown = entry.get("range") or f"{value} x (1 -/+ {entry['spread']})"
-            fail(path + ("range",), f"a range containing the parameter's value {value}", quote(shown))
+            shown = format_quantity(value, spec.kind) if isinstance(spec, Quantity) else f"{value:g}"
+            fail(path + ("range",), f"a range containing the parameter's value {shown}",
+                 "[" + ", ".join(map(str, entry["range"])) + "]")
             continue
         file, line = pdoc.where((KEY, key))
         out[str(key)] = Uncertain(str(key), value, low, high, reason, file, line,
                                   integer=isinstance(value, int), kind=getattr(spec, "kind", None),
                                   pinned=is_pinned)
-    problems.extend(ctx.problems)
     if problems:
         raise SchemaError(problems)
     return out

@@ -27,7 +27,9 @@ they are equal).  A "no" says: more samples would move the interval; run with a 
 **Drivers.**  For each parameter and metric the Spearman rank correlation rho over the samples
 (ranks by numpy argsort, ties averaged), and per metric the variance share rho^2 / sum(rho^2): with
 independent inputs and a near-monotone response, rho^2 approximates the part of the metric's (rank)
-variance each parameter explains.  Rows are ordered by their largest share.
+variance each parameter explains.  Rows are ordered by their largest share.  With few samples and many
+parameters, independent columns correlate by chance: a |rho| below 2/sqrt(n-1) (two standard errors under
+no association, :func:`noise_level`) is marked ``~``.
 """
 from __future__ import annotations
 
@@ -100,6 +102,12 @@ def spearman(x, y) -> float | None:
     if rx.std() == 0 or ry.std() == 0:
         return None
     return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def noise_level(n: int) -> float:
+    """The |rho| that independent inputs reach by chance about 1 time in 20: two standard errors,
+    2 / sqrt(n - 1), of Spearman's rho under no association."""
+    return 2 / max(1, n - 1) ** 0.5
 
 
 def _metric(result: dict, names) -> float | None:
@@ -239,11 +247,11 @@ def run_interval(path: str, sets=(), *, samples: int = 32, seed: int = 0, backen
 def _fmt(v: float, unit: str) -> str:
     if unit == "time":
         return format_time(int(round(v)))
-    if unit == "J":
-        scale = next(((n, f) for n, f in (("J", 1), ("mJ", 1e-3), ("uJ", 1e-6), ("nJ", 1e-9)) if abs(v) >= f),
-                     ("pJ", 1e-12))
-        return f"{v / scale[1]:.4g} {scale[0]}"
-    return f"{v:.4g} {unit}"
+    if unit != "J":
+        return f"{v:,.0f} {unit}" if abs(v) >= 1000 else f"{v:.4g} {unit}"
+    name, factor = next(((n, f) for n, f in (("J", 1), ("mJ", 1e-3), ("uJ", 1e-6), ("nJ", 1e-9)) if abs(v) >= f),
+                        ("pJ", 1e-12))
+    return f"{v / factor:.4g} {name}"
 
 
 def _fmt_range(r: dict) -> str:
@@ -281,15 +289,19 @@ def format_interval(w: dict, top: int = 8) -> str:
     for i, err in w["failed"].items():
         out.append(f"  sample {i} failed: {err}")
     names = list(w["metrics"])
+    chance = noise_level(w["finished"])
     drows = []
     for r in w["drivers"][:top]:
         row = {"parameter": r["key"], "range": _fmt_range(r)}
         for m in names:
             rho = r["rho"][m]
-            row[f"{m} rho (share)"] = "-" if rho is None else f"{rho:+.2f} ({100 * r['share'][m]:.0f}%)"
+            row[f"{m} rho (share)"] = "-" if rho is None else \
+                f"{rho:+.2f} ({100 * r['share'][m]:.0f}%){'~' if abs(rho) < chance else ''}"
         drows.append(row)
     out.append(format_table(f"drivers, top {len(drows)} of {len(w['drivers'])} (Spearman rank correlation rho over "
                             "the samples; share = rho^2 normalised per metric):", drows))
+    out.append(f"~: |rho| < 2/sqrt(n-1) = {chance:.2f} for n = {w['finished']} samples, not told apart from chance "
+               "(more samples narrow it)")
     return "\n".join(out)
 
 
