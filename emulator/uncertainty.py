@@ -30,10 +30,11 @@ import math
 import re
 from dataclasses import dataclass
 
-from emulator.schema import Doc, Float, Int, Map, Problem, Quantity, SchemaError, Spec, _Ctx, _fmt_path, quote
+from emulator.declare import schema_spec, value_at
+from emulator.schema import Doc, Float, Int, Problem, Quantity, SchemaError, Spec, _Ctx, _fmt_path, quote
 from emulator.units import format_quantity
 
-__all__ = ["Uncertain", "split_uncertainty", "check_uncertainty", "param_spec", "leaf_paths", "KEY"]
+__all__ = ["Uncertain", "split_uncertainty", "check_uncertainty", "leaf_paths", "KEY"]
 
 KEY = "uncertainty"
 _SPREAD = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
@@ -67,33 +68,12 @@ def split_uncertainty(pdoc: Doc):
     return pdoc.value.pop(KEY, None)
 
 
-def param_spec(schema: Spec, key: str):
-    """The schema node of profile key path ``key`` (``cpu.dispatch_cycles.math``), None if there is none."""
-    spec = schema
-    for part in key.split("."):
-        if not isinstance(spec, Map):
-            return None
-        spec = spec.fields.get(part) or spec.values
-        if spec is None:
-            return None
-    return spec
-
-
 def leaf_paths(node: dict, prefix: str = "") -> list[str]:
     """The dotted key paths of the leaves of a nested map (``{"a": {"b": 1}}`` -> ``["a.b"]``)."""
     out = []
     for k, v in node.items():
         out += leaf_paths(v, f"{prefix}{k}.") if isinstance(v, dict) and v else [f"{prefix}{k}"]
     return out
-
-
-def _value_at(profile: dict, key: str):
-    node = profile
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def _number(v) -> bool:
@@ -121,8 +101,8 @@ def check_uncertainty(raw, pdoc: Doc, schema: Spec, profile: dict, pinned=frozen
         if entry is None:           # a child profile dropped an inherited declaration
             continue
         path = (key,)
-        spec = param_spec(schema, str(key))
-        value = _value_at(profile, str(key))
+        spec = schema_spec(schema, str(key))
+        value = value_at(profile, str(key))
         if spec is None or value is None and not isinstance(spec, (Int, Float, Quantity)):
             close = difflib.get_close_matches(str(key), leaf_paths(profile), n=1)
             fail(path, "the key path of a parameter of this profile", quote(key),
