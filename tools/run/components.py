@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from emulator.actor import Actor
 from emulator.declare import (WORKLOAD_PREFIX, ParamView, describe_class, params_for, params_of, ports_of,
-                              schema_spec)
+                              schema_spec, value_at)
 from emulator.errors import BuildError
 from emulator.schema import Map
 
