@@ -48,7 +48,7 @@ from typing import Any, Callable
 from emulator.errors import BuildError
 
 __all__ = ["ANY", "Port", "In", "Out", "Param", "ParamView", "ports_of", "params_of", "params_for", "declared_port",
-           "check_actor", "check_system", "schema_spec", "describe_class"]
+           "check_actor", "check_system", "schema_spec", "value_at", "describe_class"]
 
 
 # -- ports ----------------------------------------------------------------------------------------------------
@@ -275,6 +275,16 @@ def check_system(system) -> None:
 
 
 # -- description ----------------------------------------------------------------------------------------------------
+def value_at(resolved: dict, key: str):
+    """The value at dotted ``key`` of a nested dict, ``None`` where a part is missing."""
+    node = resolved
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
 def schema_spec(schema, key: str):
     """The schema entry at dotted ``key`` of a family's profile schema (``None`` if it has none there)."""
     node = schema

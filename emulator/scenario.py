@@ -49,6 +49,7 @@ from emulator.units import WALL_TIME_MAX
 from emulator.schema import (AnyValue, Bool, Doc, Enum, Int, List, Map, Problem, Quantity, SchemaError, Str,
                              load_yaml, read_text, validate)
 from emulator.trace import KIND_CODES
+from emulator.uncertainty import KEY as UNCERTAINTY, check_uncertainty, leaf_paths, split_uncertainty
 
 __all__ = ["Scenario", "load_scenario", "SCENARIO_SCHEMA", "find_profile", "apply_set", "deep_merge", "load_profile",
            "scenario_path"]
@@ -96,6 +97,9 @@ SCENARIO_SCHEMA = Map({
         "dir": Str(default=None, doc="result bundle directory (default runs/<name>)"),
         "plots": Bool(default=False, doc="write PNG plots into the bundle (also: emu run --plots)"),
     }, required=False),
+    "interval": Map({
+        "pin": List(Str(), default=[], doc="declared uncertain profile keys emu interval keeps at their value"),
+    }, required=False, doc="emu interval (docs/interval.md)"),
     "inputs_root": Str(default=None, doc="a folder (relative to the scenario, containing it: '..') under which "
                                          "the files the scenario names may lie; default: the scenario's folder "
                                          "(docs/scenario.md, \"Files a scenario names\")"),
@@ -122,6 +126,7 @@ class Scenario:
     source: dict = field(default_factory=dict)   # the scenario as written (after --set)
     where: dict = field(default_factory=dict)    # key path -> (file or "--set ...", line) of what the file states
     input_roots: dict = field(default_factory=dict)   # folder -> why: where the files it names may lie
+    uncertainty: dict = field(default_factory=dict)   # key -> Uncertain: the profile's declared ranges
 
     def locate(self, message: str) -> str:
         """``message`` (``"workload.params.C: ..."``, as build errors start) prefixed with where that key is set:
@@ -266,14 +271,35 @@ def read_profile(path: Path, _chain: tuple = (), roots: dict | None = None) -> D
     base = read_profile(parent_path, chain, roots)
     for key, line in base.lines.items():
         base.origins.setdefault(key, (base.file, line))
+    declared = doc.value.pop(UNCERTAINTY, None)
     base.value = _merge(base.value, doc.value, (), base.origins, doc, ())
+    _replace_entries(base, doc, declared)
     base.file, base.lines = doc.file, doc.lines      # unplaced problems name the concrete profile
     return base
+
+
+def _replace_entries(base: Doc, doc: Doc, declared) -> None:
+    """A child profile's ``uncertainty:`` entries replace the parent's whole (a ``spread`` is not merged
+    with an inherited ``range``), each keeping the child's lines (emulator/uncertainty.py)."""
+    if declared is None:
+        return
+    inherited = base.value.get(UNCERTAINTY)
+    if not isinstance(declared, dict) or not isinstance(inherited, dict):
+        base.value[UNCERTAINTY] = declared          # a wrong shape is reported by check_uncertainty
+        base.origins[(UNCERTAINTY,)] = doc.where((UNCERTAINTY,))
+        return
+    for key, entry in declared.items():
+        inherited[key] = entry
+        here = (UNCERTAINTY, key)
+        for path in [p for p in base.origins if p[:2] == here]:
+            del base.origins[path]
+        base.origins.update({p: (doc.file, line) for p, line in doc.lines.items() if p[:2] == here})
 
 
 def load_profile(name: str, schema, overrides: dict | None = None) -> dict:
     """A validated machine profile ``scenarios/machines/<name>.yaml`` with ``overrides`` merged (tests, tools)."""
     doc = read_profile(MACHINES_DIR / f"{name}.yaml")
+    split_uncertainty(doc)
     doc.value = deep_merge(doc.value, overrides or {})
     return validate(schema, doc)
 
@@ -314,35 +340,65 @@ class _Problems(list):
 
 
 def _profile_layer(doc: Doc, prof_name, file: str, registry, problems: _Problems, roots: dict):
-    """``(family module, family name, validated profile, profile path)``; parts are None where they are wrong."""
+    """``(family module, family name, validated profile, profile path, declared uncertainty)``; parts are None
+    where they are wrong."""
     family = family_name = profile = None
+    declared = {}
     prof_path, known = None, len(problems)
     if prof_name is not None:
         prof_path = problems.attempt(lambda: find_profile(prof_name, file, roots,
                                                           where=doc.where(("machine", "profile"))))
         if len(problems) > known:
-            return family, family_name, profile, prof_path   # found, but outside the roots: said
+            return family, family_name, profile, prof_path, declared   # found, but outside the roots: said
     if prof_name is not None and prof_path is None:
         close = difflib.get_close_matches(prof_name, known_profiles(), n=1)
         problems.append(Problem(*doc.where(("machine", "profile")), "machine.profile",
                                 "a machine profile name or path (known: " + ", ".join(known_profiles()) + ")",
                                 repr(prof_name), f"did you mean {close[0]!r}?" if close else ""))
     if prof_path is None:
-        return family, family_name, profile, prof_path
+        return family, family_name, profile, prof_path, declared
     pdoc = problems.attempt(lambda: read_profile(prof_path, roots=roots))
     if pdoc is None:
-        return family, family_name, profile, prof_path
+        return family, family_name, profile, prof_path, declared
+    raw_uncertainty = split_uncertainty(pdoc)
     family_name = pdoc.value.get("family")
     try:
         family = registry.family(family_name)
     except (KeyError, TypeError):
         problems.append(Problem(*pdoc.where(("family",)), "family",
                                 "a machine family (" + ", ".join(registry.FAMILIES) + ")", repr(family_name)))
-        return None, family_name, profile, prof_path
+        return None, family_name, profile, prof_path, declared
     overrides = _raw(doc.value, "machine", "overrides", kind=dict) or {}
     pdoc.value = _merge(pdoc.value, overrides, (), pdoc.origins, doc, ("machine", "overrides"))
     profile = problems.attempt(lambda: validate(family.PROFILE_SCHEMA, pdoc))
-    return family, family_name, profile, prof_path
+    if profile is not None:
+        pinned = _pinned(raw_uncertainty, overrides, doc, problems)
+        declared = problems.attempt(lambda: check_uncertainty(raw_uncertainty, pdoc, family.PROFILE_SCHEMA,
+                                                              profile, pinned)) or {}
+    return family, family_name, profile, prof_path, declared
+
+
+def _pinned(raw, overrides: dict, doc: Doc, problems: _Problems) -> set:
+    """The declared keys the scenario fixes: set by ``machine.overrides`` (or a key above or below one) or
+    named in ``interval.pin`` (which must name declared keys)."""
+    declared = [str(k) for k, v in raw.items() if v is not None] if isinstance(raw, dict) else []
+    over = leaf_paths(overrides)
+
+    def overlaps(a: str, b: str) -> bool:
+        return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+    pinned = {k for k in declared if any(overlaps(k, o) for o in over)}
+    pins = _raw(doc.value, "interval", "pin", kind=list) or []
+    for i, key in enumerate(pins):
+        if key in declared:
+            pinned.add(key)
+        else:
+            close = difflib.get_close_matches(str(key), declared, n=1)
+            problems.append(Problem(*doc.where(("interval", "pin", i)), f"interval.pin[{i}]",
+                                    f"a key the profile declares uncertain ({len(declared)} in its uncertainty: "
+                                    "map, listed by emu explain)", repr(key),
+                                    f"did you mean {close[0]!r}?" if close else ""))
+    return pinned
 
 
 def _workload_layer(doc: Doc, family, family_name, kind, profile, mode, file: str, problems: _Problems):
@@ -408,7 +464,8 @@ def load_scenario(path: str, registry, sets: list[str] | None = None, *, allow=(
     kind = sc["workload"]["kind"] if sc else _raw(written, "workload", "kind")
     mode = sc["mode"] if sc else ("data" if _raw(written, "mode") == "data" else "timing")
     roots = _input_roots(doc, file, allow, problems)
-    family, family_name, profile, prof_path = _profile_layer(doc, prof_name, file, registry, problems, roots)
+    family, family_name, profile, prof_path, declared = _profile_layer(doc, prof_name, file, registry, problems,
+                                                                        roots)
     params = _workload_layer(doc, family, family_name, kind, profile, mode, file, problems)
     faults = _faults_layer(doc, file, problems)
     if problems:
@@ -420,7 +477,7 @@ def load_scenario(path: str, registry, sets: list[str] | None = None, *, allow=(
         file=file, name=sc["name"] or Path(file).stem, description=sc["description"], seed=sc["seed"],
         mode=sc["mode"], profile_name=prof_name, profile_file=str(prof_path), family=family_name, profile=profile,
         workload=kind, params=params, faults=faults, trace=sc["trace"], stop=sc["stop"], output=sc["output"],
-        source=source, where=where, input_roots=roots,
+        source=source, where=where, input_roots=roots, uncertainty=declared,
     )
 
 

@@ -118,6 +118,7 @@ def cmd_explain(args) -> int:
             "actors": {a.name: a.describe() for a in system.actors.values()},
             "links": [l.describe() for l in system.links],
             "components": components_json(_classes(system)),
+            "uncertainty": {k: vars(d) for k, d in sc.uncertainty.items()},
         }, indent=1, default=str))
         return 0
     print(f"scenario {sc.name}: machine {sc.profile_name} ({sc.profile_file}), workload {sc.workload}, "
@@ -131,6 +132,9 @@ def cmd_explain(args) -> int:
         print(f"  {k}: {_flow(v)}")
     from tools.run.energy import explain_energy
     for line in explain_energy(sc, fam.PROFILE_SCHEMA):
+        print(line)
+    from tools.explain.interval import explain_uncertainty
+    for line in explain_uncertainty(sc):
         print(line)
     print("workload parameters:")
     for k, v in with_units(fam.WORKLOADS[sc.workload].params, sc.params).items():
@@ -411,6 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain_profile.add_parser(sub)   # emu profile (tools/explain/)
     from tools.explain import whatif
     whatif.add_parser(sub)            # emu whatif
+    from tools.explain import interval
+    interval.add_parser(sub)          # emu interval: the spread from the profile's declared uncertainty
     add_help_command(sub, p)          # emu help [TOPIC]
     from tools.run import inspect as inspect_state
     inspect_state.add_parser(sub)     # emu inspect: the state where --stop-at stopped a run

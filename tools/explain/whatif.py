@@ -48,7 +48,7 @@ from pathlib import Path
 from emulator.input_paths import add_allow_path_argument
 from emulator.units import format_time
 from tools.explain.limits import FAMILY_CLASSES
-from tools.run.components import value_at
+from emulator.declare import value_at
 
 __all__ = ["knob_groups", "scaled_profile", "run_whatif", "format_whatif", "largest_error", "add_parser", "main",
            "SECTION_CLASS"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from emulator.actor import Actor
 from emulator.declare import (WORKLOAD_PREFIX, ParamView, describe_class, params_for, params_of, ports_of,
-                              schema_spec)
+                              schema_spec, value_at)
 from emulator.errors import BuildError
 from emulator.schema import Map
 
@@ -56,16 +56,6 @@ def schema_notes(classes, schema: Map) -> dict[str, str]:
         doc = "" if spec is None or spec.doc else f" - {docs[key]}"
         notes[key] = f"{doc} (read by {', '.join(sorted(set(names)))})"
     return notes
-
-
-def value_at(resolved: dict, key: str):
-    """The value at dotted ``key`` of a nested dict, ``None`` where a part is missing."""
-    node = resolved
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def _values(cls, instance, profile: dict, params: dict | None) -> dict:
