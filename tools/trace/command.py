@@ -60,8 +60,8 @@ def add_parser(sub) -> None:
     r = ts.add_parser("replay", help="replay one actor alone against its recorded inputs and check its sends")
     r.add_argument("trace", help="the recorded run's trace (.emutrace, recorded with payloads)")
     r.add_argument("--actor", required=True, help="the actor's full name, e.g. cube05/pe0")
-    r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
-                   help="edit the original scenario before rebuilding the actor")
+    from tools.cli_help import add_set_argument
+    add_set_argument(r, what="recorded run's scenario before the actor is rebuilt")
     add_allow_path_argument(r)
 
 
