@@ -98,3 +98,23 @@ def test_every_scenario_set_option_is_the_shared_one():
                 assert "e.g. workload.params.context=1024" in flat and "emu validate --schema SCENARIO" in flat \
                     and "emu explain SCENARIO" in flat, f"emu {path} --set: {a.help!r}"
     assert {"run", "validate", "explain", "whatif", "profile", "faults campaign", "trace replay"} <= set(found), found
+
+
+@pytest.mark.parametrize("command, says", [
+    ("run", ["Run a scenario: build the machine", "--trace FILE write the binary trace to FILE",
+             "--set KEY.PATH=VALUE override one key of the scenario, e.g. workload.params.context=1024"]),
+    ("sweep", ["Run every point of a sweep file", "Re-running the same --out resumes",
+               "--only KEY=VALUE run and tabulate only the points with this varied value (repeatable); "
+               "default: every point"]),
+    ("profile", ["Where a run's virtual time went", "--rows ROWS rows of each table (the costliest first) "
+                 "(default: 15)", "emu profile runs/gqa --rows 5 # the five costliest kernel lines"]),
+    ("whatif", ["Sensitivity of a scenario's end time to each resource", "--plot PNG write a tornado chart "
+                "to PNG; default: no chart", "emu whatif --list scenarios/ahbm/gqa/decode.yaml"]),
+])
+def test_the_help_of_the_main_commands_as_a_user_sees_it(emu, command, says):
+    """The real ``emu COMMAND --help`` (a subprocess): what the command is for, options with their defaults,
+    the shared --set, the examples, the docs pointer."""
+    flat = " ".join(emu(command, "--help", check=0).stdout.split())
+    for text in says + ["emu validate --schema SCENARIO" if command != "sweep" else "emu validate scenarios/",
+                        "examples: emu ", "docs: emu help TOPIC"]:
+        assert text in flat, f"emu {command} --help lacks {text!r}"

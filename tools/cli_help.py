@@ -154,9 +154,9 @@ DESCRIPTIONS: dict[str, str] = {
     "profile": "Where a run's virtual time went: AHBM runs by tl kernel line (engine, stall and host time "
                "of each line on the critical PE, or summed over every PE), pccx runs by program stage. "
                "Reads a trace or a bundle; given a scenario file, runs it first (docs/explain.md).",
-    "whatif": "Sensitivity of a scenario's end time to each resource: runs the scenario once per resource "
-              "with it made --factor faster and slower (HBM bandwidth, DMA, GEMM, links, ...) and ranks "
-              "the resources by their effect; --list shows the knob of each resource first (docs/explain.md).",
+    "whatif": "Sensitivity of a scenario's end time to each resource: runs the scenario with each resource "
+              "(HBM bandwidth, DMA, GEMM, links, ...) made --factor faster and --factor slower, measured "
+              "beside the one-run estimate, and ranks the resources by their effect; --list shows the knobs of each resource without running (docs/explain.md).",
 }
 
 #: what an example needs run before it, in the same directory (the bundles and traces it reads): by command
