@@ -34,11 +34,12 @@ def add_parser(sub) -> None:
     p.add_argument("--format", choices=["proto", "json"], default=None,
                    help="proto: native Perfetto protobuf, names interned (default; .json outputs default to json)")
     p.add_argument("--actors", action="append", default=[], metavar="GLOB",
-                   help="keep only actors matching GLOB (repeatable); messages need both ends kept")
+                   help="keep only actors matching GLOB (repeatable); messages need both ends kept; "
+                        "default: every actor")
     p.add_argument("--kinds", action="append", default=[], metavar="KIND[,KIND]",
-                   help=f"keep only these event kinds ({', '.join(KIND_CODES)})")
-    p.add_argument("--start", help="keep events from this virtual time (e.g. 2us)")
-    p.add_argument("--end", help="keep events up to this virtual time (e.g. 10us)")
+                   help=f"keep only these event kinds ({', '.join(KIND_CODES)}); default: every kind")
+    p.add_argument("--start", help="keep events from this virtual time (e.g. 2us); default: the start")
+    p.add_argument("--end", help="keep events up to this virtual time (e.g. 10us); default: the end")
     p.add_argument("--max-mb", type=float, default=200.0, help="refuse to write more than this (default 200 MB)")
     p.add_argument("--trim", action="store_true", help="at the size cap, keep the first events instead of refusing")
 
