@@ -154,6 +154,11 @@ DESCRIPTIONS: dict[str, str] = {
     "profile": "Where a run's virtual time went: AHBM runs by tl kernel line (engine, stall and host time "
                "of each line on the critical PE, or summed over every PE), pccx runs by program stage. "
                "Reads a trace or a bundle; given a scenario file, runs it first (docs/explain.md).",
+    "interval": "The spread of a run's results implied by its machine profile's declared uncertainty: "
+                "runs the scenario --samples times over a Latin hypercube of the declared parameter ranges "
+                "(those the scenario does not pin), on the process pool or Ray, and prints p5/p50/p95 of "
+                "each metric beside the default run, whether the interval has converged, and the "
+                "parameters that drive each metric (Spearman rank correlation) (docs/interval.md).",
     "whatif": "Sensitivity of a scenario's end time to each resource: runs the scenario with each resource "
               "(HBM bandwidth, DMA, GEMM, links, ...) made --factor faster and --factor slower, measured "
               "beside the one-run estimate, and ranks the resources by their effect; --list shows the knobs of each resource without running (docs/explain.md).",
