@@ -13,15 +13,25 @@ import argparse
 import difflib
 import re
 import sys
+import textwrap
 from pathlib import Path
 
-__all__ = ["Formatter", "add_set_argument", "EXAMPLES", "finish", "add_help_command", "parsers", "DOCS"]
+__all__ = ["Formatter", "add_set_argument", "EXAMPLES", "SLOW", "DESCRIPTIONS", "finish", "add_help_command", "parsers", "DOCS"]
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the examples' lines; adds ``(default: ...)`` to an option whose help does not say its default."""
+    """Wraps a description's prose to the terminal but keeps the lines of the examples (a paragraph whose
+    lines are indented, or that starts ``examples:``); adds ``(default: ...)`` to an option whose help does
+    not say its default."""
+
+    def _fill_text(self, text, width, indent):
+        paragraphs = text.strip("\n").split("\n\n")
+        return "\n\n".join(
+            p if p.startswith("examples:") or any(l[:1].isspace() for l in p.splitlines())
+            else textwrap.fill(" ".join(p.split()), width, initial_indent=indent, subsequent_indent=indent)
+            for p in paragraphs)
 
     def _get_help_string(self, action) -> str:
         text = action.help or ""
@@ -51,8 +61,14 @@ def add_set_argument(parser, *, what: str = "scenario") -> None:
                         help=SET_HELP.replace("the scenario", f"the {what}"))
 
 
-#: command path -> its examples: (command line, what it shows, exit status).  Each runs in a fresh
-#: directory holding a link to the shipped scenarios/ (tests/test_cli_help.py), within seconds.
+#: the status of an example that is inherently slow (a full-scale benchmark): its epilog line says so
+#: (:data:`SLOW_NOTE`), and tests/test_cli_help.py only parses its command line and validates each scenario
+#: file it names, instead of running it
+SLOW = "slow"
+SLOW_NOTE = "(slow) "
+
+#: command path -> its examples: (command line, what it shows, exit status or :data:`SLOW`).  Each runs in a
+#: fresh directory holding a link to the shipped scenarios/ (tests/test_cli_help.py), within seconds.
 EXAMPLES: dict[str, list[tuple[str, str, int]]] = {
     "": [("emu run scenarios/demo/reduce.yaml", "the default scenario: a 2-level reduce-to-root", 0),
          ("emu help", "the topics and the docs page of each", 0)],
@@ -66,7 +82,8 @@ EXAMPLES: dict[str, list[tuple[str, str, int]]] = {
     "explain": [("emu explain scenarios/demo/reduce.yaml", "every actor and link with its parameters", 0),
                 ("emu explain scenarios/faults/delay.yaml --faults", "what each fault's target glob matches", 0)],
     "bench": [("emu bench engine --scale 0.05 --repeats 1", "emulator vs SimPy, a small scale", 0),
-              ("emu bench machine --repeats 1", "whole machines per CPU second", 0)],
+              ("emu bench machine --repeats 1", "whole machines per CPU second", 0),
+              ("emu bench engine", "the published engine ratio: full scale, five repeats", SLOW)],
     "trace": [("emu trace summary runs/ex/trace.emutrace", "after: emu run scenarios/demo/ring.yaml --out runs/ex", 0)],
     "trace perfetto": [("emu trace perfetto runs/ex/trace.emutrace", "a .pftrace for ui.perfetto.dev", 0)],
     "trace summary": [("emu trace summary runs/ex/trace.emutrace", "utilisation, traffic, critical path", 0)],
@@ -105,6 +122,52 @@ EXAMPLES: dict[str, list[tuple[str, str, int]]] = {
              ("emu help run", "emu run's help", 0)],
 }
 
+#: what a command is for, where its parser says nothing more than its one-line help in ``emu -h``
+DESCRIPTIONS: dict[str, str] = {
+    "trace": "Read a binary trace (.emutrace, written by emu run --trace or into a bundle): convert it for "
+             "Perfetto or ASTRA-sim, summarise it, compare two, or replay one actor (docs/trace-tools.md; the "
+             "format: docs/trace-format.md).",
+    "trace perfetto": "Convert a trace into Perfetto's format: one track per actor, one flow per message, "
+                      "to open in ui.perfetto.dev.",
+    "trace summary": "Per-actor utilisation, per-link traffic and the critical path of a trace, from the "
+                     "trace alone (no re-run).",
+    "trace diff": "Compare two traces event by event and report the first event where they differ (the "
+                  "digest, the time, the actor), or that they are identical.",
+    "trace chakra": "Export a run as Chakra execution traces, one ET file per PE (chakra.<rank>.et), for "
+                    "ASTRA-sim or any Chakra tool (docs/chakra.md).",
+    "trace replay": "Rebuild one actor from the recorded run's scenario and feed it its recorded inputs "
+                    "alone; check that it sends what it sent in the run (a regression test for one actor's "
+                    "code). The trace must be recorded with payloads.",
+    "compare": "Two result bundles side by side: end time, per-link traffic and per-actor busy time, with "
+               "the difference of each (docs/trace-tools.md).",
+    "sweep": "Run every point of a sweep file (a base scenario, the keys to vary, the metrics to collect) on "
+             "local processes or a Ray cluster; collect one row per point into results.csv, the best "
+             "point per metric and plots (docs/sweep.md). Re-running the same --out resumes: finished "
+             "points are kept.",
+    "faults": "Fault campaigns: many seeded random fault plans against one scenario (docs/faults.md).",
+    "faults campaign": "Run a scenario under many seeded random fault plans (link delays, drops, "
+                       "stalls); every plan must end in a result, a clear error or a deadlock report, "
+                       "never a hang or a traceback. Writes one line per plan and a summary.",
+    "pccx": "The pccx ISA's tools: decode and encode 64-bit instruction words, compile a Gemma 3N model "
+            "config into an instruction stream (docs/pasm.md, docs/pccx-gemma3n.md).",
+    "pccx disasm": "Decode 64-bit pccx instruction words (hex) into their text form.",
+    "pccx asm": "Encode the text form of pccx instructions (as emu pccx disasm prints it) into 64-bit "
+                "words.",
+    "pccx compile": "Compile a Gemma 3N model config into the pccx instruction stream a pccx scenario "
+                    "runs.",
+    "profile": "Where a run's virtual time went: AHBM runs by tl kernel line (engine, stall and host time "
+               "of each line on the critical PE, or summed over every PE), pccx runs by program stage. "
+               "Reads a trace or a bundle; given a scenario file, runs it first (docs/explain.md).",
+    "interval": "The spread of a run's results implied by its machine profile's declared uncertainty: "
+                "runs the scenario --samples times over a Latin hypercube of the declared parameter ranges "
+                "(those the scenario does not pin), on the process pool or Ray, and prints p5/p50/p95 of "
+                "each metric beside the default run, whether the interval has converged, and the "
+                "parameters that drive each metric (Spearman rank correlation) (docs/interval.md).",
+    "whatif": "Sensitivity of a scenario's end time to each resource: runs the scenario with each resource "
+              "(HBM bandwidth, DMA, GEMM, links, ...) made --factor faster and --factor slower, measured "
+              "beside the one-run estimate, and ranks the resources by their effect; --list shows the knobs of each resource without running (docs/explain.md).",
+}
+
 #: what an example needs run before it, in the same directory (the bundles and traces it reads): by command
 #: path, else by its first word
 SETUP = {
@@ -129,12 +192,12 @@ def parsers(parser, path=()):
 
 
 def _epilog(path: str) -> str | None:
-    ex = EXAMPLES.get(path)
+    ex = [(cmd, (SLOW_NOTE if status == SLOW else "") + what) for cmd, what, status in EXAMPLES.get(path, [])]
     if not ex:
         return None
-    width = max(len(cmd) for cmd, _, _ in ex)
+    width = max(len(cmd) for cmd, _ in ex)
     lines = [f"  {cmd}" + (" " * (width - len(cmd)) + f"   # {what}" if width <= 72 else f"\n      # {what}")
-             for cmd, what, _ in ex]
+             for cmd, what in ex]
     return "examples:\n" + "\n".join(lines) + "\n\ndocs: emu help TOPIC, or docs/README.md (the index)"
 
 
@@ -142,6 +205,7 @@ def finish(parser) -> None:
     """Every parser of the tree gets the :class:`Formatter` and its examples as epilog."""
     for path, p in parsers(parser):
         p.formatter_class = Formatter
+        p.description = p.description or DESCRIPTIONS.get(path)
         epilog = _epilog(path)
         if epilog:
             p.epilog = (p.epilog + "\n\n" if p.epilog else "") + epilog
@@ -176,7 +240,9 @@ def _help(args, parser) -> int:
         print(f"{title}\n  docs/{topic}.md (in the emulator's source tree: {DOCS / (topic + '.md')})")
         for s in sections:
             print(f"  - {s}")
-        return 0
+        if topic not in commands:
+            return 0
+        print()                          # a page and a command of the same name (sweep): both
     if topic in commands:
         commands[topic].print_help()
         return 0

@@ -538,9 +538,11 @@ def format_pccx(p: dict, rows: int = 12) -> str:
 def add_parser(sub) -> None:
     p = sub.add_parser("profile", help="where a run's time went: by tl kernel line (AHBM) or program stage (pccx)")
     p.add_argument("run", help="a trace (.emutrace), a result bundle directory or a scenario file")
-    p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="with a scenario file")
+    from tools.cli_help import add_set_argument
+    add_set_argument(p, what="scenario (when RUN is a scenario file)")
     p.add_argument("--json", action="store_true", help="print the whole profile as JSON")
-    p.add_argument("--folded", metavar="FILE", help="write a folded-stack file (flame graph of virtual time)")
+    p.add_argument("--folded", metavar="FILE",
+                   help="write a folded-stack file (flame graph of virtual time); default: no file")
     p.add_argument("--all-pes", action="store_true", help="AHBM: the table summed over every PE, not the critical PE")
     p.add_argument("--rows", type=int, default=15, help="rows of each table (the costliest first)")
     add_allow_path_argument(p)

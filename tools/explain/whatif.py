@@ -389,13 +389,14 @@ def add_parser(sub) -> None:
     from tools.cli_help import add_set_argument
     add_set_argument(p)
     p.add_argument("--factor", type=float, default=0.1, help="speed change (default 0.1: 10 %% faster and slower)")
-    p.add_argument("--only", action="append", default=[], metavar="RESOURCE", help="only this resource (repeatable)")
+    p.add_argument("--only", action="append", default=[], metavar="RESOURCE",
+                   help="only this resource (repeatable); default: every resource")
     p.add_argument("--list", action="store_true", help="list the resources and the profile keys each scales; run nothing")
     p.add_argument("--backend", default="pool", choices=["pool", "ray"], help="where the variants run")
     p.add_argument("-j", "--jobs", type=int, default=None, help="variants at once (default: the cores)")
-    p.add_argument("--address", help="a Ray cluster to join (--backend ray)")
+    p.add_argument("--address", help="a Ray cluster to join (--backend ray); default: a local Ray of its own")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
-    p.add_argument("--plot", metavar="PNG", help="write a tornado chart")
+    p.add_argument("--plot", metavar="PNG", help="write a tornado chart to PNG; default: no chart")
     add_allow_path_argument(p)
     p.set_defaults(func=main)
 

@@ -403,13 +403,14 @@ def add_parser(sub) -> None:
     p.add_argument("--at", required=True, metavar="TIME", help="the fork time, inside the recorded run (2.3us)")
     p.add_argument("--fault", action="append", default=[], metavar="YAML",
                    help="a fault from the fork time on, as a YAML flow map of the scenario's fault syntax "
-                        "(its start defaults to --at); repeatable")
+                        "(its start defaults to --at); repeatable; default: none (with no --fault, --delay "
+                        "or --set the fork runs on unchanged and must end as the recorded run)")
     p.add_argument("--delay", action="append", default=[], metavar="YAML",
-                   help="the same for a fault of kind delay: {link: GLOB, delay: 5ns}; repeatable")
+                   help="the same for a fault of kind delay: {link: GLOB, delay: 5ns}; repeatable; default: none")
     p.add_argument("--set", action="append", default=[], metavar="machine.overrides.KEY=VALUE",
                    help="a machine parameter the family can change mid-run (AHBM: hbm.pc_bandwidth, "
                         "hbm.efficiency, hbm.access_latency, dma.setup_cycles, gemm.fill_drain_cycles, "
-                        "math.fixed_cycles, cpu.dispatch_cycles.KIND); repeatable")
+                        "math.fixed_cycles, cpu.dispatch_cycles.KIND); repeatable; default: none (the recorded values)")
     p.add_argument("--out", help="the fork's bundle (default: runs/<scenario name>-fork); with --variants the "
                    "folder of the variants' bundles (default: runs/<bundle name>-forks)")
     p.add_argument("--json", action="store_true", help="print the fork's summary as JSON")

@@ -283,9 +283,10 @@ def add_parser(sub) -> None:
                    f"{default_jobs()})")
     s.add_argument("--backend", choices=["pool", "ray"], default="pool",
                    help="pool: local processes (default); ray: Ray tasks (local Ray, or --address)")
-    s.add_argument("--address", help="with --backend ray: join this Ray cluster (e.g. ray://host:10001 or auto)")
+    s.add_argument("--address", help="with --backend ray: join this Ray cluster (e.g. ray://host:10001 or auto); "
+                   "default: a local Ray of its own")
     s.add_argument("--only", action="append", default=[], metavar="KEY=VALUE",
-                   help="run and tabulate only the points with this varied value (repeatable)")
+                   help="run and tabulate only the points with this varied value (repeatable); default: every point")
     s.add_argument("--retry-failed", action="store_true", help="run again the recorded points that did not finish")
     s.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     s.add_argument("--json", action="store_true", help="print the rows as JSON lines instead of a table")

@@ -34,11 +34,12 @@ def add_parser(sub) -> None:
     p.add_argument("--format", choices=["proto", "json"], default=None,
                    help="proto: native Perfetto protobuf, names interned (default; .json outputs default to json)")
     p.add_argument("--actors", action="append", default=[], metavar="GLOB",
-                   help="keep only actors matching GLOB (repeatable); messages need both ends kept")
+                   help="keep only actors matching GLOB (repeatable); messages need both ends kept; "
+                        "default: every actor")
     p.add_argument("--kinds", action="append", default=[], metavar="KIND[,KIND]",
-                   help=f"keep only these event kinds ({', '.join(KIND_CODES)})")
-    p.add_argument("--start", help="keep events from this virtual time (e.g. 2us)")
-    p.add_argument("--end", help="keep events up to this virtual time (e.g. 10us)")
+                   help=f"keep only these event kinds ({', '.join(KIND_CODES)}); default: every kind")
+    p.add_argument("--start", help="keep events from this virtual time (e.g. 2us); default: the start")
+    p.add_argument("--end", help="keep events up to this virtual time (e.g. 10us); default: the end")
     p.add_argument("--max-mb", type=float, default=200.0, help="refuse to write more than this (default 200 MB)")
     p.add_argument("--trim", action="store_true", help="at the size cap, keep the first events instead of refusing")
 
@@ -60,8 +61,8 @@ def add_parser(sub) -> None:
     r = ts.add_parser("replay", help="replay one actor alone against its recorded inputs and check its sends")
     r.add_argument("trace", help="the recorded run's trace (.emutrace, recorded with payloads)")
     r.add_argument("--actor", required=True, help="the actor's full name, e.g. cube05/pe0")
-    r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
-                   help="edit the original scenario before rebuilding the actor")
+    from tools.cli_help import add_set_argument
+    add_set_argument(r, what="recorded run's scenario before the actor is rebuilt")
     add_allow_path_argument(r)
 
 
