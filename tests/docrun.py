@@ -19,7 +19,8 @@ A block is a list of commands (lines starting ``$ ``) each followed by the outpu
   that shows ``^C`` after that long, and masks every number (where it stops varies);
   ``<!-- doc-run: shape as "CMD" -->`` runs CMD instead of the block's first command (a benchmark at a
   smaller scale) and masks every number: the table's columns and rows are checked, not the figures;
-  ``<!-- doc-run: skip REASON -->`` does not run the block (a benchmark of minutes), and says why.
+  ``<!-- doc-run: skip REASON -->`` does not run the block (a benchmark of minutes), and says why;
+  ``<!-- doc-run: slow REASON -->`` runs it in the test suite's slow tier only (docs/testing.md), and says why.
 """
 from __future__ import annotations
 
@@ -101,6 +102,8 @@ def _options(line: str) -> dict:
         return {"interrupt": float(arg.rstrip("s"))}
     if kind == "skip":
         return {"skip": arg or "no reason given"}
+    if kind == "slow":
+        return {"slow": arg or "no reason given"}
     if kind == "shape":
         m2 = re.match(r'as "(.*)"$', arg)
         return {"shape": m2.group(1) if m2 else None}

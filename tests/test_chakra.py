@@ -229,7 +229,8 @@ def test_example_graph_with_a_collective(emu, tmp_path):
     assert _pairs(tmp_path / "et") == want
 
 
-@pytest.mark.parametrize("scenario,tolerance", [("decode.yaml", 0.01), ("decode_sp.yaml", 0.01),
+@pytest.mark.parametrize("scenario,tolerance", [pytest.param("decode.yaml", 0.01, marks=pytest.mark.slow),
+                                                 ("decode_sp.yaml", 0.01),
                                                  pytest.param("llama70b_decode_8k_1sip.yaml", 0.02,
                                                              marks=pytest.mark.slow)])
 def test_round_trip_gqa_decode(emu, tmp_path, scenario, tolerance):

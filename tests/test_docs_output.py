@@ -10,12 +10,14 @@ ALL = [b for f in docrun.DOCS for b in docrun.blocks(f)]
 def test_every_block_runs_or_says_why_not():
     assert len(ALL) >= 15
     for b in ALL:
-        if "skip" in b.options:
-            assert len(b.options["skip"]) > 20, f"{b.where}: a skip needs its reason"
+        for why in ("skip", "slow"):
+            if why in b.options:
+                assert len(b.options[why]) > 20, f"{b.where}: a {why} block needs its reason"
     assert sum("skip" in b.options for b in ALL) <= 4
 
 
-@pytest.mark.parametrize("block", [b for b in ALL if "skip" not in b.options], ids=lambda b: b.where)
+@pytest.mark.parametrize("block", [pytest.param(b, marks=pytest.mark.slow) if "slow" in b.options else b
+                                   for b in ALL if "skip" not in b.options], ids=lambda b: b.where)
 def test_the_shown_output_is_the_real_output(block):
     """One test per block, so the test runner's workers share them out and a failure names its block."""
     problems = docrun.check(block)

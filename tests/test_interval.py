@@ -136,6 +136,7 @@ def test_sampled_values_move_the_metrics():
     assert m["inside"] == (m["p5"] <= m["default"] <= m["p95"])
 
 
+@pytest.mark.slow     # the backends' equality is checked in the fast tier on a sweep (tests/test_sweep_ray.py)
 def test_same_seed_same_interval_on_pool_and_ray():
     ray = pytest.importorskip("ray")
     sets = ["mode=timing", *_pinned_all_but_free()]

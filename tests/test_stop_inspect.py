@@ -1,21 +1,26 @@
 """``emu run --stop-at T`` and ``emu inspect``: a run broken at a virtual time, the machine's state there
 (emulator/snapshot.py), read back from the bundle -- checked against the trace of the same run to its end."""
 import json
+import subprocess
 
 import msgpack
+import pytest
 import xxhash
 
 import protocols.ahbm  # noqa: F401  (registers the AHBM message tags the trace's payloads use)
-from conftest import ROOT
+from conftest import EMU, ROOT
 from emulator.trace import DELIVER, SEND, read_trace
 from protocols.codec import decode
 
 DECODE_SP = str(ROOT / "scenarios/ahbm/gqa/decode_sp.yaml")
 
 
-def _full_run(emu, tmp_path):
-    emu("run", DECODE_SP, "--quiet", "--out", tmp_path / "full", check=0)
-    return read_trace(str(tmp_path / "full" / "trace.emutrace"))
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    """The decode_sp run to its end with its trace, once for the module's tests."""
+    out = tmp_path_factory.mktemp("full") / "bundle"
+    subprocess.run([*EMU, "run", DECODE_SP, "--quiet", "--out", str(out)], check=True, capture_output=True)
+    return read_trace(str(out / "trace.emutrace"))
 
 
 def _first_ipcq_hop(tf):
@@ -27,8 +32,8 @@ def _first_ipcq_hop(tf):
     return links[send[2]]["name"], send, deliver
 
 
-def test_a_stop_between_a_reduction_send_and_its_delivery_shows_it_in_flight(emu, tmp_path):
-    tf = _full_run(emu, tmp_path)
+def test_a_stop_between_a_reduction_send_and_its_delivery_shows_it_in_flight(emu, tmp_path, full_run):
+    tf = full_run
     name, send, deliver = _first_ipcq_hop(tf)
     t = (send[1] + deliver[1]) // 2                   # after the partial left, before it arrived
     r = emu("run", DECODE_SP, "--quiet", "--out", tmp_path / "stop", "--stop-at", f"{t}ps", check=0)
@@ -87,10 +92,10 @@ def test_bad_stops_and_bundles_without_a_state_are_clear_errors(emu, tmp_path):
     assert "not a state snapshot" in r.stderr
 
 
-def test_bisect_finds_the_checkpoint_interval_where_a_fault_makes_two_runs_part(emu, tmp_path):
+def test_bisect_finds_the_checkpoint_interval_where_a_fault_makes_two_runs_part(emu, tmp_path, full_run):
     """Checkpoints cost no change to the run (same digest); two runs with the same checkpoints agree; a delay
     fault on the first reduction hop's link parts them in the interval that holds the hop's send."""
-    tf = _full_run(emu, tmp_path)
+    tf = full_run
     name, send, _ = _first_ipcq_hop(tf)
     runs = {}
     for key, sets in (("a", []), ("b", []),
@@ -111,11 +116,11 @@ def test_bisect_finds_the_checkpoint_interval_where_a_fault_makes_two_runs_part(
     assert "no readable result.json" in r.stderr
 
 
-def test_stop_on_a_condition_is_the_stop_at_its_time(emu, tmp_path):
+def test_stop_on_a_condition_is_the_stop_at_its_time(emu, tmp_path, full_run):
     """--stop-on stops at the end of the step where the event happens: the same state as --stop-at that time
     (the reduction's first hop found in the full run's trace); #N counts matches; a condition that never
     fires, or a malformed one, is a clear error."""
-    tf = _full_run(emu, tmp_path)
+    tf = full_run
     name, send, _ = _first_ipcq_hop(tf)
     on = json.loads(emu("run", DECODE_SP, "--quiet", "--out", tmp_path / "on", "--json", "--compact",
                         "--stop-on", "send IpcqData on *ipcq.tx_*", check=0).stdout)

@@ -109,7 +109,7 @@ EXAMPLES: dict[str, list[tuple[str, str, int]]] = {
                ("emu whatif --list scenarios/ahbm/gqa/decode.yaml", "the knobs per resource", 0)],
     "interval": [("emu interval scenarios/demo/reduce.yaml --samples 4 -j 2",
                   "no declared ranges in the demo profile: it says so", 2),
-                 ("emu interval scenarios/ahbm/gqa/decode.yaml --samples 8 -j 2",
+                 ("emu interval scenarios/ahbm/gqa/decode.yaml --set mode=timing --samples 4 -j 2",
                   "p5/p50/p95 over the AHBM profile's declared ranges, and the drivers", 0)],
     "inspect": [("emu inspect runs/stop --tree", "after: emu run scenarios/ahbm/gqa/decode_sp.yaml --stop-at 1.35us "
                  "--out runs/stop", 0)],
