@@ -42,7 +42,24 @@ def test_the_help_says_defaults_and_how_to_list_the_keys(capsys):
     assert text.rstrip().endswith("docs: emu help TOPIC, or docs/README.md (the index)")
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES), ids=lambda p: p or "emu")
+def _runs() -> list[str]:
+    """The command paths whose examples are run: a path whose every example another path also shows (``emu
+    trace`` and ``emu trace summary``) runs once."""
+    seen, out = set(), []
+    for path in sorted(EXAMPLES, key=lambda p: (-len(p.split()), p)):      # the most specific first
+        cmds = {c for c, _, _ in EXAMPLES[path]}
+        if not cmds <= seen:
+            out.append(path)
+        seen |= cmds
+    return sorted(out)
+
+
+def test_every_example_is_run_under_some_command():
+    ran = {c for p in _runs() for c, _, _ in EXAMPLES[p]}
+    assert ran == {c for ex in EXAMPLES.values() for c, _, _ in ex}
+
+
+@pytest.mark.parametrize("path", _runs(), ids=lambda p: p or "emu")
 def test_every_example_of_the_help_runs_as_written(path):
     """Each example runs in a fresh directory and ends with its status, within the budget; a slow one
     (status SLOW) is parsed by the real parser and each scenario file it names is validated instead."""

@@ -16,7 +16,7 @@ def original(emu, tmp_path):
     return tmp_path / "orig", json.loads((tmp_path / "orig" / "result.json").read_text())
 
 
-@pytest.mark.parametrize("scenario", ["scenarios/ahbm/requests/trace.yaml",
+@pytest.mark.parametrize("scenario", [pytest.param("scenarios/ahbm/requests/trace.yaml", marks=pytest.mark.slow),
                                       pytest.param("scenarios/pccx/gemma3n/tiny-timing.yaml", marks=pytest.mark.slow),
                                       "scenarios/ahbm/gqa/decode_sp.yaml"])
 def test_a_fork_with_no_change_is_the_recorded_run(emu, tmp_path, scenario):

@@ -282,6 +282,7 @@ def test_ring_tcm_estimate_is_the_kernels_peak(extra, tiling, data):
         assert_reference(ctx)
 
 
+@pytest.mark.slow     # the pieces' path and data are checked in the fast tier by the kv_piece cases above
 def test_ring_block_larger_than_half_the_tcm_travels_in_pieces():
     """A block whose K/V cannot be held twice in the TCM (the 128K-context case at Llama shapes): the auto
     rule sends it round the ring in pieces staged in HBM, choosing the largest folds (timing mode; the pieces'
