@@ -225,19 +225,6 @@ class TraceHeader:
     def links(self) -> list[dict]:
         return self.header["links"]
 
-
-@dataclass
-class TraceFile(TraceHeader):
-    """A trace file read back: header, events (tuples), footer."""
-
-    header: dict
-    events: list = field(default_factory=list)
-    footer: dict = field(default_factory=dict)
-
-    def of_kind(self, *names: str) -> Iterator[tuple]:
-        codes = {KIND_CODES[n] for n in names}
-        return (e for e in self.events if e[0] in codes)
-
     def describe(self, ev) -> str:
         """One readable line for an event."""
         name, fields = KINDS.get(ev[0], (f"kind{ev[0]}", ()))
@@ -251,6 +238,20 @@ class TraceFile(TraceHeader):
                 value = f"<{len(value)} bytes>"
             parts.append(f"{fname}={value}")
         return f"{name} " + " ".join(parts)
+
+
+
+@dataclass
+class TraceFile(TraceHeader):
+    """A trace file read back: header, events (tuples), footer."""
+
+    header: dict
+    events: list = field(default_factory=list)
+    footer: dict = field(default_factory=dict)
+
+    def of_kind(self, *names: str) -> Iterator[tuple]:
+        codes = {KIND_CODES[n] for n in names}
+        return (e for e in self.events if e[0] in codes)
 
 
 def iter_trace(path: str) -> Iterator:

@@ -5,11 +5,10 @@ import subprocess
 
 import msgpack
 import pytest
-import xxhash
 
 import protocols.ahbm  # noqa: F401  (registers the AHBM message tags the trace's payloads use)
 from conftest import EMU, ROOT
-from emulator.trace import DELIVER, SEND, read_trace
+from emulator.trace import DELIVER, DIGEST, DIGESTS, SEND, read_trace
 from protocols.codec import decode
 
 DECODE_SP = str(ROOT / "scenarios/ahbm/gqa/decode_sp.yaml")
@@ -54,7 +53,7 @@ def test_a_stop_between_a_reduction_send_and_its_delivery_shows_it_in_flight(emu
             key = (by_name[lname], m["seq"])
             assert sent[key] <= t < delivered[key] == m["deliver_ps"], (lname, m)
     # the stop is the run's own prefix: the digest of the events up to t is the full trace's first events'
-    h = xxhash.xxh3_128()
+    h = DIGESTS[DIGEST]()
     for ev in tf.events[:snap["events"]]:
         h.update(msgpack.packb(ev, use_bin_type=True))
     assert h.hexdigest() == snap["trace_digest"]

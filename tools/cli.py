@@ -229,10 +229,7 @@ def cmd_run(args) -> int:
         stop_on = parse_condition(args.stop_on)
     plan = plan_run(sc, out=args.out, bundle=not args.no_bundle, trace_path=args.trace,
                     plots=True if args.plots else None, stop_at=stop_at,
-                    checkpoint_every=_time_option("--checkpoint-every", args.checkpoint_every))
-    if stop_on is not None:
-        import dataclasses
-        plan = dataclasses.replace(plan, stop_on=stop_on)
+                    checkpoint_every=_time_option("--checkpoint-every", args.checkpoint_every), stop_on=stop_on)
     from tools.run.bundle import check_trace_path, prepare_bundle
 
     bundle = None

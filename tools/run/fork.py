@@ -41,10 +41,9 @@ import time
 from pathlib import Path
 
 import msgpack
-import xxhash
 import yaml
 
-from emulator.trace import BLOCK, BUSY, DONE, FAULT, KINDS, MARK, SEND, TraceStream
+from emulator.trace import BLOCK, BUSY, DIGEST, DIGESTS, DONE, FAULT, MARK, SEND, TraceStream
 from emulator.units import format_time
 
 __all__ = ["add_parser", "main", "ForkError", "prefix_digest", "first_divergence_per_actor"]
@@ -55,8 +54,9 @@ class ForkError(ValueError):
 
 
 def prefix_digest(trace_path: str, n: int) -> str:
-    """The digest of a trace's first ``n`` events (the recorder's: xxh3-128 over their msgpack bytes)."""
-    h = xxhash.xxh3_128()
+    """The digest of a trace's first ``n`` events: the recorder's own hash (emulator/trace.py ``DIGESTS``,
+    ``EMU_DIGEST``) over their msgpack bytes."""
+    h = DIGESTS[DIGEST]()
     for i, ev in enumerate(TraceStream(trace_path)):
         if i >= n:
             break
@@ -69,8 +69,8 @@ def _owners(header: dict) -> tuple[list, list]:
     return [l["src"] for l in header["links"]], [l["dst"] for l in header["links"]]
 
 
-def _by_actor(trace_path: str, from_event: int) -> dict:
-    """actor name -> its events (payload-free tuples) from event index ``from_event`` on."""
+def _by_actor(trace_path: str, from_event: int) -> tuple:
+    """(actor name -> its events (payload-free tuples) from event index ``from_event`` on, the trace's reader)."""
     stream = TraceStream(trace_path, payloads=False)
     actors = stream.header["actors"]
     src, dst = _owners(stream.header)
@@ -88,13 +88,13 @@ def _by_actor(trace_path: str, from_event: int) -> dict:
         else:                       # deliver, take, block: the receiving (or blocked sending) side
             who = src[ev[2]] if k == BLOCK else dst[ev[2]]
         out.setdefault(who, []).append(ev)
-    return out
+    return out, stream
 
 
 def first_divergence_per_actor(a_path: str, b_path: str, from_event: int, limit: int = 10) -> list[dict]:
     """The actors whose events differ between two traces after their common prefix of ``from_event`` events,
     each with its first differing event in either run, earliest first (at most ``limit``)."""
-    a, b = _by_actor(a_path, from_event), _by_actor(b_path, from_event)
+    (a, ra), (b, rb) = _by_actor(a_path, from_event), _by_actor(b_path, from_event)
     rows = []
     for who in set(a) | set(b):
         ea, eb = a.get(who, []), b.get(who, [])
@@ -104,17 +104,14 @@ def first_divergence_per_actor(a_path: str, b_path: str, from_event: int, limit:
         i = min(len(ea), len(eb)) if i is None else i
         x, y = (ea[i] if i < len(ea) else None), (eb[i] if i < len(eb) else None)
         t = min(e[1] for e in (x, y) if e is not None)
-        rows.append({"actor": who, "t_ps": t, "original": _describe(x), "fork": _describe(y)})
+        rows.append({"actor": who, "t_ps": t, "original": _describe(ra, x), "fork": _describe(rb, y)})
     rows.sort(key=lambda r: (r["t_ps"], r["actor"]))
     return rows[:limit]
 
 
-def _describe(ev) -> str:
-    if ev is None:
-        return "(no more events)"
-    name, fields = KINDS.get(ev[0], ("?", ()))
-    parts = [f"{f}={v}" for f, v in zip(fields[1:], ev[2:]) if f not in ("payload",)]
-    return f"{name} at {format_time(ev[1])} " + " ".join(parts)
+def _describe(reader, ev) -> str:
+    """An event in words, ids named (TraceHeader.describe), or the end of an actor's events."""
+    return "(no more events)" if ev is None else reader.describe(ev)
 
 
 def _faults(fault_texts, delay_texts, at: int) -> list[dict]:

@@ -92,7 +92,8 @@ def _explicit(scenario: Scenario, *path) -> Any:
 
 
 def plan_run(scenario: Scenario, *, out: str | None = None, bundle: bool = True, trace_path: str | None = None,
-             plots: bool | None = None, stop_at: int | None = None, checkpoint_every: int | None = None) -> RunPlan:
+             plots: bool | None = None, stop_at: int | None = None, checkpoint_every: int | None = None,
+             stop_on=None) -> RunPlan:
     """The plan of one run.
 
     Trace policy: ``trace_path`` (``--trace``) or the scenario's ``trace.path``
@@ -134,7 +135,7 @@ def plan_run(scenario: Scenario, *, out: str | None = None, bundle: bool = True,
     return RunPlan(scenario=scenario, family=fam, workload=workload, out_dir=out_dir, trace=topts,
                    trace_requested=requested, max_time=max_time,
                    wall_timeout_s=(wall / 1e12) if wall else DEFAULT_WALL_TIMEOUT_S, plots=bool(plots),
-                   notes=tuple(notes), stop_at=stop_at, checkpoint_every=checkpoint_every)
+                   notes=tuple(notes), stop_at=stop_at, checkpoint_every=checkpoint_every, stop_on=stop_on)
 
 
 def _build(plan: RunPlan) -> tuple[System, Any, Any]:
