@@ -20,7 +20,8 @@ A block is a list of commands (lines starting ``$ ``) each followed by the outpu
   ``<!-- doc-run: shape as "CMD" -->`` runs CMD instead of the block's first command (a benchmark at a
   smaller scale) and masks every number: the table's columns and rows are checked, not the figures;
   ``<!-- doc-run: skip REASON -->`` does not run the block (a benchmark of minutes), and says why;
-  ``<!-- doc-run: slow REASON -->`` runs it in the test suite's slow tier only (docs/testing.md), and says why.
+  ``<!-- doc-run: slow REASON -->`` runs it in the test suite's slow tier only (docs/testing.md), and says why;
+  several options are several such comment lines, one after the other, right above the block.
 """
 from __future__ import annotations
 
@@ -76,7 +77,11 @@ def blocks(path: Path) -> list[Block]:
             i += 1
             continue
         start = i
-        opts = _options(lines[i - 1]) if i else {}
+        opts = {}
+        j = i - 1
+        while j >= 0 and _options(lines[j]):             # options stack: one comment line each
+            opts = {**_options(lines[j]), **opts}
+            j -= 1
         i += 1
         cmds: list[Command] = []
         while i < len(lines) and lines[i].strip() != "```":
