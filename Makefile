@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-all test-slow bench bench-machine bench-instructions bench-ab clean fuzz-campaign gqa-llama gqa-llama-long gqa-llama-128k gqa-ring-sweep sweep-demo sweep-ray-cluster llama70b llama70b-multi gemma3n-e4b
+.PHONY: run test test-all test-slow bench bench-machine bench-instructions bench-ab clean fuzz-campaign gqa-llama gqa-llama-long gqa-llama-128k gqa-ring-sweep sweep-demo sweep-ray-cluster llama70b llama70b-multi milestone milestone-doc gemma3n-e4b
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -80,6 +80,25 @@ llama70b: $(STAMP)
 	  || { kill $$long; exit 1; }; done; \
 	wait $$long; status=$$?; cat $(L70)-prefill-sp-32k.log; \
 	echo "make llama70b: $$(( ($$(date +%s) - start) / 60 )) min wall"; exit $$status
+
+# The seed's whole milestone (docs/milestone.md): the four single-user sweeps above and the two multi-user panels
+# below in one lane, the 32K Ring panel in the other (one core each, resumable: run it again to continue), then
+# docs/milestone.md regenerated from what they wrote (milestone-doc: the best points re-run with a trace for their
+# limits lines).  Wall time and the machine's loop calibration are printed at the end.
+MILESTONE := decode-nosp decode-sp prefill-nosp prefill-sp multi-user-decode multi-user-prefill
+milestone: $(STAMP)
+	@mkdir -p runs/sweeps; start=$$(date +%s); \
+	$(BIN)/emu sweep scenarios/ahbm/llama70b/prefill-sp-32k.yaml --out $(L70)-prefill-sp-32k -j 1 -q \
+	  > $(L70)-prefill-sp-32k.log 2>&1 & long=$$!; \
+	for p in $(MILESTONE); do $(BIN)/emu sweep scenarios/ahbm/llama70b/$$p.yaml --out $(L70)-$$p -j 1 -q \
+	  || { kill $$long; exit 1; }; done; \
+	wait $$long; status=$$?; tail -n 4 $(L70)-prefill-sp-32k.log; [ $$status = 0 ] || exit $$status; \
+	$(MAKE) --no-print-directory milestone-doc; \
+	echo "make milestone: $$(( ($$(date +%s) - start) / 60 )) min wall, loop calibration $$($(BIN)/python -c \
+	  'from tools.bench.command import loop_ns; print(round(loop_ns(), 1))') ns"
+
+milestone-doc: $(STAMP)
+	$(BIN)/python -m tools.sweep.milestone --limits
 
 # The milestone's multi-user panels (docs/requests.md): B concurrent requests per KV head's Group, decode and
 # prefill, SP and no SP, 1 and 4 SIPs. Long; resumable like llama70b.

@@ -155,9 +155,15 @@ MACHINE_SCENARIOS = [
 ]
 IDLE_SCENARIO = ("ahbm-idle-4sip", "scenarios/ahbm/idle-4sip.yaml")
 FULL_SCENARIO = ("ahbm-decode-128", "scenarios/ahbm/attention_decode_4sip.yaml")
-#: with ``--full`` also (once each): issue 22's long-context runs, Llama3-70B on 1 SIP
+#: with ``--full`` also (once each): issue 22's long-context runs, Llama3-70B on 1 SIP, and the milestone's
+#: multi-user and 4-SIP points (issue 36; fidelity pipeline): 16 users at mixed contexts on 1 SIP, 8 users at 8K on
+#: 4 SIPs, the 32K decode and the 2K Ring prefill with all eight KV heads on 4 SIPs
 LONG_SCENARIOS = [("ahbm-ring-8k", "scenarios/ahbm/gqa/llama70b_prefill_ring_8k_1sip.yaml"),
-                  ("ahbm-decode-128k", "scenarios/ahbm/gqa/llama70b_decode_128k_1sip.yaml")]
+                  ("ahbm-decode-128k", "scenarios/ahbm/gqa/llama70b_decode_128k_1sip.yaml"),
+                  ("ahbm-16users", "scenarios/ahbm/requests/llama70b_decode_16users_1sip.yaml"),
+                  ("ahbm-8users-4sip", "scenarios/ahbm/requests/llama70b_decode_8users_4sip.yaml"),
+                  ("ahbm-decode-32k-4sip", "scenarios/ahbm/gqa/llama70b_decode_32k_4sip.yaml"),
+                  ("ahbm-ring-2k-4sip", "scenarios/ahbm/gqa/llama70b_prefill_ring_4sip.yaml")]
 
 
 def _kind(actor_name: str) -> str:
@@ -220,7 +226,8 @@ def run_machine_bench(repeats: int = 3, full: bool = False) -> dict:
     * the 4-SIP AHBM machine with an idle workload: the fixed cost of building,
       starting and cancelling its tasks (build + run CPU);
     * with ``full``: the 128-rank decode on the 4-SIP machine, the Llama3-70B 8K Ring prefill
-      (fidelity pipeline) and 128K decode on 1 SIP (:data:`LONG_SCENARIOS`, issue 22): CPU seconds, once.
+      (fidelity pipeline) and 128K decode on 1 SIP (issue 22), the milestone's multi-user and 4-SIP points
+      (:data:`LONG_SCENARIOS`, issue 36): CPU seconds, once.
 
     Each row also has the run's end time and digest, its messages per pair of
     component kinds (:func:`message_pairs`) and, for ``tl`` kernels, the number
