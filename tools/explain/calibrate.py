@@ -297,7 +297,7 @@ def resolve_params(specs: list[str], sc, family_schema) -> list[FitParam]:
     seen = set()
     for spec in specs:
         key, bounds = _parse_fit(spec)
-        path = f"--fit {key}"
+        path = key
         if key in seen:
             problems.append(Problem("--fit", None, path, "each parameter once", "it twice"))
             continue
@@ -327,7 +327,7 @@ def resolve_params(specs: list[str], sc, family_schema) -> list[FitParam]:
                 continue
             if ctx.problems:
                 for p in ctx.problems:
-                    p.file, p.line, p.path = "--fit", None, f"{path} bound {p.path.rsplit('[', 1)[-1].rstrip(']')}"
+                    p.file, p.line, p.path = "--fit", None, f"{path} bound {p.path.rsplit('.', 1)[-1]}"
                 problems.extend(ctx.problems)
                 continue
             low, high = vals
@@ -367,11 +367,19 @@ def _show(v, kind) -> str:
 
 # ------------------------------------------------------------------ the runs
 def calibrate_point(task: dict) -> dict:
-    """One run (a sweep point in a temporary folder), returning its result.json (tables included)."""
-    from tools.sweep.point import run_point
+    """One run of a resolved scenario (the sweep's runner, tools/run/runner.py), with no bundle and no trace:
+    only its result.json dict (tables included) is read.  A failure of the run is its status."""
+    import dataclasses
 
-    with tempfile.TemporaryDirectory(prefix="emu-calibrate-") as tmp:
-        res = run_point(task, tmp)["result"]
+    from tools.run.runner import execute, plan_run, scenario_from_resolved
+
+    try:
+        sc = scenario_from_resolved(task["resolved"])
+        sc.source = {"base": task["resolved"].get("file"), "set": task["sets"]}
+        plan = dataclasses.replace(plan_run(sc, bundle=False, plots=False), trace=None, trace_requested=False)
+        res = execute(plan).res
+    except Exception as e:  # noqa: BLE001 -- a failed run is reported with the values it ran at
+        res = {"status": "error", "error": f"{type(e).__name__}: {e}"}
     return {"result": res}
 
 
@@ -394,7 +402,7 @@ def _backend(name: str, jobs, address, families=()):
     make_backend(name, jobs, address)            # the same argument checks as emu sweep
     if name == "pool":
         return PoolBackend(jobs, work=calibrate_point,
-                           preload=("tools.explain.calibrate", "tools.sweep.point", *families))
+                           preload=("tools.explain.calibrate", "tools.run.runner", *families))
     return RayBackend(jobs, address, work=calibrate_point)
 
 
@@ -532,7 +540,8 @@ def run_calibration(csv_path: str, fit: list[str], *, profile: str | None = None
                     and not lo[i] == base["values"][i] == hi[i]]
             file, _, line = p.where.rpartition(":")
             problems.append(Problem(file if line.isdigit() else p.where, int(line) if line.isdigit() else None,
-                                    f"--fit {p.key}", "a parameter some fitted row depends on",
+                                    f"uncertainty.{p.key}" if line.isdigit() else p.key,
+                                    "a parameter some fitted row depends on",
                                     f"no fitted row of {Path(csv_path).name} changes over its range "
                                     f"[{p.show(p.low)}, {p.show(p.high)}] (its sensitivity is zero there)",
                                     (f"held-out lines {', '.join(map(str, held))} depend on it: fit one of them"
