@@ -40,7 +40,7 @@ def _produce(path, values: dict) -> dict:
 
 
 TRUTH = {"pe_link.latency": 27_000, "mesh_link.latency": 64_000}          # ps (demo: 20ns, 50ns)
-ROWS = (((1, 1), "fit"), ((0, 0), "fit"), ((2, 1), "holdout"))
+ROWS = (((1, 1), "fit"), ((0, 0), "fit"), ((0, 1), "holdout"))
 FIT = ["pe_link.latency=10ns,40ns", "mesh_link.latency=30ns,90ns"]
 
 

@@ -336,7 +336,7 @@ def resolve_params(specs: list[str], sc, family_schema) -> list[FitParam]:
             low, high, where, reason = declared.low, declared.high, _where(declared), declared.reason
         else:
             problems.append(Problem("--fit", None, path, "a range to fit in: declared in the profile's "
-                                    f"uncertainty: map ({sc.profile_file}) or given as --fit {key}=LOW,HIGH",
+                                    f"uncertainty: map ({_shown_file(sc.profile_file)}) or given as --fit {key}=LOW,HIGH",
                                     "no range (the profile does not declare this parameter uncertain)"))
             continue
         if not low < high:
@@ -351,13 +351,18 @@ def resolve_params(specs: list[str], sc, family_schema) -> list[FitParam]:
     return out
 
 
-def _where(d) -> str:
-    """``file:line`` of a declared range, the file relative to the emulator's tree when it is a shipped one
-    (so a written profile does not depend on where the emulator is installed)."""
+def _shown_file(file) -> str:
+    """A file as messages and written profiles name it: relative to the emulator's tree when it is a shipped
+    one (so the text does not depend on where the emulator is installed), else resolved."""
     from emulator.input_paths import SHIPPED
 
-    f = Path(d.file).resolve()
-    name = str(f.relative_to(SHIPPED.parent)) if f.is_relative_to(SHIPPED.parent) else str(f)
+    f = Path(file).resolve()
+    return str(f.relative_to(SHIPPED.parent)) if f.is_relative_to(SHIPPED.parent) else str(f)
+
+
+def _where(d) -> str:
+    """``file:line`` of a declared range (:func:`_shown_file`)."""
+    name = _shown_file(d.file)
     return f"{name}:{d.line}" if d.line else name
 
 
