@@ -414,6 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
     whatif.add_parser(sub)            # emu whatif
     from tools.explain import interval
     interval.add_parser(sub)          # emu interval: the spread from the profile's declared uncertainty
+    from tools.explain import calibrate
+    calibrate.add_parser(sub)         # emu calibrate: fit declared parameters to observed figures, held-out error
     add_help_command(sub, p)          # emu help [TOPIC]
     from tools.run import inspect as inspect_state
     inspect_state.add_parser(sub)     # emu inspect: the state where --stop-at stopped a run

@@ -111,6 +111,11 @@ EXAMPLES: dict[str, list[tuple[str, str, int]]] = {
                   "no declared ranges in the demo profile: it says so", 2),
                  ("emu interval scenarios/ahbm/gqa/decode.yaml --set mode=timing --samples 4 -j 2",
                   "p5/p50/p95 over the AHBM profile's declared ranges, and the drivers", 0)],
+    "calibrate": [("emu calibrate scenarios/calibration/demo-selfcheck.csv --fit pe_link.latency=10ns,40ns "
+                   "--fit mesh_link.latency=30ns,90ns --out runs/demo-cal.yaml -j 2",
+                   "recover two demo link latencies from end times the emulator gave with them", 0),
+                  ("emu calibrate scenarios/calibration/demo-selfcheck.csv --fit pe_link.latency --out runs/x.yaml",
+                   "a parameter the profile declares no range for: the error says how to give one", 2)],
     "inspect": [("emu inspect runs/stop --tree", "after: emu run scenarios/ahbm/gqa/decode_sp.yaml --stop-at 1.35us "
                  "--out runs/stop", 0)],
     "bisect": [("emu bisect runs/c1 runs/c2", "after two runs with --checkpoint-every 200ns --out runs/c1 / c2", 0)],
@@ -163,6 +168,11 @@ DESCRIPTIONS: dict[str, str] = {
                 "(those the scenario does not pin), on the process pool or Ray, and prints p5/p50/p95 of "
                 "each metric beside the default run, whether the interval has converged, and the "
                 "parameters that drive each metric (Spearman rank correlation) (docs/interval.md).",
+    "calibrate": "Fit chosen machine-profile parameters to a CSV of observed figures (scenario, metric, value, "
+                 "unit, source, split): bounded least squares on the log ratios of the fitted rows, each "
+                 "evaluation a run of every scenario on the process pool or Ray; prints every row before and "
+                 "after with the error of the held-out rows, and writes a calibrated profile that extends the "
+                 "original (docs/calibrate.md).",
     "whatif": "Sensitivity of a scenario's end time to each resource: runs the scenario with each resource "
               "(HBM bandwidth, DMA, GEMM, links, ...) made --factor faster and --factor slower, measured "
               "beside the one-run estimate, and ranks the resources by their effect; --list shows the knobs of each resource without running (docs/explain.md).",
