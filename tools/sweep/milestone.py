@@ -396,7 +396,32 @@ def render(runs: Path, docs: Path, *, limits_budget: float | None) -> str:
         lines += ["Regenerate: " + "; ".join(f"`{sw.command()}`" for sw in sweeps) +
                   (f" (the points' run times, wall, one core each: {', '.join(ran)})." if ran else "."), ""]
     lines += ["## What the seed predicted, and what the bench found", ""] + findings(runs) + [""]
+    lines += ["## What it cost", ""] + costs(runs) + [""]
     return "\n".join(lines)
+
+
+def costs(runs: Path) -> list[str]:
+    """Per sweep: points, the sum and the largest of their recorded wall times (``wall_s``, one core each), and
+    the confirmation's; the machine's loop calibration now, to read the times against (docs/sweep.md)."""
+    from tools.bench.command import loop_ns
+    out = ["| sweep | points | their wall time (one core each) | the longest | 4-SIP confirmations |", "|---|---|---|---|---|"]
+    total = 0.0
+    for sweeps in PANELS.values():
+        for sw in sweeps:
+            rows = _read_csv(sw.directory(runs) / "results.csv")
+            walls = [r["wall_s"] for r in rows if isinstance(r.get("wall_s"), (int, float))]
+            conf = []
+            for c in _read_csv(sw.directory(runs) / "confirm.csv"):
+                res = _result(sw.directory(runs), {"bundle": c.get("confirm.bundle")})
+                if isinstance(res.get("wall_s"), (int, float)):
+                    conf.append(res["wall_s"])
+            total += sum(walls) + sum(conf)
+            out.append(f"| `{sw.name}` | {len(rows)} | {sum(walls) / 60:.1f} min | {max(walls, default=0):.0f} s |"
+                       f" {len(conf)}, {sum(conf) / 60:.1f} min |")
+    out += ["", f"In all {total / 60:.1f} min of one core's wall time; the machine's loop calibration when this page"
+                f" was written: {loop_ns():.1f} ns (`tools.bench.command.loop_ns`: compare times only at a similar"
+                " figure and load)."]
+    return out
 
 
 def main(argv=None) -> int:
