@@ -320,15 +320,20 @@ def findings(runs: Path) -> list[str]:
                 f"{r['hidden_fraction_mean']:.2f} (B = {r['workload.params.requests']})" for r in pts) + gain)
         out.append("| §4.3, §5.3: the reduction is hidden by concurrent decode tokens | C 8 x P 8, 1 SIP: "
                    + "; ".join(cells) + " |")
-    solo = [r for r in md if r.get("workload.params.requests") == 1 and r.get("workload.params.C") == 8
-            and r.get("machine.profile") == "ahbm-1sip"]
-    if solo:
-        cells = ", ".join(f"{_ctx(r['workload.params.context'])}: ratio to bound {_f(r.get('ratio_to_bound'))}"
-                          if r.get("ratio_to_bound") not in (None, "") else _ctx(r['workload.params.context'])
-                          for r in solo)
-        out.append("| §6: a blocking `tl.recv` suffices; a hardware pop would help only a lone reduction (batch 1,"
-                   " short context) | B = 1 (nothing to hide the reduction behind), C 8: " + cells +
-                   "; the single-user decode table's ratios fall with the context as the sweep grows |")
+    shares = []
+    d = SINGLE_DECODE[1].directory(runs)
+    results = {r["point"]: r for r in _read_csv(d / "results.csv")}
+    for b in sp:
+        res = _result(d, results.get(b["point"], {}))
+        phases = res.get("phases") or []
+        red = sum(p["ps"] for p in phases if str(p.get("phase", "")).startswith("reduction"))
+        if phases and res.get("latency_ps"):
+            shares.append(f"{_ctx(b['workload.params.context'])} {100 * red / res['latency_ps']:.0f} %")
+    if shares:
+        out.append("| §6: a blocking `tl.recv` suffices; a hardware pop would help only a lone reduction (batch 1, short"
+                   " context), whose wait nothing hides | one request (B = 1), the best SP decode: the reduction's share"
+                   " of the critical chain (`phases`) " + ", ".join(shares) + "; with concurrent requests the"
+                   " hidden fractions above |")
     return out
 
 
@@ -373,9 +378,11 @@ def render(runs: Path, docs: Path, *, limits_budget: float | None) -> str:
              " `scenarios/ahbm/llama70b/` answer it (one attention layer, Llama3-70B shapes: G = 8 query heads per KV"
              " head, d = 128; timing mode, `fidelity: pipeline`); `make milestone` runs them all (resumable) and"
              " regenerates this page with `python -m tools.sweep.milestone --limits`. Every figure below is read"
-             " from the sweeps' files (docs/sweep.md \"The sweep directory\"); *tok/s* and *tok/J* are tokens of"
-             " one attention layer and one KV head's Group (a decode step is one token, a prefill the prompt's"
-             " tokens), *ratio to bound* is latency / the analytic bound (docs/gqa.md \"The bound\"), *what limits"
+             " from the sweeps' files (docs/sweep.md \"The sweep directory\"); *tok/s* and *tok/J* count tokens"
+             " through this one attention layer (not whole-model tokens): in the single-user tables of one KV head's"
+             " Group (a decode step is one token, a prefill the prompt's tokens), in the multi-user tables the"
+             " requests' tokens with every KV head of the machine (2 on 1 SIP, 8 on 4 SIPs: so tok/J falls on 4"
+             " SIPs, with four times the heads' energy and the SIPs' static power), *ratio to bound* is latency / the analytic bound (docs/gqa.md \"The bound\"), *what limits"
              " it* is the first clause of the point's `limits` line (docs/explain.md), from a re-run of the point"
              " with a trace.", ""]
     for title, sweeps in PANELS.items():
