@@ -177,7 +177,7 @@ def single_user(runs: Path, sweeps: tuple, *, prefill: bool, limits: dict) -> li
             chunk = r.get("workload.params.chunk") or _param(d, r.get("bundle"), "workload.params.chunk")
             tokens = (chunk or ctx) if prefill else 1
             conf = confirm.get(b["point"], {})
-            conf_cell = "-"
+            conf_cell = "not run"
             if conf.get("confirm.status") == "finished":
                 heads = _param(d, conf.get("confirm.bundle"), "workload.params.heads")
                 conf_cell = f"{heads}, {_t(conf.get('confirm.latency_ps'))}, {_f(conf.get('confirm.latency_ps_ratio'))}"
