@@ -25,6 +25,7 @@ inherited entry).  A key the scenario sets (``machine.overrides``, ``--set``) or
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import math
 import re
@@ -165,4 +166,17 @@ def check_uncertainty(raw, pdoc: Doc, schema: Spec, profile: dict, pinned=frozen
                                   pinned=is_pinned)
     if problems:
         raise SchemaError(problems)
+    return out
+
+
+def with_values(resolved: dict, values: dict) -> dict:
+    """A copy of a resolved scenario (emulator.scenario's ``resolved`` form) with each declared parameter
+    ``key path -> value`` of ``values`` set in its machine profile: one sample of emu interval, one evaluation
+    of emu calibrate."""
+    out = copy.deepcopy(resolved)
+    for key, v in values.items():
+        node, path = out["machine"]["resolved"], key.split(".")
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = v
     return out

@@ -9,6 +9,7 @@ import pytest
 from actors import registry
 from emulator.scenario import load_scenario
 from emulator.schema import SchemaError
+from emulator.uncertainty import with_values
 from tools.cli import main as emu
 from tools.explain import calibrate as cal
 
@@ -32,7 +33,7 @@ def _produce(path, values: dict) -> dict:
     """The result of one run of scenario ``path`` with ``values`` written into its profile (the same path as
     the fit's runs, so the figures are exactly what the emulator gives with these parameters)."""
     sc = load_scenario(str(path), registry)
-    task = {"index": 0, "dir": "", "resolved": cal._with_values(sc.resolved(), values), "sets": [],
+    task = {"index": 0, "dir": "", "resolved": with_values(sc.resolved(), values), "sets": [],
             "timeout_ps": None, "plots": False, "label": "truth"}
     res = cal.calibrate_point(task)["result"]
     assert res["status"] == "finished", res

@@ -44,7 +44,6 @@ the file is the same on every run).  The written profile is loaded back with the
 """
 from __future__ import annotations
 
-import copy
 import csv
 import difflib
 import json
@@ -60,6 +59,7 @@ import numpy as np
 
 from emulator.input_paths import add_allow_path_argument, confined_file, input_roots
 from emulator.schema import Doc, Int, Float, Problem, Quantity, SchemaError, _Ctx, load_yaml
+from emulator.uncertainty import with_values
 from emulator.units import KINDS, UnitError, format_quantity, parse_quantity
 from tools.sweep.results import metric_value
 
@@ -402,23 +402,9 @@ class _Collect:
 def _backend(name: str, jobs, address, families=()):
     """The sweep backend running :func:`calibrate_point`; the pool's workers fork from a server that has
     imported the runner and the scenarios' machine families (``families``: module names) once."""
-    from tools.sweep.backends import PoolBackend, RayBackend, make_backend
-
-    make_backend(name, jobs, address)            # the same argument checks as emu sweep
-    if name == "pool":
-        return PoolBackend(jobs, work=calibrate_point,
-                           preload=("tools.explain.calibrate", "tools.run.runner", *families))
-    return RayBackend(jobs, address, work=calibrate_point)
-
-
-def _with_values(resolved: dict, values: dict) -> dict:
-    out = copy.deepcopy(resolved)
-    for key, v in values.items():
-        node, path = out["machine"]["resolved"], key.split(".")
-        for k in path[:-1]:
-            node = node[k]
-        node[path[-1]] = v
-    return out
+    from tools.sweep.backends import make_backend
+    return make_backend(name, jobs, address, work=calibrate_point,
+                        preload=("tools.explain.calibrate", "tools.run.runner", *families))
 
 
 @dataclass
@@ -443,7 +429,7 @@ class _Evaluator:
                         i = len(tasks)
                         index[i] = (k, path)
                         tasks.append({"index": i, "dir": str(Path(tmp) / f"p{i}"),
-                                      "resolved": _with_values(resolved, dict(k)),
+                                      "resolved": with_values(resolved, dict(k)),
                                       "sets": [f"machine.overrides.{a}={b}" for a, b in k], "timeout_ps": None,
                                       "plots": False, "label": ", ".join(f"{a}={b}" for a, b in k) or "default"})
                 events = _Collect()

@@ -33,7 +33,6 @@ no association, :func:`noise_level`) is marked ``~``.
 """
 from __future__ import annotations
 
-import copy
 import json
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from emulator.input_paths import add_allow_path_argument
+from emulator.uncertainty import with_values
 from emulator.units import format_quantity, format_time
 from tools.sweep.results import metric_value
 
@@ -118,16 +118,6 @@ def _metric(result: dict, names) -> float | None:
     return None
 
 
-def _with_values(resolved: dict, values: dict) -> dict:
-    out = copy.deepcopy(resolved)
-    for key, v in values.items():
-        node, path = out["machine"]["resolved"], key.split(".")
-        for k in path[:-1]:
-            node = node[k]
-        node[path[-1]] = v
-    return out
-
-
 def interval_point(task: dict) -> dict:
     """One run (a sweep point in a temporary folder), returning its result.json only (no bundle files)."""
     from tools.sweep.point import run_point
@@ -153,12 +143,8 @@ class _Collect:
 
 
 def _backend(name: str, jobs, address):
-    from tools.sweep.backends import PoolBackend, RayBackend, make_backend
-
-    make_backend(name, jobs, address)            # the same argument checks as emu sweep
-    if name == "pool":
-        return PoolBackend(jobs, work=interval_point, preload=("tools.explain.interval",))
-    return RayBackend(jobs, address, work=interval_point)
+    from tools.sweep.backends import make_backend
+    return make_backend(name, jobs, address, work=interval_point, preload=("tools.explain.interval",))
 
 
 def _summary(values: list[float]) -> dict:
@@ -199,7 +185,7 @@ def run_interval(path: str, sets=(), *, samples: int = 32, seed: int = 0, backen
         tasks = [{"index": 0, "dir": str(Path(tmp) / "default"), "resolved": resolved, "sets": [], "timeout_ps": None,
                   "plots": False, "label": "default"}]
         for i, values in enumerate(draws, 1):
-            tasks.append({"index": i, "dir": str(Path(tmp) / f"s{i}"), "resolved": _with_values(resolved, values),
+            tasks.append({"index": i, "dir": str(Path(tmp) / f"s{i}"), "resolved": with_values(resolved, values),
                           "sets": [f"machine.overrides.{k}={v}" for k, v in values.items()], "timeout_ps": None,
                           "plots": False, "label": f"sample {i}"})
         events = _Collect(quiet, len(tasks))

@@ -329,17 +329,14 @@ class _Collect:
 
 def fan_out(args) -> int:
     """Every variant of ``--variants`` forked from the same time, on the sweep backends (pool or Ray): a table."""
-    from tools.sweep.backends import PoolBackend, RayBackend
+    from tools.sweep.backends import make_backend
     from tools.table import format_table
 
     variants = _variants(args.variants)
     out = Path(args.out) if args.out else Path("runs") / f"{Path(args.bundle).name}-forks"
     tasks = [{"index": i, "label": v["name"], "bundle": str(args.bundle), "at": args.at, "fault": v["fault"],
               "delay": v["delay"], "set": v["set"], "out": str(out / v["name"])} for i, v in enumerate(variants)]
-    if args.backend == "ray":
-        backend = RayBackend(args.jobs, args.address, work=_fork_point)
-    else:
-        backend = PoolBackend(args.jobs, work=_fork_point, preload=("tools.run.fork",))
+    backend = make_backend(args.backend, args.jobs, args.address, work=_fork_point, preload=("tools.run.fork",))
     events = _Collect()
     backend.run(tasks, events)
     rows = []

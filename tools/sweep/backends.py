@@ -185,15 +185,18 @@ class RayBackend:
         return record
 
 
-def make_backend(name: str, jobs: int | None, address: str | None):
+def make_backend(name: str, jobs: int | None, address: str | None, work=None, preload=()):
+    """The backend ``name`` (``--backend``), checking its options; ``work`` (a module-level function, default: a
+    sweep point) and ``preload`` (the modules it needs, for the pool's workers) serve the other fan-outs (emu
+    interval, emu calibrate, emu fork --variants)."""
     if name == "pool":
         if address:
             raise ValueError("--address is for --backend ray")
-        return PoolBackend(jobs)
+        return PoolBackend(jobs) if work is None else PoolBackend(jobs, work=work, preload=preload)
     if name == "ray":
         try:
             import ray  # noqa: F401
         except ImportError:
             raise ValueError("--backend ray needs Ray: pip install -e '.[ray]'") from None
-        return RayBackend(jobs, address)
+        return RayBackend(jobs, address, work=work)
     raise ValueError(f"unknown backend {name!r} (known: pool, ray)")
