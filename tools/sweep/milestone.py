@@ -127,7 +127,7 @@ def limits_of(directory: Path, row: dict, out: Path, budget_s: float) -> str:
         if not point or base is None or not isinstance(wall, (int, float)) or wall > budget_s:
             res = _result(directory, row)
             line = ((res.get("limits") or {}).get("line") or "").split("; ", 1)[-1]
-            return f"(not re-run with a trace: {wall if wall != '' else '?'} s) {line}".strip()
+            return f"(not re-run with a trace: its run took {wall:.0f} s) {line}".strip() if isinstance(wall, (int, float)) else f"(not re-run with a trace) {line}".strip()
         cmd = [sys.executable, "-m", "tools.cli", "run", str(base), "--out", str(out / key), "--quiet",
                "--allow-path", str(ROOT)]
         for s in point["sets"]:
@@ -292,8 +292,12 @@ def findings(runs: Path) -> list[str]:
         cs = ", ".join(f"{_ctx(b['workload.params.context'])}: C {b['workload.params.C']}" for b in sp)
         out.append(f"| §5.3: a short decode prefers a small C (less inter-CUBE reduction); raise C only when the"
                    f" context needs more KV parallelism | best C per context (1 SIP, one KV head): {cs} |")
-    rs = _read_csv(SINGLE_PREFILL[1].directory(runs) / "results.csv") + \
-        _read_csv(SINGLE_PREFILL[2].directory(runs) / "results.csv")
+    rs = []
+    for sw in SINGLE_PREFILL[1:]:
+        for r in _read_csv(sw.directory(runs) / "results.csv"):
+            if r.get("workload.params.context") in (None, ""):    # set by the sweep, not varied: its bundle says
+                r["workload.params.context"] = _param(sw.directory(runs), r.get("bundle"), "workload.params.context")
+            rs.append(r)
     zig = _ratio_by(rs, "workload.params.ring_order", "contiguous", "zigzag")
     if zig:
         out.append("| §5.5: Ring prefill with causal skip (about half the steps skipped); the ring order is a"
