@@ -712,6 +712,7 @@ def write_profile(c: dict, out: str, *, allow=()) -> str:
 
 # ------------------------------------------------------------------ the command
 def add_parser(sub) -> None:
+    from tools.sweep.backends import add_backend_arguments
     p = sub.add_parser("calibrate", help="fit declared profile parameters to observed figures (a CSV) and report "
                                          "the error on held-out rows; writes a calibrated profile (docs/calibrate.md)")
     p.add_argument("csv", help="the calibration file: scenario,metric,value,unit,source[,split] (docs/calibrate.md)")
@@ -725,9 +726,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out split when the file has no split column")
     p.add_argument("--max-evals", type=int, default=40, help="most evaluations the optimiser may make (each runs "
                                                             "every scenario once, plus a Jacobian batch)")
-    p.add_argument("--backend", default="pool", choices=["pool", "ray"], help="where the runs go")
-    p.add_argument("-j", "--jobs", type=int, default=None, help="runs at once (default: the cores)")
-    p.add_argument("--address", help="a Ray cluster to join (--backend ray)")
+    add_backend_arguments(p, "runs")
     p.add_argument("--json", action="store_true", help="print the rows, errors and fitted values as JSON")
     add_allow_path_argument(p)
     p.set_defaults(func=main)

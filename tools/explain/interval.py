@@ -292,6 +292,7 @@ def format_interval(w: dict, top: int = 8) -> str:
 
 
 def add_parser(sub) -> None:
+    from tools.sweep.backends import add_backend_arguments
     p = sub.add_parser("interval", help="sample the profile's declared parameter ranges: p5/p50/p95 of the results "
                                         "and which parameters drive them (docs/interval.md)")
     p.add_argument("scenario", help="the scenario file")
@@ -300,9 +301,7 @@ def add_parser(sub) -> None:
     p.add_argument("--samples", type=int, default=32, help="runs over the declared ranges (default 32)")
     p.add_argument("--seed", type=int, default=0, help="seed of the Latin hypercube (default 0)")
     p.add_argument("--top", type=int, default=8, help="driver rows shown (default 8)")
-    p.add_argument("--backend", default="pool", choices=["pool", "ray"], help="where the samples run")
-    p.add_argument("-j", "--jobs", type=int, default=None, help="samples at once (default: the cores)")
-    p.add_argument("--address", help="a Ray cluster to join (--backend ray)")
+    add_backend_arguments(p, "samples")
     p.add_argument("--json", action="store_true", help="print the samples, percentiles and drivers as JSON")
     add_allow_path_argument(p)
     p.set_defaults(func=main)

@@ -384,6 +384,7 @@ def plot_whatif(w: dict, path: str) -> None:
 
 
 def add_parser(sub) -> None:
+    from tools.sweep.backends import add_backend_arguments
     p = sub.add_parser("whatif", help="scale each resource's speed, run the variants, compare with the one-run estimate")
     p.add_argument("scenario", help="the scenario file")
     from tools.cli_help import add_set_argument
@@ -392,9 +393,7 @@ def add_parser(sub) -> None:
     p.add_argument("--only", action="append", default=[], metavar="RESOURCE",
                    help="only this resource (repeatable); default: every resource")
     p.add_argument("--list", action="store_true", help="list the resources and the profile keys each scales; run nothing")
-    p.add_argument("--backend", default="pool", choices=["pool", "ray"], help="where the variants run")
-    p.add_argument("-j", "--jobs", type=int, default=None, help="variants at once (default: the cores)")
-    p.add_argument("--address", help="a Ray cluster to join (--backend ray); default: a local Ray of its own")
+    add_backend_arguments(p, "variants", "a Ray cluster to join (--backend ray); default: a local Ray of its own")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     p.add_argument("--plot", metavar="PNG", help="write a tornado chart to PNG; default: no chart")
     add_allow_path_argument(p)

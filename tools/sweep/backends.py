@@ -200,3 +200,11 @@ def make_backend(name: str, jobs: int | None, address: str | None, work=None, pr
             raise ValueError("--backend ray needs Ray: pip install -e '.[ray]'") from None
         return RayBackend(jobs, address, work=work)
     raise ValueError(f"unknown backend {name!r} (known: pool, ray)")
+
+
+def add_backend_arguments(p, runs: str, address_help: str = "a Ray cluster to join (--backend ray)") -> None:
+    """``--backend``, ``-j/--jobs`` and ``--address`` of a command that fans ``runs`` (e.g. "samples") out on
+    the sweep backends (emu interval, emu calibrate, emu whatif): one definition, :func:`make_backend` checks them."""
+    p.add_argument("--backend", default="pool", choices=["pool", "ray"], help=f"where the {runs} run")
+    p.add_argument("-j", "--jobs", type=int, default=None, help=f"{runs} at once (default: the cores)")
+    p.add_argument("--address", help=address_help)

@@ -368,8 +368,9 @@ def render(runs: Path, docs: Path, *, limits_budget: float | None) -> str:
         for sweeps in PANELS.values():
             for sw in sweeps:
                 d = sw.directory(runs)
+                results = {r["point"]: r for r in _read_csv(d / "results.csv")}
                 for b in _read_csv(d / "best.csv"):
-                    row = {**b, **next((r for r in _read_csv(d / "results.csv") if r["point"] == b["point"]), {})}
+                    row = {**b, **results.get(b["point"], {})}
                     limits[(sw.name, b["point"])] = limits_of(d, row, cache, limits_budget)
     wall = {sw.name: sum(r["wall_s"] for r in _read_csv(sw.directory(runs) / "results.csv")
                          if isinstance(r.get("wall_s"), (int, float)))
