@@ -23,7 +23,7 @@ import numpy as np
 from protocols.codec import TensorDesc, array_ext_len, desc_ext_len, ext_header_len, message
 
 __all__ = [
-    "DmaCmd", "DmaGather", "GemmCmd", "MathCmd", "CompositeCmd", "Done", "GemmBatch", "GemmHold", "MathBatch", "MathOp",
+    "DmaCmd", "DmaGather", "GemmCmd", "MathCmd", "CompositeCmd", "Done", "GemmBatch", "GemmHold", "DmaHold", "HbmHold", "MathBatch", "MathOp",
     "MathRun",
     "TcmReq", "TcmResp", "PcReq", "PcResp", "HbmReq", "HbmResp",
     "IpcqCmd", "IpcqResp", "IpcqData", "IpcqCredit", "NocPacket", "MemReq", "MemResp",
@@ -188,6 +188,48 @@ class GemmHold:
     spans: list
     macs: int
     core_ps: int
+
+
+@message(tag=210)
+class DmaHold:
+    """``fidelity: stream``, timing mode: the PE scheduler holds its PE's DMA engine (and, through it, the HBM
+    stack) for a run of composites that read an operand from HBM, timing their loads and stores itself
+    (scheduler.py, pipeline.HeldDma).
+
+    Sent twice with the same ``id``, as :class:`GemmHold`: the hold (``release`` false), answered by a ``Done``
+    once the engine has finished the commands before it (``start`` = that time; ``info["pc_free"]`` = when each
+    pseudo-channel's last burst ends, from the stack's :class:`HbmHold` answer); then the release with what the
+    run did: ``spans`` the engine's setup spans ``[[start, end, label], ...]``, ``loads`` ``[[addr, bytes],
+    ...]`` (its per-region load counts), ``moved`` its bytes, and ``stack`` the stack's part (an
+    :class:`HbmHold` release's fields: ``[pc_busy, pc_bursts, pc_read, pc_write, free_at, spans]``).
+    Commands of other clients that reach the engine in between are served after the release."""
+
+    id: int
+    client: str
+    release: bool
+    spans: list
+    loads: list
+    moved: int
+    stack: list
+
+
+@message(tag=211)
+class HbmHold:
+    """``fidelity: stream``: the DMA engine holds its PE's HBM stack for the scheduler (:class:`DmaHold`).
+
+    The hold (``release`` false) is answered with the same message, ``free_at`` = the end of each channel's
+    last burst; the release brings the run's per-channel burst time, burst count and bytes read / written,
+    the channels' ``free_at`` after it, and one trace span per access (``spans``), as the stack would have
+    recorded them.  Requests that reach the stack in between (the HBM port's) are served after the release."""
+
+    id: int
+    release: bool
+    pc_busy: list
+    pc_bursts: list
+    pc_read: list
+    pc_write: list
+    free_at: list
+    spans: list
 
 
 @message(tag=206)

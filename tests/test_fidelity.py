@@ -128,10 +128,13 @@ def _run_sc(sc, *sets):
 def test_hbm_operand_composites_exact_with_fewer_messages(sc):
     block = _run_sc(sc, "mode=timing")
     pipe = _run_sc(sc, "mode=timing", "workload.params.fidelity=pipeline")
-    assert pipe["status"] == "finished"
-    assert pipe["end_time_ps"] == block["end_time_ps"]
-    assert pipe["latency_ps"] == block["latency_ps"]
+    stream = _run_sc(sc, "mode=timing", "workload.params.fidelity=stream")
+    assert pipe["status"] == stream["status"] == "finished"
+    assert pipe["end_time_ps"] == block["end_time_ps"] == stream["end_time_ps"]
+    assert pipe["latency_ps"] == block["latency_ps"] == stream["latency_ps"]
     assert pipe["messages"] < 0.75 * block["messages"]
+    assert stream["messages"] < 0.9 * pipe["messages"]      # no DMA command, HBM request or answer per block
+    assert _hbm_energy(stream) == _hbm_energy(block)         # the held run's channel bytes reach the stack
 
 
 def _script_run(fidelity, script, tcm=()):
@@ -163,11 +166,12 @@ def _composites(place, n, M=80, K=160, N=48):
 async def test_held_array_times_the_steps_as_the_engine_does(vclock):
     """Three HBM-operand composites back to back (the 2nd and 3rd taken ahead, panels, epilogues, HBM stores):
     at pipeline the GEMM engine's busy spans, occupancy and every command's times equal the block model's,
-    though the scheduler sent it no GemmCmd."""
+    though the scheduler sent it no GemmCmd; at stream also with no DmaCmd to the DMA engine (pipeline.HeldDma),
+    whose setup spans and bytes, and the HBM stack's per-channel bursts and bytes, are pipeline's."""
     from actors.ahbm.testkit import log
 
-    out = {}
-    for fid in ("block", "pipeline"):
+    out, dma = {}, {}
+    for fid in ("block", "pipeline", "stream"):
         script = []
         system, m, place = _script_run(fid, script)
         script += _composites(place, 3)
@@ -178,10 +182,20 @@ async def test_held_array_times_the_steps_as_the_engine_does(vclock):
         t0 = rows[0][1]    # the two runs share the test's virtual clock: times relative to the first start
         out[fid] = (res.end_time_ps - t0, [[r[0]] + [t - t0 for t in r[1:]] for r in rows], pe.gemm.busy_ps,
                     pe.gemm.busy_spans, pe.gemm.array_ps, pe.gemm.macs, pe.dma.bytes_moved)
-        if fid == "pipeline":
+        if fid != "block":
             assert pe.sched.held_runs >= 1 and pe.sched.taken_ahead >= 1 and pe.gemm.held_back == 0
             assert system.link(f"{pe.sched.name}.gemm->{pe.gemm.name}.cmd").messages == 2 * pe.sched.held_runs
+            st = pe.stack
+            dma[fid] = (pe.dma.busy_ps, pe.dma.busy_spans, pe.dma.loads_by_region, st.pc_busy_ps, st.pc_bursts,
+                        st.pc_bytes, st.bytes_by_op, [f - t0 for f in st.free_at], st.busy_ps)
+        if fid == "stream":   # the hold and the release only, to the DMA engine and from it to the stack
+            held = 2 * pe.sched.held_runs
+            assert system.link(f"{pe.sched.name}.dma->{pe.dma.name}.cmd").messages == held
+            assert system.link(f"{pe.dma.name}.hbm->{pe.stack.name}.req").messages == held
+            assert pe.dma.held_back == 0 and pe.stack.held_back == 0
     assert out["pipeline"] == out["block"]
+    assert out["stream"] == out["block"]
+    assert dma["stream"] == dma["pipeline"] and dma["stream"][0] > 0
 
 
 async def test_cpu_gemm_waits_for_the_held_array(vclock):
@@ -201,6 +215,30 @@ async def test_cpu_gemm_waits_for_the_held_array(vclock):
     assert pe.gemm.held_back == 1
     from actors.ahbm.testkit import log
     assert log(m, (0, 0, 0), "g")[3] >= log(m, (0, 0, 0), "c0")[3] - 200_000   # served after the composite's steps
+
+
+async def test_cpu_dma_waits_for_the_held_dma_engine(vclock):
+    """fidelity stream's coarser part: a CPU DMA that reaches the engine while the scheduler holds it is served
+    after the release (the block and pipeline models queue it among the composite's loads)."""
+    from actors.ahbm.testkit import log
+
+    ends = {}
+    for fid in ("pipeline", "stream"):
+        script = []
+        system, m, place = _script_run(fid, script)
+        x = place.put((0, 0, 0), np.zeros(2048, np.uint8))
+        script += _composites(place, 1)[:-1] + [
+            {"op": "dma", "kind": "load", "addr": x, "row_bytes": 2048, "buf": "x", "shape": [2048], "dtype": "|u1",
+             "label": "x", "async": True}, {"op": "wait"}]
+        res = await system.run_async()
+        assert res.status == "finished", res.error
+        pe = m.pe(0, 0, 0)
+        t0 = log(m, (0, 0, 0), "c0")[1]
+        ends[fid] = (pe.dma.busy_until - t0, pe.gemm.busy_until - t0, 0)
+        assert pe.dma.held_back == (1 if fid == "stream" else 0)
+    (_, gemm_p, _), (dma_s, gemm_s, _) = ends["pipeline"], ends["stream"]
+    assert gemm_s < gemm_p                        # at pipeline the CPU's load went among the composite's, delaying it
+    assert dma_s - m.prm.dma_setup >= gemm_s      # at stream its setup (the engine's last span) after the run's GEMMs
 
 
 async def test_select_until_returns_a_message_before_the_deadline_or_none_at_it(vclock):

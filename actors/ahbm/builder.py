@@ -136,13 +136,14 @@ def build_machine(system, profile: dict, scripts: dict | None = None, kernels: d
     launch link then holds every launch the plan sends it (its CPU's launch queue: assumption, the
     launches wait in the PE's command memory, so the host never waits to hand one over).  Or ``batches``:
     a :class:`~actors.ahbm.host.BatchPlan` whose launches go to the PEs ``batch_pes`` (one at a time).
-    ``fidelity``: ``block`` (the default model) or ``pipeline`` (actors/ahbm/pipeline.py, timing mode).
+    ``fidelity``: ``block`` (the default model), ``pipeline`` or ``stream`` (actors/ahbm/pipeline.py, timing mode).
     """
     prm = Params.of(profile)
     m = Machine(prm)
     add, connect = system.add, system.connect
     v = cache(lambda cls: params_for(cls, prm))   # each class reads only the parameters it declares
-    math_op = fidelity == "pipeline" and system.mode == "timing"   # MATH ops as MathOp (actors/ahbm/pipeline.py)
+    # MATH ops as MathOp (actors/ahbm/pipeline.py); stream is pipeline with the DMA engine held too
+    math_op = fidelity in ("pipeline", "stream") and system.mode == "timing"
     stacked = math_op        # the PE's HBM channels as one HbmStack (memory.py), same condition
 
 

@@ -51,6 +51,11 @@ are one actor (memory.HbmStack) with the same per-channel FIFO timing; a block a
 :class:`~protocols.ahbm.HbmReq` (its bytes per channel) and one answer when its last burst ends, so the
 formulas above hold unchanged (hbm_access.stack_access).
 
+Held (``fidelity: stream``, :class:`~protocols.ahbm.DmaHold`): the PE scheduler holds the engine for a run
+of HBM-operand composites and times their commands itself with the formulas above (pipeline.HeldDma);
+the engine holds its HBM stack meanwhile, queues other clients' commands until the release and records
+the run's setup spans, loads and bytes from it.
+
 Scatter-gather (:class:`~protocols.ahbm.DmaGather`): one command between a
 contiguous HBM range and several TCM buffers, its parts back to back.  It is
 timed as a one-row block of the parts' total size (the formulas above: one
@@ -61,13 +66,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from collections import deque
+
 from emulator.actor import Actor
 from emulator.declare import In, Out
 from emulator.waitqueue import WaitQueue
-from protocols.ahbm import DmaCmd, DmaGather, Done, HbmReq, HbmResp, MemReq, MemResp, PcReq, PcResp, payload
+from protocols.ahbm import DmaCmd, DmaGather, DmaHold, Done, HbmHold, HbmReq, HbmResp, MemReq, MemResp, PcReq, PcResp, payload
 from protocols.codec import TensorDesc
 
 from actors.ahbm.answers import Answers, Mailbox
+from actors.ahbm.hold import wait_release
 from actors.ahbm.hbm_access import channel_access, check_block, stack_access
 from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
 from actors.ahbm.params import declare
@@ -107,12 +115,13 @@ class DmaEngine(Actor):
 
     daemon = True
     starts_on = "cmd"    # started by its first command (Actor.starts_on)
-    PORTS = (In("cmd", DmaCmd, DmaGather, doc="DMA commands from the CPU and the scheduler (DmaGather: several"
-                " TCM buffers, one contiguous HBM range)", idle=True),
+    PORTS = (In("cmd", DmaCmd, DmaGather, DmaHold, doc="DMA commands from the CPU and the scheduler (DmaGather:"
+                " several TCM buffers, one contiguous HBM range; DmaHold: fidelity stream)", idle=True),
              Out("done_{client}", Done, doc="completion to each client (cpu, sched)"),
              Out("pc{i}", PcReq, doc="requests to pseudo-channel i of its PE"),
-             Out("hbm", HbmReq, doc="block accesses to its PE's HBM stack (fidelity pipeline, timing mode)"),
-             In("pc_resp", PcResp, HbmResp, doc="the channels' (or the HBM stack's) answers"),
+             Out("hbm", HbmReq, HbmHold, doc="block accesses to its PE's HBM stack (fidelity pipeline, timing mode;"
+                 " HbmHold: fidelity stream)"),
+             In("pc_resp", PcResp, HbmResp, HbmHold, doc="the channels' (or the HBM stack's) answers"),
              Out("noc_out", MemReq, doc="remote HBM requests, into the router attach link"),
              In("noc_in", MemResp, doc="remote HBM answers"),
              *TCM_CLIENT_PORTS)
@@ -143,6 +152,8 @@ class DmaEngine(Actor):
         self._freed = WaitQueue()
         self._pc_answers = Answers(self, self.pc_resp)
         self._noc_answers = Answers(self, self.noc_in)
+        self._later: deque = deque()    # commands that arrived while the scheduler held the engine (DmaHold)
+        self.held_back = 0
 
     async def run(self) -> None:
         # Idle until the first command: the nursery and the answer readers are made then (most DMA
@@ -163,7 +174,11 @@ class DmaEngine(Actor):
         prm = self.prm
         while True:
             if c is None:
-                c = await self.cmd.recv()
+                c = self._later.popleft() if self._later else await self.cmd.recv()
+            if type(c) is DmaHold:
+                await self._held(c)
+                c = None
+                continue
             if c.op not in ("load", "store"):
                 raise RuntimeError(f"DMA {c.id}: unknown op {c.op!r}")
             bufs, rows, row_bytes, pitch = block = _block_of(c)
@@ -192,11 +207,41 @@ class DmaEngine(Actor):
     def _count_load(self, c: DmaCmd, total: int) -> None:
         """Loads per client and 256 MiB address region (``addr >> 28``), reported as ``loads_by_region``
         so a workload can count e.g. its K/V reads by where it placed K and V (measured, not derived)."""
+        self._count(c.client, c.addr, total)
+
+    def _count(self, client: str, addr: int, total: int) -> None:
         if not self.loads_by_region:
             self.report("loads_by_region", self.loads_by_region)
-        n = self.loads_by_region.setdefault(f"{c.client}@{c.addr >> REGION_BITS}", [0, 0])
+        n = self.loads_by_region.setdefault(f"{client}@{addr >> REGION_BITS}", [0, 0])
         n[0] += 1
         n[1] += total
+
+    async def _held(self, h: DmaHold) -> None:
+        """``fidelity: stream`` (protocols.ahbm.DmaHold, pipeline.HeldDma): the scheduler holds the engine.  Once
+        the commands before the hold have finished their data phases, the engine holds its HBM stack too
+        (HbmHold) and answers with when each channel is free; commands that arrive until the release wait
+        (``_later``: served after it, the coarse part of fidelity stream); the release brings the run's setup
+        spans, loads and bytes, recorded as the front end would have, and its channel figures for the stack."""
+        if self.faults:    # the scheduler times the held commands from the formulas: a fault could not act on them
+            raise RuntimeError(f"{self.name}: a fault plan targets this DMA engine; fidelity stream holds it for"
+                               " HBM-operand composites (pipeline.HeldDma): run it at fidelity pipeline or block")
+        if not self.hbm_stack:
+            raise RuntimeError(f"{self.name}: DmaHold needs the PE's HBM stack (fidelity stream, timing mode)")
+        while self.in_flight:          # the commands before the hold finish first
+            await self._freed.park()
+        self.seq[0] += 1
+        rid = self.seq[0]
+        box = Mailbox(self._pc_answers)
+        box.expect(rid)
+        await self.hbm.send(HbmHold(rid, False, [], [], [], [], [], []))
+        free = (await box.recv()).free_at
+        await self.done[h.client].send(Done(h.id, "dma", self.now, self.now, {"pc_free": free}))
+        r = await wait_release(self, self.cmd, DmaHold, h.id)
+        self.record_spans(r.spans)
+        for addr, total in r.loads:
+            self._count(h.client, addr, total)
+        self.bytes_moved += r.moved
+        await self.hbm.send(HbmHold(rid, True, *r.stack))
 
     async def _data(self, c, block: tuple, start: int, blob, data_mode: bool) -> None:
         """The data phase of one command (``block`` = :func:`_block_of`): channel accesses or the remote round

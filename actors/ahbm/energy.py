@@ -163,8 +163,9 @@ def energy_caveat(params: dict, mode: str) -> str | None:
     scheduler's block copies, the MathOps' results) are not charged: the TCM is charged per message
     (the table above).  Measured on the Llama3-70B 1K Ring prefill: TCM 1.917 -> 0.070 mJ, the run's total
     5.572 -> 3.722 mJ (-33 %); every other class equal.  Use ``fidelity: block`` for energy."""
-    if params.get("fidelity") == "pipeline" and mode == "timing":
-        return "TCM accesses not charged at fidelity pipeline: use block for energy, docs/gqa.md Fidelity"
+    if params.get("fidelity") in ("pipeline", "stream") and mode == "timing":
+        return (f"TCM accesses not charged at fidelity {params['fidelity']}: use block for energy, docs/gqa.md"
+                " Fidelity")
     return None
 
 

@@ -41,6 +41,7 @@ from protocols.ahbm import Done, GemmBatch, GemmCmd, GemmHold
 from protocols.codec import TensorDesc
 
 from actors.ahbm.costs import gemm_occupancy_ps, gemm_ps
+from actors.ahbm.hold import wait_release
 from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
 from actors.ahbm.params import declare
 from actors.ahbm.pipeline import plan_cached, schedule
@@ -180,19 +181,8 @@ class GemmEngine(Actor):
         self._pl = None
         deliv = max([e for e, _, _ in self._done], default=self.now)
         await self.done[h.client].send(Done(h.id, "gemm", self.now, max(deliv, self.now), {}))
-        while True:
-            r = await self.cmd.recv()
-            if type(r) is GemmHold and r.id == h.id and r.release:
-                break
-            self._later.append(r)
-            self.held_back += 1
-        emit, aid = self._emit, self.id
-        for t0, t1, label in r.spans:
-            self.busy_ps += t1 - t0
-            self.busy_spans += 1
-            emit((BUSY, t0, aid, t1, label))
-            if t1 > self.busy_until:
-                self.busy_until, self.busy_label = t1, label
+        r = await wait_release(self, self.cmd, GemmHold, h.id)
+        self.record_spans(r.spans)
         self.array_ps += r.core_ps
         self.macs += r.macs
         self.report("macs", self.macs)

@@ -10,9 +10,9 @@ from functools import lru_cache
 from emulator.actor import Actor
 from protocols.ahbm import HbmReq, PcReq
 
-from actors.ahbm.costs import stripe
+from actors.ahbm.costs import pc_occupancy_ps, stripe
 
-__all__ = ["block_offset", "channel_access", "stack_access", "check_block"]
+__all__ = ["block_offset", "channel_access", "stack_access", "channel_bytes", "channel_bursts", "check_block"]
 
 
 def block_offset(addr: int, base: int, rows: int, row_bytes: int, pitch: int) -> int:
@@ -60,13 +60,17 @@ async def stack_access(actor: Actor, hbm_req, hbm_resp, client: str, op: str, ad
     :class:`~protocols.ahbm.HbmReq` with the bytes the block has on each channel (costs.stripe, the
     figures :func:`channel_access` charges per channel), then its one answer.  ``hbm_resp`` as in
     :func:`channel_access`."""
-    prm = actor.prm
-    span = prm.burst * prm.pcs
-    nbytes = _channel_bytes(addr % span, rows, row_bytes, pitch % span, prm.burst, prm.pcs)
+    nbytes = channel_bytes(actor.prm, addr, rows, row_bytes, pitch)
     seq[0] += 1
     hbm_resp.expect(seq[0])
     await hbm_req.send(HbmReq(seq[0], op, nbytes, client))
     await hbm_resp.recv()
+
+
+def channel_bytes(prm, addr: int, rows: int, row_bytes: int, pitch: int) -> list:
+    """Bytes of a 2-D block on each of the PE's channels (costs.stripe; shared, not to be changed)."""
+    span = prm.burst * prm.pcs
+    return _channel_bytes(addr % span, rows, row_bytes, pitch % span, prm.burst, prm.pcs)
 
 
 @lru_cache(maxsize=4096)
@@ -75,6 +79,30 @@ def _channel_bytes(addr: int, rows: int, row_bytes: int, pitch: int, burst: int,
     modulo ``burst x pcs`` (the channel of byte ``a`` is ``(a // burst) % pcs``), and row ``r`` starts at
     ``addr + r x pitch``, so the caller passes both modulo that span; the list is shared, not to be changed."""
     return [sum(length for _, length in plist) for plist in stripe(addr, rows, row_bytes, pitch, burst, pcs)]
+
+
+def channel_bursts(prm, nbytes: list, ready: int, free_at: list, busy: list, bursts: list, by_pc: list) -> tuple:
+    """One access's bursts on the channels (memory.HbmStack's per-channel model, also run by the PE scheduler
+    holding the stack at ``fidelity: stream``, pipeline.HeldDma): channel ``pc`` with ``b = nbytes[pc] > 0`` bursts
+    ``pc_occupancy_ps(b)`` from ``max(ready, free_at[pc])``; ``free_at``, ``busy``, ``bursts`` and ``by_pc`` (bytes)
+    are updated per channel.  Returns ``(end of the last burst or ready, its start, bytes, burst time, bursts)``."""
+    done = last = ready
+    total = occ_sum = n = 0
+    for pc, nb in enumerate(nbytes):
+        if not nb:
+            continue
+        occ = pc_occupancy_ps(nb, prm)
+        end = (ready if ready > free_at[pc] else free_at[pc]) + occ
+        free_at[pc] = end
+        busy[pc] += occ
+        bursts[pc] += 1
+        by_pc[pc] += nb
+        total += nb
+        occ_sum += occ
+        n += 1
+        if end > done:
+            done, last = end, end - occ
+    return done, last, total, occ_sum, n
 
 
 def check_block(prm, who: str, addr: int, rows: int, row_bytes: int, pitch: int) -> None:

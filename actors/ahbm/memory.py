@@ -48,10 +48,12 @@ from emulator.actor import Actor
 from emulator.declare import In, Out, Param
 from emulator.trace import BUSY
 from emulator.waitqueue import WaitQueue
-from protocols.ahbm import HbmReq, HbmResp, PcReq, PcResp, TcmReq, TcmResp
+from protocols.ahbm import HbmHold, HbmReq, HbmResp, PcReq, PcResp, TcmReq, TcmResp
 from protocols.codec import TensorDesc
 
 from actors.ahbm.costs import pc_occupancy_ps
+from actors.ahbm.hbm_access import channel_bursts
+from actors.ahbm.hold import wait_release
 from actors.ahbm.params import declare
 
 __all__ = ["HbmChannel", "HbmStack", "Tcm", "TcmClient", "TCM_CLIENT_PORTS", "nbytes_of"]
@@ -161,8 +163,10 @@ class HbmStack(Actor):
 
     daemon = True
     starts_on = "req"    # started by its first request (Actor.starts_on)
-    PORTS = (In("req", HbmReq, doc="block accesses, FIFO (the PE's DMA and HBM port), one per access", idle=True),
-             Out("resp_{client}", HbmResp, doc="one answer per access to each requester (dma, port)"))
+    PORTS = (In("req", HbmReq, HbmHold, idle=True,
+                doc="block accesses, FIFO (the PE's DMA and HBM port), one per access (HbmHold: fidelity stream)"),
+             Out("resp_dma", HbmResp, HbmHold, doc="one answer per access to the DMA engine (HbmHold: the hold's)"),
+             Out("resp_port", HbmResp, doc="one answer per access to the HBM port"))
     PARAMS = declare("pcs", "pc_bw_eff", "hbm_latency")
 
     CLIENTS = ("dma", "port")
@@ -181,31 +185,18 @@ class HbmStack(Actor):
         self.bytes_by_op = {"read": 0, "write": 0}   # the stack's total (the channels' sum)
         self._pending = {c: deque() for c in self.CLIENTS}   # (answer time, span start, label, HbmResp)
         self._lots = {c: WaitQueue() for c in self.CLIENTS}
+        self._later: deque = deque()       # requests that arrived while the DMA engine held the stack (HbmHold)
+        self.held_back = 0
 
     def serve(self, req: HbmReq, t: int) -> tuple[int, int]:
         """Take ``req`` arriving at ``t`` onto its channels (class docstring); return its answer time and the
         start of the burst that ends last (the access's trace span)."""
-        ready = t + self.prm.hbm_latency
-        prm, free_at, busy, bursts = self.prm, self.free_at, self.pc_busy_ps, self.pc_bursts
-        by_pc = self.pc_bytes[req.op]
-        done = last = ready
-        total = 0
-        for pc, nb in enumerate(req.nbytes):
-            if not nb:
-                continue
-            occ = pc_occupancy_ps(nb, prm)
-            end = (ready if ready > free_at[pc] else free_at[pc]) + occ
-            free_at[pc] = end
-            busy[pc] += occ
-            self._busy_total += occ
-            bursts[pc] += 1
-            by_pc[pc] += nb
-            total += nb
-            self.busy_spans += 1
-            if end > done:
-                done, last = end, end - occ
+        done, last, total, occ, n = channel_bursts(self.prm, req.nbytes, t + self.prm.hbm_latency, self.free_at,
+                                                   self.pc_busy_ps, self.pc_bursts, self.pc_bytes[req.op])
+        self._busy_total += occ
+        self.busy_spans += n
         self.bytes_by_op[req.op] += total
-        self.busy_ps = self._busy_total // prm.pcs
+        self.busy_ps = self._busy_total // self.prm.pcs
         return done, last
 
     async def run(self) -> None:
@@ -221,6 +212,9 @@ class HbmStack(Actor):
             for c in self.CLIENTS:
                 self._lots[c].start_at_first_unpark(n, self._answers, c)
             while True:
+                if type(req) is HbmHold:
+                    req = await self._held(req)
+                    continue
                 at, start = self.serve(req, self.now)
                 q = self._pending[req.client]
                 entry = (at, start, f"{req.op} {sum(req.nbytes)}B", HbmResp(req.id))
@@ -229,7 +223,32 @@ class HbmStack(Actor):
                 else:
                     q.append(entry)
                     self._lots[req.client].unpark()
-                req = await self.req.recv()
+                req = self._later.popleft() if self._later else await self.req.recv()
+
+    async def _held(self, h: HbmHold):
+        """``fidelity: stream`` (protocols.ahbm.DmaHold): the DMA engine holds the stack for its scheduler.  The
+        answer gives each channel's end of its last burst; requests that arrive until the release wait (served
+        after it, at the release time: the coarse part of fidelity stream); the release brings the run's
+        channel figures and spans, recorded as :meth:`serve` and :meth:`_span` would have.  Returns the next
+        request to serve (a deferred one, or the next to arrive)."""
+        await self.resp["dma"].send(HbmHold(h.id, False, [], [], [], [], list(self.free_at), []))
+        r = await wait_release(self, self.req, HbmHold, h.id)
+        n = self.prm.pcs
+        for pc in range(n):
+            self.pc_busy_ps[pc] += r.pc_busy[pc]
+            self._busy_total += r.pc_busy[pc]
+            self.pc_bursts[pc] += r.pc_bursts[pc]
+            self.busy_spans += r.pc_bursts[pc]
+            self.pc_bytes["read"][pc] += r.pc_read[pc]
+            self.pc_bytes["write"][pc] += r.pc_write[pc]
+            if r.free_at[pc] > self.free_at[pc]:
+                self.free_at[pc] = r.free_at[pc]
+        self.bytes_by_op["read"] += sum(r.pc_read)
+        self.bytes_by_op["write"] += sum(r.pc_write)
+        self.busy_ps = self._busy_total // n
+        for start, end, label in r.spans:
+            self._span(start, end, label)
+        return self._later.popleft() if self._later else await self.req.recv()
 
     def _span(self, start: int, end: int, label: str) -> None:
         """The access's trace span: the burst that ends it, ``[start, end)`` (as the channel that served it

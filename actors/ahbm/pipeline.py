@@ -51,19 +51,22 @@ from __future__ import annotations
 from functools import lru_cache
 
 from actors.ahbm.costs import gemm_occupancy_ps, gemm_ps
+from actors.ahbm.hbm_access import channel_bursts, channel_bytes, check_block
 from actors.ahbm.tiles import plan
 from emulator.schema import Enum
 
-__all__ = ["Schedule", "schedule", "plan_cached", "HeldArray", "FIDELITY", "FIDELITIES"]
+__all__ = ["Schedule", "schedule", "plan_cached", "HeldArray", "HeldDma", "FIDELITY", "FIDELITIES"]
 
-FIDELITIES = ("block", "pipeline")
+FIDELITIES = ("block", "pipeline", "stream")
 
 #: the workload key (tl kernel workloads: gqa_attention, the baseline attention kernels)
 FIDELITY = Enum(list(FIDELITIES), default="block",
                 doc="block: the PE scheduler streams composites block by block (every shipped digest); pipeline:"
                     " a TCM-resident composite is one GEMM batch + one epilogue batch timed by the engines'"
                     " formulas, one with an HBM operand keeps its DMAs but times its GEMM steps itself on the"
-                    " held array (actors/ahbm/pipeline.py; end-time error in docs/gqa.md \"Fidelity\")")
+                    " held array (actors/ahbm/pipeline.py; end-time error in docs/gqa.md \"Fidelity\"); stream: pipeline,"
+                    " and the scheduler also times such a composite's loads and stores itself on its PE's held DMA"
+                    " engine and HBM stack (another client's access waits for the run's end; error in docs/gqa.md)")
 
 
 @lru_cache(maxsize=256)
@@ -166,3 +169,66 @@ class HeldArray:
         self.macs += m * k * n
         self.core_ps += core
         return self.deliv
+
+
+class HeldDma:
+    """The DMA engine's and the HBM stack's timing (dma.py, memory.HbmStack), run by the PE scheduler while it holds
+    them (``fidelity: stream``, protocols.ahbm.DmaHold).
+
+    Command k sent at ``a_k`` (every link between the scheduler, the DMA engine and the stack has no latency):
+    its setup starts at ``s_k = max(a_k, e_{k-1}, a slot)`` (``e`` the end of a setup, ``e_{-1}`` when the engine
+    took the hold; a slot: fewer than ``dma.outstanding`` data phases still running, else the earliest of them
+    ends first) and ends at ``e_k = s_k + dma.setup``; its access reaches the stack at ``e_k`` and channel ``pc``
+    holding ``b > 0`` of its bytes (costs.stripe) has its burst from ``max(e_k + access_latency, free_pc)`` for
+    ``pc_occupancy_ps(b)``; its data phase, and its ``Done``, end with the last burst (``e_k + access_latency``
+    for none: the stack's answer time).  The scheduler's blocks go into no TCM buffer (scheduler.PeScheduler._into)
+    and a store's TCM read takes no time, so nothing else is added: these are the formulas the engine and the
+    stack apply to the same commands, and only another client's access during the run is timed differently
+    (it waits for the release, then meets the channels as the run left them)."""
+
+    __slots__ = ("prm", "setup_end", "running", "free", "pc_busy", "pc_bursts", "pc_bytes", "spans", "stack_spans",
+                 "loads", "moved")
+
+    def __init__(self, prm, free0: int, pc_free: list):
+        n = prm.pcs
+        self.prm = prm
+        self.setup_end = free0
+        self.running: list[int] = []          # data-phase ends of the commands still running
+        self.free = list(pc_free)             # each channel's end of its last burst
+        self.pc_busy, self.pc_bursts = [0] * n, [0] * n
+        self.pc_bytes = {"read": [0] * n, "write": [0] * n}
+        self.spans: list[list] = []           # the engine's setup spans
+        self.stack_spans: list[list] = []     # the stack's: one per access, its last burst
+        self.loads: list[list] = []
+        self.moved = 0
+
+    def issue(self, now: int, op: str, addr: int, rows: int, row_bytes: int, pitch: int) -> int:
+        """A ``load`` or ``store`` of the 2-D block sent at ``now``: when its ``Done`` leaves the engine."""
+        prm = self.prm
+        check_block(prm, "DMA", addr, rows, row_bytes, pitch)
+        s = now if now > self.setup_end else self.setup_end
+        running = self.running
+        if running:
+            running[:] = [d for d in running if d > s]
+            if len(running) >= prm.dma_outstanding:
+                running.sort()
+                first = running.pop(0)
+                s = first if first > s else s
+        e = s + prm.dma_setup
+        self.setup_end = e
+        self.spans.append([s, e, f"setup {op}"])
+        rw = "write" if op == "store" else "read"
+        done, last, total, _, _ = channel_bursts(prm, channel_bytes(prm, addr, rows, row_bytes, pitch),
+                                                 e + prm.hbm_latency, self.free, self.pc_busy, self.pc_bursts,
+                                                 self.pc_bytes[rw])
+        self.stack_spans.append([last, done, f"{rw} {total}B"])
+        if op == "load":
+            self.loads.append([addr, rows * row_bytes])
+        self.moved += rows * row_bytes
+        running.append(done)
+        return done
+
+    def stack_release(self) -> list:
+        """The stack's part of the release (protocols.ahbm.HbmHold's fields after ``release``)."""
+        return [self.pc_busy, self.pc_bursts, self.pc_bytes["read"], self.pc_bytes["write"], self.free,
+                self.stack_spans]

@@ -93,6 +93,14 @@ no engine reads the copied blocks) are left out.  So the end times are the
 block model's; what differs is a CPU GEMM reaching the array during a hold,
 served after the release instead of between the steps (not in the kernels'
 composite mode, where every GEMM goes through the scheduler).
+
+``fidelity: stream`` (timing mode) is ``pipeline`` with the DMA engine held as well: at the start of a
+held run the scheduler also sends a ``DmaHold`` (the engine finishes the commands before it and
+holds its HBM stack; the answer says when each channel is free) and times the run's loads, panels
+and stores itself with the engine's and the stack's formulas (pipeline.HeldDma), waiting for each
+one's ``Done`` time as for a held GEMM step; the release carries the run's spans and counts.  What
+differs from ``pipeline``: another client's DMA command (the CPU's) or HBM-port access reaching the
+held engine or stack is served after the release (docs/gqa.md "Fidelity" measures it).
 """
 from __future__ import annotations
 
@@ -101,13 +109,13 @@ import numpy as np
 from emulator.actor import Actor
 from emulator.declare import In, Out
 from emulator.link import select, select_until
-from protocols.ahbm import CompositeCmd, DmaCmd, Done, GemmBatch, GemmCmd, GemmHold, MathBatch, MathCmd, MathOp
+from protocols.ahbm import CompositeCmd, DmaCmd, DmaHold, Done, GemmBatch, GemmCmd, GemmHold, MathBatch, MathCmd, MathOp
 from protocols.codec import TensorDesc
 
 from actors.ahbm.costs import math_ps
 from actors.ahbm.memory import TCM_CLIENT_PORTS, TcmClient
 from actors.ahbm.params import declare
-from actors.ahbm.pipeline import HeldArray, plan_cached
+from actors.ahbm.pipeline import HeldArray, HeldDma, plan_cached
 from actors.ahbm.tcm_block import copy_block, place_block
 from actors.ahbm.tiles import Panel, panels
 from actors.ahbm.tl.scratch import scheduler_reserve
@@ -179,7 +187,7 @@ class PeScheduler(Actor):
     starts_on = "cmd"    # started by its first command (Actor.starts_on)
     PORTS = (In("cmd", CompositeCmd, doc="composite commands from the CPU", idle=True),
              Out("done_cpu", Done, doc="completion of a composite to the CPU"),
-             Out("dma", DmaCmd, doc="tile loads and stores"),
+             Out("dma", DmaCmd, DmaHold, doc="tile loads and stores (DmaHold: fidelity stream, the engine held)"),
              Out("gemm", GemmCmd, GemmBatch, GemmHold,
                  doc="tile GEMMs (fidelity pipeline: GemmBatch, a whole composite; GemmHold, the array held)"),
              Out("math", MathCmd, MathBatch, MathOp,
@@ -187,7 +195,9 @@ class PeScheduler(Actor):
              In("done", Done, doc="completions of its DMA / GEMM / MATH commands"),
              *TCM_CLIENT_PORTS)
     PARAMS = declare("tile", "lanes", "math_fixed", "pe_clk", "array_rows", "array_cols", "fill_drain",
-                     "charge_padded")
+                     "charge_padded",
+                     # fidelity stream: the held DMA engine's and HBM stack's formulas (pipeline.HeldDma)
+                     "pcs", "burst", "hbm_capacity", "dma_setup", "dma_outstanding", "pc_bw_eff", "hbm_latency")
 
     def __init__(self, name: str, *, prm, fidelity: str = "block", math_op: bool = False):
         """``fidelity``: ``block`` or ``pipeline`` (the workload's choice, actors/ahbm/pipeline.py); ``math_op``:
@@ -227,6 +237,12 @@ class PeScheduler(Actor):
         self._hold_id = 0
         self._hold_ans: Done | None = None
         self.held_runs = 0
+        # fidelity stream: the DMA engine (and its HBM stack) held too, the run's loads and stores timed here
+        # (pipeline.HeldDma); the hold's id and answer
+        self.hold_dma = fidelity == "stream"
+        self._dma: HeldDma | None = None
+        self._dhold_id = 0
+        self._dhold_ans: Done | None = None
 
     def _id(self) -> int:
         self.seq += 1
@@ -252,6 +268,8 @@ class PeScheduler(Actor):
                 self.finished.add(d.id)
                 if d.id == self._hold_id:
                     self._hold_ans = d
+                elif d.id == self._dhold_id:
+                    self._dhold_ans = d
             self.finished.discard(i)
 
     async def _wait_until(self, t: int) -> None:
@@ -269,6 +287,8 @@ class PeScheduler(Actor):
                     self.finished.add(msg.id)
                     if msg.id == self._hold_id:
                         self._hold_ans = msg
+                    elif msg.id == self._dhold_id:
+                        self._dhold_ans = msg
             else:
                 await self.sleep_until(t)
 
@@ -326,7 +346,7 @@ class PeScheduler(Actor):
             for i in p.steps:
                 self.panel_of[(serial, i)] = live
             rows, cols = p.k_hi - p.k_lo, p.n_hi - p.n_lo
-            await self.dma.send(DmaCmd(live.id, "load", c.b_addr + (p.k_lo * c.n + p.n_lo) * esize, rows,
+            await self._send_dma(DmaCmd(live.id, "load", c.b_addr + (p.k_lo * c.n + p.n_lo) * esize, rows,
                                        cols * esize, c.n * esize, self._into(f"sched/p{slot}"), [rows, cols],
                                        c.dtype, "sched", []))
 
@@ -357,7 +377,7 @@ class PeScheduler(Actor):
                 await self._copy(c.a_buf, s.m0, s.k0, s.tm, s.tk, job.a(s))
             else:
                 ids.append(self._id())
-                await self.dma.send(DmaCmd(ids[-1], "load", c.a_addr + (s.m0 * K + s.k0) * esize, s.tm, s.tk * esize,
+                await self._send_dma(DmaCmd(ids[-1], "load", c.a_addr + (s.m0 * K + s.k0) * esize, s.tm, s.tk * esize,
                                            K * esize, self._into(job.a(s)), [s.tm, s.tk], c.dtype, "sched", []))
         if not s.load_b:   # B block resident from this column's first M tile (tiles.py)
             return ids, False
@@ -368,7 +388,7 @@ class PeScheduler(Actor):
             return ids, False
         ib = self._id()
         self.block_loads += 1
-        await self.dma.send(DmaCmd(ib, "load", c.b_addr + (s.k0 * N + s.n0) * esize, s.tk, s.tn * esize, N * esize,
+        await self._send_dma(DmaCmd(ib, "load", c.b_addr + (s.k0 * N + s.n0) * esize, s.tk, s.tn * esize, N * esize,
                                    self._into(job.b(s)), [s.tk, s.tn], c.dtype, "sched", []))
         return ids + [ib], False
 
@@ -403,11 +423,11 @@ class PeScheduler(Actor):
             if not self.held:   # held: no engine reads the result's blocks (runtime.Tl._tcm writes its descriptor)
                 await place_block(self.tcm, cbuf, s.tm, s.tn, c.c_buf, s.m0, s.n0)
             return
-        if self.held:   # the block's descriptor for the store's TCM read (the engine's write, not made)
-            await self.tcm.write(cbuf, TensorDesc.of((s.tm, s.tn), c_dtype))
+        if self.held and not self.hold_dma:   # the block's descriptor for the store's TCM read (the engine's write,
+            await self.tcm.write(cbuf, TensorDesc.of((s.tm, s.tn), c_dtype))   # not made; stream: no TCM read)
         sid = self._id()
         csize = np.dtype(c_dtype).itemsize
-        await self.dma.send(DmaCmd(sid, "store", c.c_addr + (s.m0 * c.n + s.n0) * csize, s.tm, s.tn * csize,
+        await self._send_dma(DmaCmd(sid, "store", c.c_addr + (s.m0 * c.n + s.n0) * csize, s.tm, s.tn * csize,
                                    c.n * csize, cbuf, [s.tm, s.tn], c_dtype, "sched", []))
         stores.append(sid)
 
@@ -425,7 +445,7 @@ class PeScheduler(Actor):
         await self.done_cpu.send(Done(job.c.id, "sched", job.start, self.now, {"steps": len(job.steps)}))
 
     async def run(self) -> None:
-        if self.fidelity == "pipeline":
+        if self.fidelity in ("pipeline", "stream"):
             await self._run_pipeline()
         while True:
             await self._block(await self.cmd.recv())
@@ -502,6 +522,9 @@ class PeScheduler(Actor):
             self._hold_id, self._hold_ans = self._id(), None
             self.held_runs += 1
             await self.gemm.send(GemmHold(self._hold_id, "sched", False, [], 0, 0))
+            if self.hold_dma:    # fidelity stream: and the DMA engine with its HBM stack (pipeline.HeldDma)
+                self._dhold_id, self._dhold_ans = self._id(), None
+                await self.dma.send(DmaHold(self._dhold_id, "sched", False, [], [], 0, []))
         while True:
             cold = c is not None
             if not cold:
@@ -556,8 +579,33 @@ class PeScheduler(Actor):
             # else: the next composite's first GEMM goes into the engine behind this one's last, whose
             # completion (epilogue, result, Done) is handled in the next composite's first step
         if self.held:        # the run's steps are all done: release the array with their spans
+            if self._arr is None:    # (no step was sent: the hold's answer still comes)
+                await self._wait([self._hold_id])
+                self._arr = HeldArray(self.prm, self._hold_ans.start, self._hold_ans.end)
             arr, self._arr, self._hold_id = self._arr, None, 0
             await self.gemm.send(GemmHold(self._hold_ans.id, "sched", True, arr.spans, arr.macs, arr.core_ps))
+            if self.hold_dma:
+                dma = await self._held_dma()
+                self._dma, self._dhold_id = None, 0
+                await self.dma.send(DmaHold(self._dhold_ans.id, "sched", True, dma.spans, dma.loads, dma.moved,
+                                            dma.stack_release()))
+
+    async def _held_dma(self) -> HeldDma:
+        """The held DMA engine's timing (fidelity stream), made once the hold's answer is in."""
+        if self._dma is None:
+            await self._wait([self._dhold_id])
+            a = self._dhold_ans
+            self._dma = HeldDma(self.prm, a.start, a.info["pc_free"])
+        return self._dma
+
+    async def _send_dma(self, c: DmaCmd) -> None:
+        """A load or store of the block stream: to the DMA engine, or at fidelity stream (the engine held) timed
+        here (pipeline.HeldDma), its ``Done`` awaited as the engine's would be (:meth:`_wait`)."""
+        if self.held and self.hold_dma:
+            dma = await self._held_dma()
+            self._vdone[c.id] = dma.issue(self.now, c.op, c.addr, c.rows, c.row_bytes, c.pitch)
+        else:
+            await self.dma.send(c)
 
     def _into(self, buf: str) -> str:
         """The TCM buffer a load of the block stream lands in; none (``""``) while the array is held: no engine

@@ -156,7 +156,7 @@ MACHINE_SCENARIOS = [
 IDLE_SCENARIO = ("ahbm-idle-4sip", "scenarios/ahbm/idle-4sip.yaml")
 FULL_SCENARIO = ("ahbm-decode-128", "scenarios/ahbm/attention_decode_4sip.yaml")
 #: with ``--full`` also (once each): issue 22's long-context runs, Llama3-70B on 1 SIP, and the milestone's
-#: multi-user and 4-SIP points (issue 36; fidelity pipeline): 16 users at mixed contexts on 1 SIP, 8 users at 8K on
+#: multi-user and 4-SIP points (issue 36; fidelity stream, the Ring at pipeline): 16 users at mixed contexts on 1 SIP, 8 users at 8K on
 #: 4 SIPs, the 32K decode and the 2K Ring prefill with all eight KV heads on 4 SIPs
 LONG_SCENARIOS = [("ahbm-ring-8k", "scenarios/ahbm/gqa/llama70b_prefill_ring_8k_1sip.yaml"),
                   ("ahbm-decode-128k", "scenarios/ahbm/gqa/llama70b_decode_128k_1sip.yaml"),

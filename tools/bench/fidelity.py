@@ -1,8 +1,8 @@
-"""``python -m tools.bench.fidelity [SCENARIO ...]``: end-time error of ``fidelity: pipeline`` against the default.
+"""``python -m tools.bench.fidelity [--level L] [SCENARIO ...]``: end-time error of a coarser fidelity against the default.
 
 Runs every scenario twice through the real CLI (``emu run --json --no-bundle``), at
 ``workload.params.fidelity=block`` (the default model: its digest is the shipped one)
-and ``=pipeline`` (actors/ahbm/pipeline.py), each in a fresh process, and prints one
+and ``=pipeline`` (or ``--level stream``; actors/ahbm/pipeline.py), each in a fresh process, and prints one
 Markdown row per scenario: end times, their relative difference, messages and wall
 time of both.  ``--set KEY=VALUE`` is passed to both runs (e.g. a longer context).
 The table in docs/gqa.md "Fidelity" is this script's output.  Scenarios whose
@@ -29,11 +29,11 @@ def run_one(scenario: str, fidelity: str, sets: list[str]) -> dict:
     return json.loads(p.stdout)
 
 
-def compare(scenario: str, sets: list[str]) -> dict:
+def compare(scenario: str, sets: list[str], level: str = "pipeline") -> dict:
     b = run_one(scenario, "block", sets)
     if "error" in b:
         return {"scenario": scenario, "error": b["error"]}
-    q = run_one(scenario, "pipeline", sets)
+    q = run_one(scenario, level, sets)
     if "error" in q:
         return {"scenario": scenario, "error": q["error"]}
     eb, eq = b["end_time_ps"], q["end_time_ps"]
@@ -46,12 +46,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.bench.fidelity", description=__doc__.splitlines()[0])
     ap.add_argument("scenarios", nargs="+")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--level", default="pipeline", choices=["pipeline", "stream"], help="the coarser fidelity")
     a = ap.parse_args(argv)
-    print("| scenario | block end | pipeline end | error | messages block -> pipeline | wall block -> pipeline |")
+    L = a.level
+    print(f"| scenario | block end | {L} end | error | messages block -> {L} | wall block -> {L} |")
     print("|---|---|---|---|---|---|")
     worst = 0.0
     for s in a.scenarios:
-        r = compare(s, a.set)
+        r = compare(s, a.set, L)
         if "error" in r:
             print(f"| {s} | - | - | n/a: {r['error']} | | |")
             continue
