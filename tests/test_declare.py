@@ -256,7 +256,8 @@ def test_validate_schema_lists_components_and_who_reads_each_key(emu, scenario):
             assert _port_line(p) in out
     if scenario.startswith("ahbm"):
         assert "access_latency: a time like '30ns' [required] - closed-page access latency" in out
-        assert "(read by HbmChannel, HbmStack)" in out   # the HBM stack (fidelity pipeline) reads it too
+        # the HBM stack (fidelity pipeline) and the PE scheduler (fidelity stream, pipeline.HeldDma) read it too
+        assert "(read by HbmChannel, HbmStack, PeScheduler)" in out
 
 
 def test_explain_json_carries_the_declarations(emu):
