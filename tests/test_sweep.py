@@ -130,6 +130,9 @@ def test_minimal_form_runs_verbatim_and_rerun_does_nothing(tmp_path, capsys):
     assert main(["run", "scenarios/demo/reduce.yaml", "--set", "seed=2", "--set", "workload.params.rounds=1",
                  "--no-bundle", "--json", "--compact"]) == 0
     assert json.loads(capsys.readouterr().out)["digest"] == rows[2]["digest"]
+    # and its bundle's scenario.yaml is that scenario, runnable by itself (docs/outputs.md): the same digest again
+    assert main(["run", str(out / rows[2]["bundle"] / "scenario.yaml"), "--no-bundle", "--json", "--compact"]) == 0
+    assert json.loads(capsys.readouterr().out)["digest"] == rows[2]["digest"]
     # a finished sweep run again runs nothing
     marks = {p: p.stat().st_mtime_ns for p in out.glob("points/*/point.json")}
     assert len(marks) == 4

@@ -186,7 +186,7 @@ def _run_points(spec: SweepSpec, points: list[Point], directory: Path, be, retry
         p = pts[0]
         timeout_s = spec.timeout_ps / 1e12 if spec.timeout_ps else None
         todo.append({"index": p.index, "key": key, "dir": str(directory / "points" / key), "resolved": p.resolved,
-                     "sets": p.sets, "timeout_ps": spec.timeout_ps, "plots": spec.point_plots,
+                     "source": p.source, "sets": p.sets, "timeout_ps": spec.timeout_ps, "plots": spec.point_plots,
                      # the engine's wall guard stops the run first; this is the backstop for a point stuck elsewhere
                      "kill_after_s": timeout_s * 1.5 + 30 if timeout_s else None})
 

@@ -28,7 +28,7 @@ __all__ = ["run_point", "run_point_collect"]
 
 
 def run_point(task: dict, directory: str) -> dict:
-    """Run ``task`` (``resolved``, ``sets``, ``timeout_ps``, ``plots``) writing its bundle in ``directory``.
+    """Run ``task`` (``resolved``, ``sets``, ``source``, ``timeout_ps``, ``plots``) writing its bundle in ``directory``.
 
     Returns ``{"result": <result.json dict>}``; never raises for a failure of the point itself.
     """
@@ -38,7 +38,10 @@ def run_point(task: dict, directory: str) -> dict:
     t0 = time.perf_counter()
     try:
         sc = scenario_from_resolved(task["resolved"])
-        sc.source = {"base": task["resolved"].get("file"), "set": task["sets"]}
+        # the bundle's scenario.yaml: a sweep point's base as written with its --set items applied, runnable by
+        # itself (docs/outputs.md); a task of emu interval / whatif / calibrate (values set on the resolved form,
+        # a bundle in a temporary folder) names its base and items instead
+        sc.source = task.get("source") or {"base": task["resolved"].get("file"), "set": task["sets"]}
         sc.output = {**(sc.output or {}), "dir": str(d), "plots": bool(task.get("plots"))}
         if task.get("timeout_ps") and not (sc.stop or {}).get("wall_timeout"):
             sc.stop = {**(sc.stop or {}), "wall_timeout": task["timeout_ps"]}

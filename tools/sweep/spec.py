@@ -151,6 +151,8 @@ class Point:
     sets: list[str]              # --set items applied to the base (fixed ones first)
     resolved: dict               # Scenario.resolved()
     key: str                     # point_key(resolved)
+    source: dict = field(default_factory=dict)   # the base scenario as written with ``sets`` applied (its bundle's
+                                                 # scenario.yaml: runnable by itself, tools.run.bundle)
 
 
 @dataclass
@@ -287,7 +289,7 @@ def confirm_points(spec: SweepSpec, winners: list[Point]) -> list[Point]:
     for p in winners:
         sc = load_scenario(spec.base, spec.registry, p.sets + spec.confirm, allow=spec.allow)
         resolved = sc.resolved()
-        out.append(Point(p.index, p.values, p.sets + spec.confirm, resolved, point_key(resolved)))
+        out.append(Point(p.index, p.values, p.sets + spec.confirm, resolved, point_key(resolved), sc.source))
     return out
 
 
@@ -377,7 +379,7 @@ def _points(spec: dict, doc, axes: list, base_path, registry, allow: tuple) -> l
                 seen_problems.setdefault((q.file, q.line, q.path, q.expected, q.found), q)
             continue
         resolved = sc.resolved()
-        points.append(Point(index, values, sets, resolved, point_key(resolved)))
+        points.append(Point(index, values, sets, resolved, point_key(resolved), sc.source))
     if seen_problems:
         raise SchemaError(list(seen_problems.values()))
     return points
