@@ -123,30 +123,35 @@ def limits_of(directory: Path, row: dict, out: Path, budget_s: float) -> str:
     if not done.is_file():
         wall = row.get("wall_s")
         point = _point(directory, row)
-        base = _base(directory, point)
-        if not point or base is None or not isinstance(wall, (int, float)) or wall > budget_s:
+        args = _rerun_args(directory, point)
+        if args is None or not isinstance(wall, (int, float)) or wall > budget_s:
             res = _result(directory, row)
             line = ((res.get("limits") or {}).get("line") or "").split("; ", 1)[-1]
             return f"(not re-run with a trace: its run took {wall:.0f} s) {line}".strip() if isinstance(wall, (int, float)) else f"(not re-run with a trace) {line}".strip()
-        cmd = [sys.executable, "-m", "tools.cli", "run", str(base), "--out", str(out / key), "--quiet",
+        cmd = [sys.executable, "-m", "tools.cli", "run", *args, "--out", str(out / key), "--quiet",
                "--allow-path", str(ROOT)]
-        for s in point["sets"]:
-            cmd += ["--set", s]
         p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if p.returncode != 0 or not done.is_file():
             return f"(re-run failed: {(p.stderr.strip().splitlines() or ['?'])[-1]})"
     return (json.loads(done.read_text()).get("limits") or {}).get("line", "-")
 
 
-def _base(directory: Path, point: dict) -> Path | None:
-    """The base scenario the sweep's points set their values on (the bundle's scenario.yaml names it)."""
+def _rerun_args(directory: Path, point: dict) -> list[str] | None:
+    """What ``emu run`` re-runs the point with: its bundle's scenario.yaml, runnable by itself; a bundle of an
+    earlier version (a ``base:`` and ``set:`` in place of the scenario) names the base and the ``--set`` items."""
     import yaml
     if not point:
         return None
     scen = directory / "points" / point["key"] / "scenario.yaml"
-    doc = yaml.safe_load(scen.read_text()) if scen.is_file() else {}
+    doc = yaml.safe_load(scen.read_text()) if scen.is_file() else None
+    if not isinstance(doc, dict):
+        return None
+    if "base" not in doc:
+        return [str(scen)]
     base = doc.get("base")
-    return Path(base) if base and Path(base).is_file() else None
+    if not base or not Path(base).is_file():
+        return None
+    return [str(base)] + [x for s in point["sets"] for x in ("--set", s)]
 
 
 def _leading(line: str) -> str:
@@ -195,17 +200,16 @@ def single_user(runs: Path, sweeps: tuple, *, prefill: bool, limits: dict) -> li
 
 
 def _param(directory: Path, bundle, key: str):
-    """A point's value of ``key``: the sweep varies it, or its ``set:`` fixes it (the bundle's scenario.yaml says)."""
+    """A point's value of ``key`` (a dotted path such as ``workload.params.heads``): the value in force, from the
+    bundle's scenario.resolved.yaml."""
     import yaml
-    scen = directory / str(bundle or "") / "scenario.yaml"
+    scen = directory / str(bundle or "") / "scenario.resolved.yaml"
     if not bundle or not scen.is_file():
         return None
-    found = None
-    for item in (yaml.safe_load(scen.read_text()) or {}).get("set") or []:     # the last one wins, as in a run
-        k, _, v = str(item).partition("=")
-        if k == key:
-            found = _value(v.strip('"'))
-    return found
+    node = yaml.safe_load(scen.read_text()) or {}
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
 
 def multi_user(runs: Path, sw: Sweep, *, prefill: bool, limits: dict) -> list[str]:
@@ -391,7 +395,9 @@ def render(runs: Path, docs: Path, *, limits_budget: float | None) -> str:
              " requests' tokens with every KV head of the machine (2 on 1 SIP, 8 on 4 SIPs: so tok/J falls on 4"
              " SIPs, with four times the heads' energy and the SIPs' static power), *ratio to bound* is latency / the analytic bound (docs/gqa.md \"The bound\"), *what limits"
              " it* is the first clause of the point's `limits` line (docs/explain.md), from a re-run of the point"
-             " with a trace.", ""]
+             " with a trace at the sweep's fidelity: at `pipeline` and `stream` the critical path does not see the"
+             " engines the scheduler holds or batches, whose time it counts as *scheduler* and *DONE polls*"
+             " (docs/outputs.md \"What limits it\": `fidelity: block` walks them, with the same end time).", ""]
     for title, sweeps in PANELS.items():
         lines += [f"## {title[0].upper() + title[1:]}", ""]
         if title.startswith("single"):
