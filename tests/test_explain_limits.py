@@ -170,6 +170,20 @@ def test_the_line_leads_with_the_path_then_the_ratio_then_the_binding_term_and_s
     assert "where the critical path spends most too" in lim["line"] and "not what the run waits on" not in lim["line"]
 
 
+@pytest.mark.parametrize("fidelity", ["pipeline", "stream"])
+def test_a_held_fidelitys_line_says_its_path_does_not_see_the_held_engines(emu, tmp_path, fidelity):
+    """At fidelity pipeline / stream the scheduler holds engines and times them itself: the walk (which follows
+    messages) cannot see them and the path's classes are not the block model's although the end time is.  The line
+    must say so, and the block run must not."""
+    block = _run_8k(emu, tmp_path, "--set", "workload.params.fidelity=block")
+    held = _run_8k(emu, tmp_path, "--set", f"workload.params.fidelity={fidelity}")
+    assert held["end_time_ps"] == block["end_time_ps"]
+    assert held["limits"]["critical_path"]["classes"] != block["limits"]["critical_path"]["classes"]
+    assert held["limits"]["critical_path"]["fidelity"] == fidelity
+    assert f"; fidelity {fidelity}: the path does not see the GEMM array" in held["limits"]["line"]
+    assert "fidelity" not in block["limits"]["critical_path"] and "does not see" not in block["limits"]["line"]
+
+
 def test_agreement_follows_the_declared_term_classes():
     from tools.explain.limits import TERM_CLASSES, agreement, limits_line
     b = {"binding": "reduction depth", "short": "reduction depth", "ps": 10, "bound_ps": 100,
