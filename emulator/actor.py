@@ -141,15 +141,10 @@ class Actor:
 
     def record_spans(self, spans) -> None:
         """Record busy spans ``[[start, end, label], ...]`` another component timed for this one (the PE scheduler
-        holding an engine, actors/ahbm/hold.py): the bookkeeping and trace records :meth:`busy` makes, without
-        fault hooks (a held engine refuses faults)."""
-        emit, aid = self._emit, self.id
+        holding an engine, actors/ahbm/hold.py), each by :meth:`record_busy`, whose fault hooks never act here:
+        a held engine refuses faults."""
         for t0, t1, label in spans:
-            self.busy_ps += t1 - t0
-            self.busy_spans += 1
-            emit((BUSY, t0, aid, t1, label))
-            if t1 > self.busy_until:
-                self.busy_until, self.busy_label = t1, label
+            self.record_busy(t0, t1 - t0, label)
 
     def record_busy(self, start: int, duration: int, label: str = "busy") -> int:
         """Record the busy span that starts at ``start`` without waiting; its end.

@@ -265,11 +265,7 @@ class PeScheduler(Actor):
                     d: Done = msg
                 else:
                     d = await self.done.recv()
-                self.finished.add(d.id)
-                if d.id == self._hold_id:
-                    self._hold_ans = d
-                elif d.id == self._dhold_id:
-                    self._dhold_ans = d
+                self._finished(d)
             self.finished.discard(i)
 
     async def _wait_until(self, t: int) -> None:
@@ -284,13 +280,18 @@ class PeScheduler(Actor):
                 if port is self.cmd:
                     await self._take_ahead(msg)
                 else:
-                    self.finished.add(msg.id)
-                    if msg.id == self._hold_id:
-                        self._hold_ans = msg
-                    elif msg.id == self._dhold_id:
-                        self._dhold_ans = msg
+                    self._finished(msg)
             else:
                 await self.sleep_until(t)
+
+    def _finished(self, d: Done) -> None:
+        """Note completion ``d``; the answer to a hold (the array's, or at fidelity stream the DMA engine's) is
+        kept, its times start the held model."""
+        self.finished.add(d.id)
+        if d.id == self._hold_id:
+            self._hold_ans = d
+        elif d.id == self._dhold_id:
+            self._dhold_ans = d
 
     def _prepare_checks(self, c: CompositeCmd) -> None:
         for op, _ in c.epilogue:
